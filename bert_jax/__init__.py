@@ -1,0 +1,1 @@
+"""BERT in JAX/Flax."""

@@ -1,0 +1,55 @@
+"""`bert-jax SUBCOMMAND [--flags]`: one console command, one module per subcommand.
+
+Each subcommand lives in `bert_jax/commands/<name>.py` and exposes `define_flags()` and
+`main(argv)`. Only the chosen subcommand's flags are defined, so `bert-jax SUB --help`
+lists exactly that subcommand's flags (plus absl's own).
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+from absl import app
+
+# name -> (module, one-line description)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "convert": (
+        "bert_jax.commands.convert",
+        "Convert checkpoints: Hugging Face / original TF / bert_jax.",
+    ),
+    "features": (
+        "bert_jax.commands.features",
+        "Extract per-token hidden states of a checkpoint to .npy.",
+    ),
+}
+
+
+def usage() -> str:
+    width = max(len(n) for n in COMMANDS)
+    lines = [
+        "usage: bert-jax SUBCOMMAND [--flag=value ...]",
+        "",
+        "BERT pre-training and fine-tuning in JAX/Flax. Subcommands:",
+    ]
+    lines += [f"  {name.ljust(width)}  {desc}" for name, (_, desc) in COMMANDS.items()]
+    lines += ["", "`bert-jax SUBCOMMAND --help` lists a subcommand's flags."]
+    return "\n".join(lines)
+
+
+def run(argv: list[str] | None = None) -> None:
+    argv = list(sys.argv if argv is None else argv)
+    if len(argv) < 2 or argv[1] in ("-h", "--help", "help"):
+        print(usage())
+        sys.exit(0 if len(argv) >= 2 else 2)
+    name = argv[1]
+    if name not in COMMANDS:
+        print(f"bert-jax: unknown subcommand {name!r}\n\n{usage()}", file=sys.stderr)
+        sys.exit(2)
+    module = importlib.import_module(COMMANDS[name][0])
+    module.define_flags()
+    app.run(module.main, argv=[f"bert-jax {name}", *argv[2:]])
+
+
+if __name__ == "__main__":
+    run()

@@ -1,0 +1,1 @@
+"""Subcommands of `bert-jax` (see `bert_jax.cli`)."""

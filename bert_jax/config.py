@@ -1,0 +1,141 @@
+"""Model hyper-parameters and the named presets of the paper (Devlin et al., 2019, §3).
+
+`BertConfig` is a frozen dataclass so that a model's shape is hashable and can be a static
+argument of `jax.jit`; the run configuration (`configs/*.py`, ml-collections) carries it
+as a plain `ConfigDict` under `config.model` and turns it into a `BertConfig` with
+`BertConfig.from_dict`, which rejects unknown keys by name.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+import ml_collections
+
+ACTIVATIONS = ("gelu", "gelu_tanh", "relu")
+REMAT_POLICIES = ("none", "full", "dots", "dots_no_batch")
+
+
+@dataclasses.dataclass(frozen=True)
+class BertConfig:
+    """Shape and numerics of a BERT encoder.
+
+    Field names follow the original `bert_config.json` (and Hugging Face's `BertConfig`)
+    so that released configs load as they are.
+    """
+
+    vocab_size: int = 30522
+    hidden_size: int = 768
+    num_hidden_layers: int = 12
+    num_attention_heads: int = 12
+    intermediate_size: int = 3072
+    # "gelu" is the exact erf form (Hugging Face's default); "gelu_tanh" is the original
+    # TF1 release's approximation.
+    hidden_act: str = "gelu"
+    hidden_dropout_prob: float = 0.1
+    attention_probs_dropout_prob: float = 0.1
+    max_position_embeddings: int = 512
+    type_vocab_size: int = 2
+    initializer_range: float = 0.02
+    layer_norm_eps: float = 1e-12
+    # Compute dtype for matmuls ("float32" or "bfloat16"); parameters stay float32.
+    dtype: str = "float32"
+    # Rematerialisation of each encoder layer in the backward pass.
+    remat_policy: str = "none"
+
+    def __post_init__(self) -> None:
+        if self.hidden_size % self.num_attention_heads:
+            raise ValueError(
+                f"hidden_size={self.hidden_size} is not divisible by "
+                f"num_attention_heads={self.num_attention_heads}"
+            )
+        if self.hidden_act not in ACTIVATIONS:
+            raise ValueError(f"hidden_act={self.hidden_act!r} not in {ACTIVATIONS}")
+        if self.remat_policy not in REMAT_POLICIES:
+            raise ValueError(f"remat_policy={self.remat_policy!r} not in {REMAT_POLICIES}")
+        if self.dtype not in ("float32", "bfloat16", "float16"):
+            raise ValueError(f"dtype={self.dtype!r} must be float32, bfloat16 or float16")
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_attention_heads
+
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any] | ml_collections.ConfigDict) -> BertConfig:
+        """Builds a config, failing with the offending key's name on unknown keys.
+
+        Keys that Hugging Face / TF configs carry but that do not change the
+        architecture (``model_type``, ``architectures``, ...) are ignored.
+        """
+        if isinstance(values, ml_collections.ConfigDict):
+            values = values.to_dict()
+        known = {f.name for f in dataclasses.fields(cls)}
+        ignorable = {
+            "model_type",
+            "architectures",
+            "transformers_version",
+            "pad_token_id",
+            "position_embedding_type",
+            "use_cache",
+            "classifier_dropout",
+            "torch_dtype",
+            "gradient_checkpointing",
+            "directionality",
+            "pooler_fc_size",
+            "pooler_num_attention_heads",
+            "pooler_num_fc_layers",
+            "pooler_size_per_head",
+            "pooler_type",
+            "_name_or_path",
+            "is_decoder",
+            "add_cross_attention",
+        }
+        unknown = sorted(set(values) - known - ignorable)
+        if unknown:
+            raise ValueError(f"Unknown BertConfig key(s): {', '.join(unknown)}")
+        kwargs = {k: v for k, v in values.items() if k in known}
+        if kwargs.get("hidden_act") == "gelu_new":
+            kwargs["hidden_act"] = "gelu_tanh"
+        return cls(**kwargs)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def replace(self, **changes: Any) -> BertConfig:
+        return dataclasses.replace(self, **changes)
+
+
+def _preset(layers: int, hidden: int, heads: int, **kw: Any) -> BertConfig:
+    return BertConfig(
+        num_hidden_layers=layers,
+        hidden_size=hidden,
+        num_attention_heads=heads,
+        intermediate_size=4 * hidden,
+        **kw,
+    )
+
+
+# BERT-Base and BERT-Large are the paper's; mini/small are the Turc et al. (2019) compact
+# models; tiny is for tests and the CPU demo.
+MODEL_PRESETS: dict[str, BertConfig] = {
+    "tiny": _preset(2, 128, 2),
+    "mini": _preset(4, 256, 4),
+    "small": _preset(4, 512, 8),
+    "medium": _preset(8, 512, 8),
+    "base": _preset(12, 768, 12),
+    "large": _preset(24, 1024, 16),
+}
+
+
+def model_config_dict(preset: str, **overrides: Any) -> ml_collections.ConfigDict:
+    """The `config.model` block of a run config for one preset."""
+    if preset not in MODEL_PRESETS:
+        raise ValueError(f"Unknown model preset {preset!r}; choose from {sorted(MODEL_PRESETS)}")
+    values = MODEL_PRESETS[preset].to_dict()
+    unknown = sorted(set(overrides) - set(values))
+    if unknown:
+        raise ValueError(f"Unknown BertConfig key(s): {', '.join(unknown)}")
+    values.update(overrides)
+    return ml_collections.ConfigDict(values)

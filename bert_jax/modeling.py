@@ -1,0 +1,290 @@
+"""The BERT encoder (Devlin et al., 2019, §3 and Figure 2) as Flax linen modules.
+
+Embeddings (word + learned position + segment, LayerNorm, dropout) → N post-LayerNorm
+Transformer layers (multi-head self-attention, GELU feed-forward of 4H) → pooler (dense +
+tanh on [CLS]). Heads live in `heads.py`.
+
+Every parameter carries logical axis names (`nn.with_logical_partitioning`) and large
+activations carry logical constraints, so `sharding.py` decides where everything lives
+from rules alone. Parameters are float32; `BertConfig.dtype` sets the compute dtype.
+Softmax and LayerNorm statistics are computed in float32 whatever the compute dtype.
+
+Shapes in comments: B batch, S sequence, H hidden, N heads, D head dim, F intermediate.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from bert_jax.config import BertConfig
+
+Array = jax.Array
+
+
+def _dtype(config: BertConfig) -> jnp.dtype:
+    return jnp.dtype(config.dtype)
+
+
+def _init(config: BertConfig, axes: tuple[str | None, ...]) -> Callable[..., Any]:
+    """Truncated-normal(0.02) init, as the original, tagged with logical axes."""
+    return nn.with_logical_partitioning(
+        nn.initializers.truncated_normal(stddev=config.initializer_range), axes
+    )
+
+
+def _zeros(axes: tuple[str | None, ...]) -> Callable[..., Any]:
+    return nn.with_logical_partitioning(nn.initializers.zeros_init(), axes)
+
+
+def _ones(axes: tuple[str | None, ...]) -> Callable[..., Any]:
+    return nn.with_logical_partitioning(nn.initializers.ones_init(), axes)
+
+
+def activation(name: str) -> Callable[[Array], Array]:
+    """GELU exact (erf) by default; the TF1 release's tanh approximation as an option."""
+    if name == "gelu":
+        return functools.partial(jax.nn.gelu, approximate=False)
+    if name == "gelu_tanh":
+        return functools.partial(jax.nn.gelu, approximate=True)
+    if name == "relu":
+        return jax.nn.relu
+    raise ValueError(f"Unknown activation {name!r}")
+
+
+def layer_norm(config: BertConfig, name: str) -> nn.LayerNorm:
+    """LayerNorm with eps 1e-12 and float32 statistics."""
+    return nn.LayerNorm(
+        epsilon=config.layer_norm_eps,
+        dtype=_dtype(config),
+        param_dtype=jnp.float32,
+        scale_init=_ones(("norm",)),
+        bias_init=_zeros(("norm",)),
+        name=name,
+    )
+
+
+def dense(
+    config: BertConfig, features: int, axes: tuple[str | None, str | None], name: str
+) -> nn.Dense:
+    return nn.Dense(
+        features,
+        dtype=_dtype(config),
+        param_dtype=jnp.float32,
+        kernel_init=_init(config, axes),
+        bias_init=_zeros(axes[1:]),
+        name=name,
+    )
+
+
+class BertEmbeddings(nn.Module):
+    """Word + learned absolute position + segment (token type) embeddings."""
+
+    config: BertConfig
+
+    def setup(self) -> None:
+        c = self.config
+        self.word_embeddings = nn.Embed(
+            c.vocab_size,
+            c.hidden_size,
+            dtype=_dtype(c),
+            param_dtype=jnp.float32,
+            embedding_init=_init(c, ("vocab", "embed")),
+        )
+        self.position_embeddings = nn.Embed(
+            c.max_position_embeddings,
+            c.hidden_size,
+            dtype=_dtype(c),
+            param_dtype=jnp.float32,
+            embedding_init=_init(c, ("position", "embed")),
+        )
+        self.token_type_embeddings = nn.Embed(
+            c.type_vocab_size,
+            c.hidden_size,
+            dtype=_dtype(c),
+            param_dtype=jnp.float32,
+            embedding_init=_init(c, ("type_vocab", "embed")),
+        )
+        self.layer_norm = layer_norm(c, "LayerNorm")
+        self.dropout = nn.Dropout(c.hidden_dropout_prob)
+
+    def __call__(
+        self, input_ids: Array, token_type_ids: Array, position_ids: Array, deterministic: bool
+    ) -> Array:
+        x = (
+            self.word_embeddings(input_ids)
+            + self.position_embeddings(position_ids)
+            + self.token_type_embeddings(token_type_ids)
+        )  # [B, S, H]
+        x = self.layer_norm(x)
+        x = self.dropout(x, deterministic=deterministic)
+        return nn.with_logical_constraint(
+            x, ("activation_batch", "activation_length", "activation_embed")
+        )
+
+    def attend(self, x: Array) -> Array:
+        """Logits against the word-embedding table: the MLM decoder is tied to it."""
+        return self.word_embeddings.attend(x)
+
+
+class BertSelfAttention(nn.Module):
+    """Multi-head scaled dot-product self-attention with a padding mask.
+
+    Query/key/value kernels are stored as [H, N, D] (and the output as [N, D, H]) so the
+    head axis can be sharded over the tensor mesh axis without reshapes.
+    """
+
+    config: BertConfig
+
+    @nn.compact
+    def __call__(self, x: Array, attention_bias: Array, deterministic: bool) -> Array:
+        c = self.config
+        proj = functools.partial(
+            nn.DenseGeneral,
+            features=(c.num_attention_heads, c.head_dim),
+            axis=-1,
+            dtype=_dtype(c),
+            param_dtype=jnp.float32,
+            kernel_init=_init(c, ("embed", "heads", "kv")),
+            bias_init=_zeros(("heads", "kv")),
+        )
+        q = proj(name="query")(x)  # [B, S, N, D]
+        k = proj(name="key")(x)
+        v = proj(name="value")(x)
+        q = nn.with_logical_constraint(
+            q, ("activation_batch", "activation_length", "activation_heads", "activation_kv")
+        )
+        q = q / jnp.sqrt(c.head_dim).astype(q.dtype)
+        scores = jnp.einsum("bqnd,bknd->bnqk", q, k, preferred_element_type=jnp.float32)
+        scores = scores + attention_bias  # [B, N, S, S] + [B, 1, 1, S]
+        probs = jax.nn.softmax(scores, axis=-1).astype(_dtype(c))
+        probs = nn.Dropout(c.attention_probs_dropout_prob)(probs, deterministic=deterministic)
+        ctx = jnp.einsum("bnqk,bknd->bqnd", probs, v)  # [B, S, N, D]
+        out = nn.DenseGeneral(
+            features=c.hidden_size,
+            axis=(-2, -1),
+            dtype=_dtype(c),
+            param_dtype=jnp.float32,
+            kernel_init=_init(c, ("heads", "kv", "embed")),
+            bias_init=_zeros(("embed",)),
+            name="output",
+        )(ctx)
+        return out
+
+
+class BertLayer(nn.Module):
+    """One post-LayerNorm Transformer encoder layer."""
+
+    config: BertConfig
+
+    @nn.compact
+    def __call__(self, x: Array, attention_bias: Array, deterministic: bool) -> Array:
+        c = self.config
+        attn = BertSelfAttention(c, name="attention")(x, attention_bias, deterministic)
+        attn = nn.Dropout(c.hidden_dropout_prob)(attn, deterministic=deterministic)
+        x = layer_norm(c, "attention_LayerNorm")(x + attn)
+        h = dense(c, c.intermediate_size, ("embed", "mlp"), "intermediate")(x)  # [B, S, F]
+        h = nn.with_logical_constraint(
+            h, ("activation_batch", "activation_length", "activation_mlp")
+        )
+        h = activation(c.hidden_act)(h)
+        h = dense(c, c.hidden_size, ("mlp", "embed"), "output")(h)
+        h = nn.Dropout(c.hidden_dropout_prob)(h, deterministic=deterministic)
+        x = layer_norm(c, "output_LayerNorm")(x + h)
+        return nn.with_logical_constraint(
+            x, ("activation_batch", "activation_length", "activation_embed")
+        )
+
+
+def _remat(policy: str) -> Callable[[type[nn.Module]], type[nn.Module]]:
+    """Wraps a layer class in `nn.remat` per the config's policy (or not at all)."""
+    if policy == "none":
+        return lambda cls: cls
+    policies = {
+        "full": jax.checkpoint_policies.nothing_saveable,
+        "dots": jax.checkpoint_policies.checkpoint_dots,
+        "dots_no_batch": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
+    }
+    # Argument 3 (deterministic) is a Python bool: static.
+    return lambda cls: nn.remat(cls, policy=policies[policy], static_argnums=(3,))
+
+
+class BertEncoder(nn.Module):
+    config: BertConfig
+
+    @nn.compact
+    def __call__(
+        self, x: Array, attention_bias: Array, deterministic: bool, output_hidden_states: bool
+    ) -> tuple[Array, tuple[Array, ...]]:
+        layer_cls = _remat(self.config.remat_policy)(BertLayer)
+        hidden_states = [x]
+        for i in range(self.config.num_hidden_layers):
+            x = layer_cls(self.config, name=f"layer_{i}")(x, attention_bias, deterministic)
+            if output_hidden_states:
+                hidden_states.append(x)
+        return x, tuple(hidden_states)
+
+
+class BertPooler(nn.Module):
+    """Dense + tanh on the [CLS] position: the sentence-level representation."""
+
+    config: BertConfig
+
+    @nn.compact
+    def __call__(self, sequence_output: Array) -> Array:
+        cls = sequence_output[:, 0]
+        return jnp.tanh(
+            dense(self.config, self.config.hidden_size, ("embed", "dense_out"), "dense")(cls)
+        )
+
+
+class BertModel(nn.Module):
+    """The bare encoder: returns (sequence_output, pooled_output, hidden_states).
+
+    `hidden_states` is the embedding output followed by each layer's output (L+1 arrays)
+    when `output_hidden_states=True`, else empty.
+    """
+
+    config: BertConfig
+    add_pooler: bool = True
+
+    def setup(self) -> None:
+        self.embeddings = BertEmbeddings(self.config)
+        self.encoder = BertEncoder(self.config)
+        if self.add_pooler:
+            self.pooler = BertPooler(self.config)
+
+    def __call__(
+        self,
+        input_ids: Array,
+        input_mask: Array | None = None,
+        segment_ids: Array | None = None,
+        position_ids: Array | None = None,
+        *,
+        deterministic: bool = True,
+        output_hidden_states: bool = False,
+    ) -> tuple[Array, Array | None, tuple[Array, ...]]:
+        if input_mask is None:
+            input_mask = jnp.ones_like(input_ids)
+        if segment_ids is None:
+            segment_ids = jnp.zeros_like(input_ids)
+        if position_ids is None:
+            position_ids = jnp.broadcast_to(jnp.arange(input_ids.shape[-1]), input_ids.shape)
+        x = self.embeddings(input_ids, segment_ids, position_ids, deterministic)
+        # Additive mask, float32: 0 where attended, a large negative at padding.
+        attention_bias = jnp.where(
+            input_mask[:, None, None, :] > 0, 0.0, jnp.finfo(jnp.float32).min
+        ).astype(jnp.float32)
+        sequence_output, hidden_states = self.encoder(
+            x, attention_bias, deterministic, output_hidden_states
+        )
+        pooled = self.pooler(sequence_output) if self.add_pooler else None
+        return sequence_output, pooled, hidden_states
+
+    def attend(self, x: Array) -> Array:
+        return self.embeddings.attend(x)

