@@ -1,0 +1,100 @@
+"""Facts about accelerators: peak FLOP/s, HBM, Cloud TPU names. No JAX import here.
+
+One table feeds the MFU metric of the train loop, the `plan` command's memory and
+step-time estimates, and the `launch/` scripts' accelerator-type and runtime names, so
+the three never disagree.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+
+GIB = 1024**3
+
+
+@dataclasses.dataclass(frozen=True)
+class TpuGeneration:
+    """One Cloud TPU generation, per chip."""
+
+    name: str  # the topology prefix, e.g. "v5e"
+    device_kind: str  # what jax's Device.device_kind reports
+    peak_bf16_flops: float  # per chip
+    hbm_bytes: int  # per chip
+    cores_per_chip: int  # TensorCores: v4/v5p accelerator types count cores, v5e/v6e chips
+    accelerator_prefix: str  # gcloud --accelerator-type prefix
+    runtime_version: str  # gcloud --version / --runtime-version
+
+
+TPU_GENERATIONS: dict[str, TpuGeneration] = {
+    g.name: g
+    for g in (
+        TpuGeneration("v4", "TPU v4", 275e12, 32 * GIB, 2, "v4", "tpu-ubuntu2204-base"),
+        TpuGeneration(
+            "v5e", "TPU v5 lite", 197e12, 16 * GIB, 1, "v5litepod", "v2-alpha-tpuv5-lite"
+        ),
+        TpuGeneration("v5p", "TPU v5", 459e12, 95 * GIB, 2, "v5p", "v2-alpha-tpuv5"),
+        TpuGeneration("v6e", "TPU v6 lite", 918e12, 32 * GIB, 1, "v6e", "v2-alpha-tpuv6e"),
+    )
+}
+
+# Dense bf16 peaks (no sparsity) of GPUs, per device; used for MFU when training on one.
+GPU_PEAK_BF16_FLOPS: dict[str, float] = {
+    "NVIDIA H200": 989e12,
+    "NVIDIA H100 80GB HBM3": 989e12,
+    "NVIDIA H100": 989e12,
+    "NVIDIA A100-SXM4-80GB": 312e12,
+    "NVIDIA A100-SXM4-40GB": 312e12,
+    "NVIDIA A100": 312e12,
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Topology:
+    """A parsed topology name such as ``v5e:4x4`` or ``v4:2x2x4``."""
+
+    name: str
+    generation: TpuGeneration
+    dims: tuple[int, ...]
+
+    @property
+    def num_chips(self) -> int:
+        return math.prod(self.dims)
+
+    @property
+    def accelerator_type(self) -> str:
+        """gcloud's name: v4/v5p count TensorCores (``v4-32``), v5e/v6e chips (``v6e-64``)."""
+        count = self.num_chips * self.generation.cores_per_chip
+        return f"{self.generation.accelerator_prefix}-{count}"
+
+    @property
+    def num_hosts(self) -> int:
+        """TPU VM hosts: 4 chips per host (v5e/v6e 1-host slices hold up to 8 chips)."""
+        if self.generation.name in ("v5e", "v6e") and self.num_chips <= 8:
+            return 1
+        return max(1, self.num_chips // 4)
+
+
+def parse_topology(name: str) -> Topology:
+    """``v5e:4x4`` → Topology; a clear error for anything else."""
+    match = re.fullmatch(r"(v\d+[a-z]?):(\d+(?:x\d+){1,2})", name.strip())
+    if not match:
+        raise ValueError(
+            f"topology {name!r} is not of the form GEN:AxB[xC] (e.g. v5e:4x4, v4:2x2x4)"
+        )
+    gen_name, dims = match.groups()
+    if gen_name not in TPU_GENERATIONS:
+        raise ValueError(f"unknown TPU generation {gen_name!r}; known: {sorted(TPU_GENERATIONS)}")
+    return Topology(name.strip(), TPU_GENERATIONS[gen_name], tuple(int(d) for d in dims.split("x")))
+
+
+def peak_flops_for_device_kind(device_kind: str) -> float | None:
+    """Peak bf16 FLOP/s of one device of this kind, or None when unknown (e.g. CPU)."""
+    for gen in TPU_GENERATIONS.values():
+        if device_kind == gen.device_kind:
+            return gen.peak_bf16_flops
+    for kind, peak in GPU_PEAK_BF16_FLOPS.items():
+        if device_kind.startswith(kind):
+            return peak
+    return None
