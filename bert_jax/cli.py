@@ -18,6 +18,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "bert_jax.commands.convert",
         "Convert checkpoints: Hugging Face / original TF / bert_jax.",
     ),
+    "pretrain": ("bert_jax.commands.pretrain", "Pre-train BERT (MLM + NSP); rerun to resume."),
+    "plan": ("bert_jax.commands.plan", "Compile the train step for a TPU topology; memory/time."),
     "features": (
         "bert_jax.commands.features",
         "Extract per-token hidden states of a checkpoint to .npy.",

@@ -31,9 +31,7 @@ TPU_GENERATIONS: dict[str, TpuGeneration] = {
     g.name: g
     for g in (
         TpuGeneration("v4", "TPU v4", 275e12, 32 * GIB, 2, "v4", "tpu-ubuntu2204-base"),
-        TpuGeneration(
-            "v5e", "TPU v5 lite", 197e12, 16 * GIB, 1, "v5litepod", "v2-alpha-tpuv5-lite"
-        ),
+        TpuGeneration("v5e", "TPU v5 lite", 197e12, 16 * GIB, 1, "v5litepod", "v2-alpha-tpuv5-lite"),
         TpuGeneration("v5p", "TPU v5", 459e12, 95 * GIB, 2, "v5p", "v2-alpha-tpuv5"),
         TpuGeneration("v6e", "TPU v6 lite", 918e12, 32 * GIB, 1, "v6e", "v2-alpha-tpuv6e"),
     )
@@ -80,9 +78,7 @@ def parse_topology(name: str) -> Topology:
     """``v5e:4x4`` → Topology; a clear error for anything else."""
     match = re.fullmatch(r"(v\d+[a-z]?):(\d+(?:x\d+){1,2})", name.strip())
     if not match:
-        raise ValueError(
-            f"topology {name!r} is not of the form GEN:AxB[xC] (e.g. v5e:4x4, v4:2x2x4)"
-        )
+        raise ValueError(f"topology {name!r} is not of the form GEN:AxB[xC] (e.g. v5e:4x4, v4:2x2x4)")
     gen_name, dims = match.groups()
     if gen_name not in TPU_GENERATIONS:
         raise ValueError(f"unknown TPU generation {gen_name!r}; known: {sorted(TPU_GENERATIONS)}")

@@ -69,9 +69,7 @@ def layer_norm(config: BertConfig, name: str) -> nn.LayerNorm:
     )
 
 
-def dense(
-    config: BertConfig, features: int, axes: tuple[str | None, str | None], name: str
-) -> nn.Dense:
+def dense(config: BertConfig, features: int, axes: tuple[str | None, str | None], name: str) -> nn.Dense:
     return nn.Dense(
         features,
         dtype=_dtype(config),
@@ -123,13 +121,37 @@ class BertEmbeddings(nn.Module):
         )  # [B, S, H]
         x = self.layer_norm(x)
         x = self.dropout(x, deterministic=deterministic)
-        return nn.with_logical_constraint(
-            x, ("activation_batch", "activation_length", "activation_embed")
-        )
+        return nn.with_logical_constraint(x, ("activation_batch", "activation_length", "activation_embed"))
 
     def attend(self, x: Array) -> Array:
         """Logits against the word-embedding table: the MLM decoder is tied to it."""
         return self.word_embeddings.attend(x)
+
+
+class _HeadsDense(nn.Module):
+    """A dense layer whose kernel is stored in its 3-D shape, to/from the head axes.
+
+    `nn.DenseGeneral` initialises a flattened 2-D kernel and reshapes it, which applies
+    the 3-name logical-axis constraint to a 2-D array; declaring the final shape avoids
+    that. ``to_heads``: [.., H] → [.., N, D] (kernel [H, N, D]); else [.., N, D] → [.., H].
+    """
+
+    config: BertConfig
+    to_heads: bool
+
+    @nn.compact
+    def __call__(self, x: Array) -> Array:
+        c = self.config
+        n, d, h = c.num_attention_heads, c.head_dim, c.hidden_size
+        dt = _dtype(c)
+        if self.to_heads:
+            shape, axes, bias_axes, eq = (h, n, d), ("embed", "heads", "kv"), ("heads", "kv"), "bsh,hnd->bsnd"
+        else:
+            shape, axes, bias_axes, eq = (n, d, h), ("heads", "kv", "embed"), ("embed",), "bsnd,ndh->bsh"
+        kernel = self.param("kernel", _init(c, axes), shape)
+        bias_shape = shape[1:] if self.to_heads else (h,)
+        bias = self.param("bias", _zeros(bias_axes), bias_shape)
+        return jnp.einsum(eq, x.astype(dt), kernel.astype(dt)) + bias.astype(dt)
 
 
 class BertSelfAttention(nn.Module):
@@ -144,37 +166,21 @@ class BertSelfAttention(nn.Module):
     @nn.compact
     def __call__(self, x: Array, attention_bias: Array, deterministic: bool) -> Array:
         c = self.config
-        proj = functools.partial(
-            nn.DenseGeneral,
-            features=(c.num_attention_heads, c.head_dim),
-            axis=-1,
-            dtype=_dtype(c),
-            param_dtype=jnp.float32,
-            kernel_init=_init(c, ("embed", "heads", "kv")),
-            bias_init=_zeros(("heads", "kv")),
-        )
-        q = proj(name="query")(x)  # [B, S, N, D]
-        k = proj(name="key")(x)
-        v = proj(name="value")(x)
+        dt = _dtype(c)
+        d = c.head_dim
+        q = _HeadsDense(c, to_heads=True, name="query")(x)  # [B, S, N, D]
+        k = _HeadsDense(c, to_heads=True, name="key")(x)
+        v = _HeadsDense(c, to_heads=True, name="value")(x)
         q = nn.with_logical_constraint(
             q, ("activation_batch", "activation_length", "activation_heads", "activation_kv")
         )
-        q = q / jnp.sqrt(c.head_dim).astype(q.dtype)
+        q = q / jnp.sqrt(d).astype(q.dtype)
         scores = jnp.einsum("bqnd,bknd->bnqk", q, k, preferred_element_type=jnp.float32)
         scores = scores + attention_bias  # [B, N, S, S] + [B, 1, 1, S]
-        probs = jax.nn.softmax(scores, axis=-1).astype(_dtype(c))
+        probs = jax.nn.softmax(scores, axis=-1).astype(dt)
         probs = nn.Dropout(c.attention_probs_dropout_prob)(probs, deterministic=deterministic)
         ctx = jnp.einsum("bnqk,bknd->bqnd", probs, v)  # [B, S, N, D]
-        out = nn.DenseGeneral(
-            features=c.hidden_size,
-            axis=(-2, -1),
-            dtype=_dtype(c),
-            param_dtype=jnp.float32,
-            kernel_init=_init(c, ("heads", "kv", "embed")),
-            bias_init=_zeros(("embed",)),
-            name="output",
-        )(ctx)
-        return out
+        return _HeadsDense(c, to_heads=False, name="output")(ctx)  # [B, S, H]
 
 
 class BertLayer(nn.Module):
@@ -189,16 +195,12 @@ class BertLayer(nn.Module):
         attn = nn.Dropout(c.hidden_dropout_prob)(attn, deterministic=deterministic)
         x = layer_norm(c, "attention_LayerNorm")(x + attn)
         h = dense(c, c.intermediate_size, ("embed", "mlp"), "intermediate")(x)  # [B, S, F]
-        h = nn.with_logical_constraint(
-            h, ("activation_batch", "activation_length", "activation_mlp")
-        )
+        h = nn.with_logical_constraint(h, ("activation_batch", "activation_length", "activation_mlp"))
         h = activation(c.hidden_act)(h)
         h = dense(c, c.hidden_size, ("mlp", "embed"), "output")(h)
         h = nn.Dropout(c.hidden_dropout_prob)(h, deterministic=deterministic)
         x = layer_norm(c, "output_LayerNorm")(x + h)
-        return nn.with_logical_constraint(
-            x, ("activation_batch", "activation_length", "activation_embed")
-        )
+        return nn.with_logical_constraint(x, ("activation_batch", "activation_length", "activation_embed"))
 
 
 def _remat(policy: str) -> Callable[[type[nn.Module]], type[nn.Module]]:
@@ -238,9 +240,7 @@ class BertPooler(nn.Module):
     @nn.compact
     def __call__(self, sequence_output: Array) -> Array:
         cls = sequence_output[:, 0]
-        return jnp.tanh(
-            dense(self.config, self.config.hidden_size, ("embed", "dense_out"), "dense")(cls)
-        )
+        return jnp.tanh(dense(self.config, self.config.hidden_size, ("embed", "dense_out"), "dense")(cls))
 
 
 class BertModel(nn.Module):
@@ -277,12 +277,10 @@ class BertModel(nn.Module):
             position_ids = jnp.broadcast_to(jnp.arange(input_ids.shape[-1]), input_ids.shape)
         x = self.embeddings(input_ids, segment_ids, position_ids, deterministic)
         # Additive mask, float32: 0 where attended, a large negative at padding.
-        attention_bias = jnp.where(
-            input_mask[:, None, None, :] > 0, 0.0, jnp.finfo(jnp.float32).min
-        ).astype(jnp.float32)
-        sequence_output, hidden_states = self.encoder(
-            x, attention_bias, deterministic, output_hidden_states
+        attention_bias = jnp.where(input_mask[:, None, None, :] > 0, 0.0, jnp.finfo(jnp.float32).min).astype(
+            jnp.float32
         )
+        sequence_output, hidden_states = self.encoder(x, attention_bias, deterministic, output_hidden_states)
         pooled = self.pooler(sequence_output) if self.add_pooler else None
         return sequence_output, pooled, hidden_states
 

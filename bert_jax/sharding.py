@@ -73,17 +73,13 @@ def make_mesh(shape: Sequence[int], devices: Sequence[jax.Device] | None = None)
         )
     auto = (jax.sharding.AxisType.Auto,) * 3
     try:
-        dev_array = mesh_utils.create_device_mesh(
-            shape, devices=devices, allow_split_physical_axes=True
-        )
+        dev_array = mesh_utils.create_device_mesh(shape, devices=devices, allow_split_physical_axes=True)
     except Exception:
         dev_array = np.asarray(devices).reshape(shape)
     return Mesh(dev_array, MESH_AXES, axis_types=auto)
 
 
-def logical_sharding(
-    tree: Any, mesh: Mesh, rules: Sequence[tuple[str, Any]] = LOGICAL_AXIS_RULES
-) -> Any:
+def logical_sharding(tree: Any, mesh: Mesh, rules: Sequence[tuple[str, Any]] = LOGICAL_AXIS_RULES) -> Any:
     """NamedShardings for a (boxed, abstract or concrete) tree of partitioned variables."""
     specs = nn.get_partition_spec(tree)
     return nn.logical_to_mesh_sharding(specs, mesh, list(rules))

@@ -1,0 +1,156 @@
+"""Reference BERT pre-training steps from `transformers` (PyTorch and Flax), for benchmarks.
+
+Both peers run what a user of that library would run: `BertForPreTraining` with
+AdamW, full forward + backward + update, MLM labels at 15% of positions (-100
+elsewhere) plus the NSP label. They compute MLM logits over the full vocabulary at every
+position, as the library does.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+from bert_jax.config import BertConfig
+
+
+def random_batch(
+    config: BertConfig, batch: int, seq: int, num_masked: int, seed: int = 0
+) -> dict[str, np.ndarray]:
+    """A pre-training batch in the original feature layout (bert_jax's input)."""
+    rng = np.random.default_rng(seed)
+    ids = rng.integers(1000, config.vocab_size, (batch, seq), dtype=np.int32)
+    positions = np.stack(
+        [np.sort(rng.choice(np.arange(1, seq - 1), num_masked, replace=False)) for _ in range(batch)]
+    ).astype(np.int32)
+    return {
+        "input_ids": ids,
+        "input_mask": np.ones((batch, seq), np.int32),
+        "segment_ids": (np.arange(seq)[None] >= seq // 2).astype(np.int32).repeat(batch, 0),
+        "masked_lm_positions": positions,
+        "masked_lm_ids": np.take_along_axis(ids, positions, axis=1),
+        "masked_lm_weights": np.ones((batch, num_masked), np.float32),
+        "next_sentence_labels": rng.integers(0, 2, (batch,), dtype=np.int32),
+    }
+
+
+def _hf_config(config: BertConfig):  # noqa: ANN202 - transformers is a bench-only import
+    import transformers
+
+    return transformers.BertConfig(
+        vocab_size=config.vocab_size,
+        hidden_size=config.hidden_size,
+        num_hidden_layers=config.num_hidden_layers,
+        num_attention_heads=config.num_attention_heads,
+        intermediate_size=config.intermediate_size,
+        max_position_embeddings=config.max_position_embeddings,
+        type_vocab_size=config.type_vocab_size,
+        hidden_act="gelu",
+    )
+
+
+def _mlm_labels(batch: dict[str, np.ndarray]) -> np.ndarray:
+    labels = np.full(batch["input_ids"].shape, -100, np.int64)
+    np.put_along_axis(labels, batch["masked_lm_positions"], batch["masked_lm_ids"], axis=1)
+    return labels
+
+
+def torch_step(config: BertConfig, batch: dict[str, np.ndarray]) -> Callable[[], float]:
+    """transformers' PyTorch BertForPreTraining + torch.optim.AdamW; returns a step fn."""
+    import torch
+    import transformers
+
+    torch.manual_seed(0)
+    model = transformers.BertForPreTraining(_hf_config(config)).train()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.01, eps=1e-6)
+    inputs = {
+        "input_ids": torch.from_numpy(batch["input_ids"].astype(np.int64)),
+        "attention_mask": torch.from_numpy(batch["input_mask"].astype(np.int64)),
+        "token_type_ids": torch.from_numpy(batch["segment_ids"].astype(np.int64)),
+        "labels": torch.from_numpy(_mlm_labels(batch)),
+        "next_sentence_label": torch.from_numpy(batch["next_sentence_labels"].astype(np.int64)),
+    }
+
+    def step() -> float:
+        opt.zero_grad(set_to_none=True)
+        loss = model(**inputs).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        return float(loss)
+
+    return step
+
+
+def flax_step(config: BertConfig, batch: dict[str, np.ndarray]) -> Callable[[], float]:
+    """transformers' FlaxBertForPreTraining + optax.adamw under jax.jit; returns a step fn."""
+    import jax
+    import jax.numpy as jnp
+    import optax
+    import transformers
+
+    model = transformers.FlaxBertForPreTraining(_hf_config(config), seed=0)
+    tx = optax.chain(
+        optax.clip_by_global_norm(1.0), optax.adamw(1e-4, eps=1e-6, weight_decay=0.01)
+    )
+    labels = jnp.asarray(_mlm_labels(batch))
+    inputs = {
+        "input_ids": jnp.asarray(batch["input_ids"]),
+        "attention_mask": jnp.asarray(batch["input_mask"]),
+        "token_type_ids": jnp.asarray(batch["segment_ids"]),
+    }
+    nsp = jnp.asarray(batch["next_sentence_labels"])
+
+    def loss_fn(params, rng):  # noqa: ANN001, ANN202
+        out = model(**inputs, params=params, dropout_rng=rng, train=True)
+        weights = (labels >= 0).astype(jnp.float32)
+        mlm = optax.softmax_cross_entropy_with_integer_labels(
+            out.prediction_logits, jnp.maximum(labels, 0)
+        )
+        mlm = (mlm * weights).sum() / weights.sum()
+        nsp_loss = optax.softmax_cross_entropy_with_integer_labels(
+            out.seq_relationship_logits, nsp
+        ).mean()
+        return mlm + nsp_loss
+
+    @jax.jit
+    def train_step(params, opt_state, rng):  # noqa: ANN001, ANN202
+        rng, sub = jax.random.split(rng)
+        loss, grads = jax.value_and_grad(loss_fn)(params, sub)
+        updates, opt_state = tx.update(grads, opt_state, params)
+        return optax.apply_updates(params, updates), opt_state, rng, loss
+
+    state = {"params": model.params, "opt": tx.init(model.params), "rng": jax.random.key(0)}
+
+    def step() -> float:
+        state["params"], state["opt"], state["rng"], loss = train_step(
+            state["params"], state["opt"], state["rng"]
+        )
+        return float(loss)
+
+    return step
+
+
+def time_steps(step: Callable[[], float], warmup: int, iters: int) -> float:
+    """Seconds per step, after `warmup` untimed steps (compilation, allocator warm-up)."""
+    for _ in range(warmup):
+        step()
+    start = time.perf_counter()
+    for _ in range(iters):
+        step()
+    return (time.perf_counter() - start) / iters
+
+
+def full_vocab_flops_per_token(config: BertConfig, seq: int) -> float:
+    """Training FLOPs per token of a BERT that computes MLM logits at every position.
+
+    6 x (matmul parameters) per token for forward + backward, plus the attention score and
+    context matmuls (2 x 2 x S x H per layer forward, x3 for training).
+    """
+    h, f, v, n = config.hidden_size, config.intermediate_size, config.vocab_size, config.num_hidden_layers
+    per_layer = 4 * h * h + 2 * h * f
+    matmul_params = n * per_layer + h * h + h * v  # layers + MLM transform + decoder
+    attention = n * 2 * 2 * seq * h
+    return 6 * matmul_params + 3 * attention

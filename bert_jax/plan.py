@@ -1,0 +1,192 @@
+"""Plan a TPU run without a TPU: compile the real train step for a topology, report the cost.
+
+`jax.experimental.topologies.get_topology_desc` describes a slice (``v5e:4x4``,
+``v4:2x2x4``, ...) to the TPU compiler that ships in ``libtpu``; the pre-training step is
+lowered with abstract (ShapeDtypeStruct) state and batch carrying the shardings the
+logical-axis rules give on that slice's mesh, and compiled ahead of time. XLA then
+reports per-chip memory (`memory_analysis`) and FLOPs (`cost_analysis`) of the exact
+program that would run, so "will it fit?" is answered before paying for the slice.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+import jax
+import ml_collections
+import numpy as np
+
+from bert_jax import hardware, sharding
+
+GIB = hardware.GIB
+
+
+@dataclasses.dataclass
+class PlanReport:
+    """What one compiled step costs on one topology. Bytes are per chip."""
+
+    topology: str
+    num_chips: int
+    devices_used: int
+    device_kind: str
+    mesh_shape: dict[str, int]
+    global_batch_size: int
+    max_seq_length: int
+    num_train_steps: int
+    param_bytes: int
+    opt_state_bytes: int
+    argument_bytes: int
+    output_bytes: int
+    temp_bytes: int  # activations and temporaries
+    hbm_per_chip_bytes: int  # peak estimate: arguments + outputs - aliased + temporaries
+    hbm_capacity_bytes: int
+    fits: bool
+    flops_per_step: float  # the whole step, all chips together
+    mfu_assumed: float
+    est_step_time_s: float
+    est_tokens_per_sec: float
+    est_total_time_s: float
+    compile_time_s: float
+    param_shardings: dict[str, str]
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def _per_device_bytes(tree: Any) -> int:
+    """Bytes one device holds of a tree of sharded ShapeDtypeStructs."""
+    total = 0
+    for leaf in jax.tree.leaves(tree):
+        shape = leaf.sharding.shard_shape(leaf.shape) if leaf.sharding is not None else leaf.shape
+        total += math.prod(shape) * np.dtype(leaf.dtype).itemsize
+    return total
+
+
+def topology_devices(topology_name: str) -> list[jax.Device]:
+    from jax.experimental import topologies
+
+    try:
+        desc = topologies.get_topology_desc(platform="tpu", topology_name=topology_name)
+    except Exception as e:
+        raise RuntimeError(
+            f"cannot describe TPU topology {topology_name!r}: {e}. Install the TPU compiler "
+            "with `pip install -e '.[tpu]'` (libtpu matching jax)."
+        ) from e
+    return list(desc.devices)
+
+
+def _mesh_devices(config: ml_collections.ConfigDict, devices: list[jax.Device]) -> list:
+    """All chips, or the first prod(mesh_shape) when the config asks for fewer."""
+    shape = list(config.mesh_shape)
+    if -1 in shape:
+        return devices
+    wanted = math.prod(shape)
+    if wanted > len(devices):
+        raise ValueError(f"mesh_shape {shape} needs {wanted} devices; topology has {len(devices)}")
+    return devices[:wanted]
+
+
+def plan(config: ml_collections.ConfigDict, topology_name: str, mfu_assumed: float = 0.45) -> PlanReport:
+    """Compiles `config`'s pre-training step for `topology_name` and estimates its cost."""
+    import time
+
+    from bert_jax import train
+
+    topo = hardware.parse_topology(topology_name)
+    all_devices = topology_devices(topology_name)
+    devices = _mesh_devices(config, all_devices)
+    devices_per_chip = len(all_devices) // topo.num_chips
+    mesh = sharding.make_mesh(config.mesh_shape, devices)
+    chips_used = max(1, len(devices) // devices_per_chip)
+
+    start = time.perf_counter()
+    compiled, abstract_state = train.compile_train_step_for(config, mesh)
+    compile_time = time.perf_counter() - start
+
+    mem = compiled.memory_analysis()
+    cost = compiled.cost_analysis()
+    if isinstance(cost, list):  # older jax returned one dict per program
+        cost = cost[0]
+    per_device_flops = float(cost.get("flops", 0.0))
+    flops_per_step = per_device_flops * len(devices)
+    peak_bytes = (
+        mem.argument_size_in_bytes
+        + mem.output_size_in_bytes
+        - mem.alias_size_in_bytes
+        + mem.temp_size_in_bytes
+    )
+    hbm_per_device = topo.generation.hbm_bytes // devices_per_chip
+    peak_per_chip = peak_bytes * devices_per_chip
+    chip_flops = topo.generation.peak_bf16_flops
+    step_time = flops_per_step / (chips_used * chip_flops * mfu_assumed)
+    tokens = config.global_batch_size * config.max_seq_length
+    params = abstract_state.params
+    opt_state = abstract_state.opt_state
+    specs = {
+        "/".join(str(getattr(k, "key", k)) for k in path): str(leaf.sharding.spec)
+        for path, leaf in jax.tree_util.tree_flatten_with_path(params)[0]
+    }
+    return PlanReport(
+        topology=topology_name,
+        num_chips=chips_used,
+        devices_used=len(devices),
+        device_kind=devices[0].device_kind,
+        mesh_shape=dict(mesh.shape),
+        global_batch_size=int(config.global_batch_size),
+        max_seq_length=int(config.max_seq_length),
+        num_train_steps=int(config.num_train_steps),
+        param_bytes=_per_device_bytes(params) * devices_per_chip,
+        opt_state_bytes=_per_device_bytes(opt_state) * devices_per_chip,
+        argument_bytes=mem.argument_size_in_bytes * devices_per_chip,
+        output_bytes=mem.output_size_in_bytes * devices_per_chip,
+        temp_bytes=mem.temp_size_in_bytes * devices_per_chip,
+        hbm_per_chip_bytes=peak_per_chip,
+        hbm_capacity_bytes=topo.generation.hbm_bytes,
+        fits=peak_bytes <= hbm_per_device,
+        flops_per_step=flops_per_step,
+        mfu_assumed=mfu_assumed,
+        est_step_time_s=step_time,
+        est_tokens_per_sec=tokens / step_time,
+        est_total_time_s=step_time * int(config.num_train_steps),
+        compile_time_s=compile_time,
+        param_shardings=specs,
+    )
+
+
+def _human_bytes(n: float) -> str:
+    return f"{n / GIB:.2f} GiB"
+
+
+def _human_time(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.3g} s"
+    if seconds < 2 * 3600:
+        return f"{seconds / 60:.1f} min"
+    if seconds < 3 * 86400:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:.1f} days"
+
+
+def format_report(r: PlanReport) -> str:
+    rows = [
+        ("topology", f"{r.topology} ({r.num_chips} chips used, {r.device_kind})"),
+        ("mesh", " x ".join(f"{k}={v}" for k, v in r.mesh_shape.items())),
+        ("batch x seq", f"{r.global_batch_size} x {r.max_seq_length}"),
+        ("parameters / chip", _human_bytes(r.param_bytes)),
+        ("optimizer state / chip", _human_bytes(r.opt_state_bytes)),
+        ("activations+temp / chip", _human_bytes(r.temp_bytes)),
+        (
+            "total HBM / chip",
+            f"{_human_bytes(r.hbm_per_chip_bytes)} of {_human_bytes(r.hbm_capacity_bytes)}",
+        ),
+        ("fits", "yes" if r.fits else "NO"),
+        ("FLOPs / step (all chips)", f"{r.flops_per_step:.3e}"),
+        ("step time", f"{r.est_step_time_s * 1e3:.1f} ms at {r.mfu_assumed:.0%} MFU"),
+        ("tokens / s", f"{r.est_tokens_per_sec:,.0f}"),
+        ("time for all steps", f"{_human_time(r.est_total_time_s)} ({r.num_train_steps:,} steps)"),
+        ("compile time", f"{r.compile_time_s:.1f} s"),
+    ]
+    width = max(len(k) for k, _ in rows)
+    return "\n".join(f"{k.ljust(width)}  {v}" for k, v in rows)
