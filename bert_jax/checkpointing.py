@@ -94,12 +94,19 @@ class Checkpointer:
         options = ocp.CheckpointManagerOptions(
             max_to_keep=keep, enable_async_checkpointing=async_save, create=True
         )
-        self.manager = ocp.CheckpointManager(os.path.join(workdir, "checkpoints"), options=options)
+        # The handler is named up front so that a fresh process can read metadata (shapes)
+        # of existing checkpoints before restoring.
+        self.manager = ocp.CheckpointManager(
+            os.path.join(workdir, "checkpoints"),
+            options=options,
+            item_handlers=ocp.StandardCheckpointHandler(),
+        )
         self.best_manager = ocp.CheckpointManager(
             os.path.join(workdir, "best"),
             options=ocp.CheckpointManagerOptions(
                 max_to_keep=1, enable_async_checkpointing=async_save, create=True
             ),
+            item_handlers=ocp.StandardCheckpointHandler(),
         )
         self.best_metric, self.best_mode = best_metric, best_mode
         self._best = self._load_best()
@@ -147,7 +154,8 @@ class Checkpointer:
         step = self.latest_step() if step is None else step
         if step is None:
             raise FileNotFoundError(f"no checkpoint in {self.workdir}/checkpoints")
-        check_shapes(self.manager.item_metadata(step), abstract_state, f"step {step}")
+        metadata = self.manager.item_metadata(step)
+        check_shapes(getattr(metadata, "tree", metadata), abstract_state, f"step {step}")
         return self.manager.restore(step, args=ocp.args.StandardRestore(abstract_state))
 
 

@@ -44,6 +44,9 @@ class BertConfig:
     dtype: str = "float32"
     # Rematerialisation of each encoder layer in the backward pass.
     remat_policy: str = "none"
+    # Scan over layers (one compiled layer body, stacked [L, ...] parameters): much faster
+    # compilation for deep models; `modeling.unstack_layers` converts to per-layer names.
+    scan_layers: bool = False
 
     def __post_init__(self) -> None:
         if self.hidden_size % self.num_attention_heads:

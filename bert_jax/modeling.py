@@ -216,6 +216,19 @@ def _remat(policy: str) -> Callable[[type[nn.Module]], type[nn.Module]]:
     return lambda cls: nn.remat(cls, policy=policies[policy], static_argnums=(3,))
 
 
+class _ScannedLayer(nn.Module):
+    """BertLayer in the (carry, output) form `nn.scan` needs."""
+
+    config: BertConfig
+    output_hidden_states: bool
+
+    @nn.compact
+    def __call__(self, x: Array, attention_bias: Array, deterministic: bool) -> tuple[Array, Any]:
+        layer_cls = _remat(self.config.remat_policy)(BertLayer)
+        x = layer_cls(self.config, name="layer")(x, attention_bias, deterministic)
+        return x, (x if self.output_hidden_states else None)
+
+
 class BertEncoder(nn.Module):
     config: BertConfig
 
@@ -223,13 +236,47 @@ class BertEncoder(nn.Module):
     def __call__(
         self, x: Array, attention_bias: Array, deterministic: bool, output_hidden_states: bool
     ) -> tuple[Array, tuple[Array, ...]]:
-        layer_cls = _remat(self.config.remat_policy)(BertLayer)
+        c = self.config
+        if c.scan_layers:
+            scanned = nn.scan(
+                _ScannedLayer,
+                variable_axes={"params": 0},
+                split_rngs={"params": True, "dropout": True},
+                in_axes=(nn.broadcast, nn.broadcast),
+                length=c.num_hidden_layers,
+                metadata_params={nn.PARTITION_NAME: "layers"},
+            )
+            embedded = x
+            x, ys = scanned(c, output_hidden_states, name="layers")(x, attention_bias, deterministic)
+            if not output_hidden_states:
+                return x, ()
+            return x, (embedded, *(ys[i] for i in range(c.num_hidden_layers)))
+        layer_cls = _remat(c.remat_policy)(BertLayer)
         hidden_states = [x]
-        for i in range(self.config.num_hidden_layers):
-            x = layer_cls(self.config, name=f"layer_{i}")(x, attention_bias, deterministic)
+        for i in range(c.num_hidden_layers):
+            x = layer_cls(c, name=f"layer_{i}")(x, attention_bias, deterministic)
             if output_hidden_states:
                 hidden_states.append(x)
-        return x, tuple(hidden_states)
+        return x, tuple(hidden_states) if output_hidden_states else ()
+
+
+def unstack_layers(params: Any, num_layers: int) -> Any:
+    """Scanned encoder params (``encoder/layers/layer/...`` with a leading [L] axis) →
+    per-layer names (``encoder/layer_i/...``). Anything else passes through unchanged."""
+    if "encoder" in params and "layers" in params["encoder"]:
+        stacked = params["encoder"]["layers"]["layer"]
+        encoder = {f"layer_{i}": jax.tree.map(lambda x, i=i: x[i], stacked) for i in range(num_layers)}
+        return {**params, "encoder": encoder}
+    return {k: unstack_layers(v, num_layers) if isinstance(v, dict) else v for k, v in params.items()}
+
+
+def stack_layers(params: Any, num_layers: int) -> Any:
+    """Inverse of `unstack_layers`: per-layer encoder params → the scanned layout."""
+    if "encoder" in params and "layer_0" in params["encoder"]:
+        layers = [params["encoder"][f"layer_{i}"] for i in range(num_layers)]
+        stacked = jax.tree.map(lambda *xs: jnp.stack(xs), *layers)
+        return {**params, "encoder": {"layers": {"layer": stacked}}}
+    return {k: stack_layers(v, num_layers) if isinstance(v, dict) else v for k, v in params.items()}
 
 
 class BertPooler(nn.Module):

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from typing import Any
 
 import jax
@@ -44,12 +45,14 @@ class PlanReport:
     hbm_capacity_bytes: int
     fits: bool
     flops_per_step: float  # the whole step, all chips together
+    flops_source: str
+    xla_cost_analysis_flops: float  # as XLA reports it, all chips together
     mfu_assumed: float
     est_step_time_s: float
     est_tokens_per_sec: float
     est_total_time_s: float
     compile_time_s: float
-    param_shardings: dict[str, str]
+    param_shardings: dict[str, list]  # parameter path -> mesh axis per dimension
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -77,6 +80,21 @@ def topology_devices(topology_name: str) -> list[jax.Device]:
     return list(desc.devices)
 
 
+_UNITS = {"": 1, "B": 1, "K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4}
+
+
+def _required_bytes_from_oom(message: str) -> int | None:
+    """Bytes XLA said it needed, from a RESOURCE_EXHAUSTED compile error (else None)."""
+    if "RESOURCE_EXHAUSTED" not in message and "Ran out of memory" not in message:
+        return None
+    match = re.search(r"required for [^(]*\(([\d.]+)([KMGT]?)\)", message) or re.search(
+        r"[Uu]sed ([\d.]+)([KMGT]?)i?B? of", message
+    )
+    if not match:
+        return None
+    return int(float(match.group(1)) * _UNITS[match.group(2)])
+
+
 def _mesh_devices(config: ml_collections.ConfigDict, devices: list[jax.Device]) -> list:
     """All chips, or the first prod(mesh_shape) when the config asks for fewer."""
     shape = list(config.mesh_shape)
@@ -101,32 +119,67 @@ def plan(config: ml_collections.ConfigDict, topology_name: str, mfu_assumed: flo
     mesh = sharding.make_mesh(config.mesh_shape, devices)
     chips_used = max(1, len(devices) // devices_per_chip)
 
-    start = time.perf_counter()
-    compiled, abstract_state = train.compile_train_step_for(config, mesh)
-    compile_time = time.perf_counter() - start
-
-    mem = compiled.memory_analysis()
-    cost = compiled.cost_analysis()
-    if isinstance(cost, list):  # older jax returned one dict per program
-        cost = cost[0]
-    per_device_flops = float(cost.get("flops", 0.0))
-    flops_per_step = per_device_flops * len(devices)
-    peak_bytes = (
-        mem.argument_size_in_bytes
-        + mem.output_size_in_bytes
-        - mem.alias_size_in_bytes
-        + mem.temp_size_in_bytes
+    setup = train.Setup(config, mesh)
+    batch = setup.abstract_batch(
+        int(config.global_batch_size),
+        int(config.max_seq_length),
+        int(config.max_predictions_per_seq),
     )
+    start = time.perf_counter()
+    try:
+        compiled = setup.compile_train_step(
+            int(config.global_batch_size),
+            int(config.max_seq_length),
+            int(config.max_predictions_per_seq),
+        )
+    except Exception as e:  # the TPU compiler refuses programs that OOM
+        required = _required_bytes_from_oom(str(e))
+        if required is None:
+            raise
+        compiled, oom_temp_bytes = None, required
+    compile_time = time.perf_counter() - start
+    abstract_state = setup.abstract_state
+    params, opt_state = abstract_state.params, abstract_state.opt_state
+
+    if compiled is not None:
+        mem = compiled.memory_analysis()
+        cost = compiled.cost_analysis()
+        if isinstance(cost, list):  # older jax returned one dict per program
+            cost = cost[0]
+        xla_flops = float(cost.get("flops", 0.0)) * len(devices)
+        argument_bytes, output_bytes = mem.argument_size_in_bytes, mem.output_size_in_bytes
+        temp_bytes = mem.temp_size_in_bytes
+        peak_bytes = argument_bytes + output_bytes - mem.alias_size_in_bytes + temp_bytes
+        # The shardings the compiled program takes its parameters with, as XLA settled them.
+        param_shardings = compiled.input_shardings[0][0].params
+    else:
+        # Did not fit: XLA named the temporaries it needed; state and batch come on top.
+        xla_flops = 0.0
+        argument_bytes = _per_device_bytes(abstract_state) + _per_device_bytes(batch)
+        output_bytes, temp_bytes = 0, oom_temp_bytes
+        peak_bytes = argument_bytes + temp_bytes
+        param_shardings = setup.state_shardings.params
+    model_cfg = setup.model_config
+    if model_cfg.scan_layers or compiled is None:
+        # XLA's cost analysis counts a while-loop body once, not once per layer: use the
+        # analytic count of the same step's matmul FLOPs instead.
+        flops_per_step = train.model_flops_per_step(
+            model_cfg,
+            int(config.global_batch_size),
+            int(config.max_seq_length),
+            int(config.max_predictions_per_seq),
+            setup.nsp,
+        )
+        flops_source = "analytic (layers scanned or not compiled: XLA counts loops once)"
+    else:
+        flops_per_step, flops_source = xla_flops, "xla cost_analysis"
     hbm_per_device = topo.generation.hbm_bytes // devices_per_chip
-    peak_per_chip = peak_bytes * devices_per_chip
     chip_flops = topo.generation.peak_bf16_flops
     step_time = flops_per_step / (chips_used * chip_flops * mfu_assumed)
     tokens = config.global_batch_size * config.max_seq_length
-    params = abstract_state.params
-    opt_state = abstract_state.opt_state
     specs = {
-        "/".join(str(getattr(k, "key", k)) for k in path): str(leaf.sharding.spec)
-        for path, leaf in jax.tree_util.tree_flatten_with_path(params)[0]
+        "/".join(str(k.key) for k in path if hasattr(k, "key")): list(s.spec)
+        for path, s in jax.tree_util.tree_flatten_with_path(param_shardings)[0]
     }
     return PlanReport(
         topology=topology_name,
@@ -139,13 +192,15 @@ def plan(config: ml_collections.ConfigDict, topology_name: str, mfu_assumed: flo
         num_train_steps=int(config.num_train_steps),
         param_bytes=_per_device_bytes(params) * devices_per_chip,
         opt_state_bytes=_per_device_bytes(opt_state) * devices_per_chip,
-        argument_bytes=mem.argument_size_in_bytes * devices_per_chip,
-        output_bytes=mem.output_size_in_bytes * devices_per_chip,
-        temp_bytes=mem.temp_size_in_bytes * devices_per_chip,
-        hbm_per_chip_bytes=peak_per_chip,
+        argument_bytes=argument_bytes * devices_per_chip,
+        output_bytes=output_bytes * devices_per_chip,
+        temp_bytes=temp_bytes * devices_per_chip,
+        hbm_per_chip_bytes=peak_bytes * devices_per_chip,
         hbm_capacity_bytes=topo.generation.hbm_bytes,
         fits=peak_bytes <= hbm_per_device,
         flops_per_step=flops_per_step,
+        flops_source=flops_source,
+        xla_cost_analysis_flops=xla_flops,
         mfu_assumed=mfu_assumed,
         est_step_time_s=step_time,
         est_tokens_per_sec=tokens / step_time,
@@ -182,7 +237,7 @@ def format_report(r: PlanReport) -> str:
             f"{_human_bytes(r.hbm_per_chip_bytes)} of {_human_bytes(r.hbm_capacity_bytes)}",
         ),
         ("fits", "yes" if r.fits else "NO"),
-        ("FLOPs / step (all chips)", f"{r.flops_per_step:.3e}"),
+        ("FLOPs / step (all chips)", f"{r.flops_per_step:.3e} ({r.flops_source})"),
         ("step time", f"{r.est_step_time_s * 1e3:.1f} ms at {r.mfu_assumed:.0%} MFU"),
         ("tokens / s", f"{r.est_tokens_per_sec:,.0f}"),
         ("time for all steps", f"{_human_time(r.est_total_time_s)} ({r.num_train_steps:,} steps)"),

@@ -37,6 +37,7 @@ LOGICAL_AXIS_RULES: tuple[tuple[str, Any], ...] = (
     ("position", None),
     ("type_vocab", None),
     ("norm", None),
+    ("layers", None),  # the stacked-layer axis of scanned parameters
     ("classes", None),
     # Activations.
     ("activation_batch", ("data", "fsdp")),

@@ -220,6 +220,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
     ckpt_every = int(config.checkpoint_every_steps)
     log_every = int(config.log_every_steps)
     last_eval: dict[str, float] = {}
+    # Stop (with a checkpoint) at this step, e.g. to fit a job into a fixed time slot.
+    stop_after = int(config.get("stop_after_step", 0)) or -1
     try:
         with jax.set_mesh(mesh):
             latest = ckpt.latest_step()
@@ -259,7 +261,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
                         # Exclude compilation from the first throughput window.
                         jax.block_until_ready(metrics)
                         window_start, window_steps = time.perf_counter(), 0
-                    if step % log_every == 0 or step == phase.end:
+                    if window_steps and (step % log_every == 0 or step == phase.end):
                         host = {k: float(v) for k, v in jax.device_get(metrics).items()}
                         elapsed = time.perf_counter() - window_start
                         host["tokens_per_sec"] = tokens * window_steps / elapsed
@@ -275,15 +277,14 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
                         last_eval, _ = evaluate(setup, state, config, phase)
                         logger.write(step, last_eval, split="eval")
                         ckpt.maybe_save_best(step, state, last_eval)
-                    if preemption.should_stop(step):
-                        ckpt.save(step, state, force=True)
+                    if step == stop_after or preemption.should_stop(step):
+                        if last_saved != step:
+                            ckpt.save(step, state, force=True)
                         ckpt.wait()
-                        print(
-                            f"preempted: saved step {step} to {workdir}/checkpoints; exiting",
-                            flush=True,
-                        )
-                        ckpt.close()
-                        logger.close()
+                        if step == stop_after:
+                            print(f"stopped at step {step} (stop_after_step); rerun to continue", flush=True)
+                            return {"stopped_at": step}
+                        print(f"preempted: saved step {step} to {workdir}/checkpoints; exiting", flush=True)
                         sys.exit(PREEMPTED_EXIT_CODE)
             if last_saved != step:
                 ckpt.save(step, state, force=True)

@@ -60,6 +60,7 @@ def get_config(preset: str = "tiny") -> ml_collections.ConfigDict:
     c.checkpoint_every_steps = 10_000
     c.keep_checkpoints = 3
     c.async_checkpointing = True
+    c.stop_after_step = 0  # >0: checkpoint and stop there (a rerun continues)
     c.baseline_batches = 0  # >0: also report the unigram baseline from that many batches
 
     if preset == "tiny":
@@ -94,7 +95,8 @@ def get_config(preset: str = "tiny") -> ml_collections.ConfigDict:
         c.warmup_steps = 5_000
         c.learning_rate = 5e-4
     elif preset in ("base", "large"):
-        c.model = model_config_dict(preset)
+        # Scanned layers: one compiled layer body (minutes less compilation on a pod).
+        c.model = model_config_dict(preset, scan_layers=True)
         c.compute_dtype = "bfloat16"
         c.global_batch_size = 256
         c.phase2_fraction = 0.1

@@ -64,9 +64,7 @@ def test_setup_copies_and_installs_on_every_worker() -> None:
 
 
 def test_run_starts_the_same_command_on_all_workers_with_restarts() -> None:
-    (cmd,) = dry_run(
-        "run", "--", "pretrain", "--config=configs/pretrain.py:base", "--workdir=gs://b/base"
-    )
+    (cmd,) = dry_run("run", "--", "pretrain", "--config=configs/pretrain.py:base", "--workdir=gs://b/base")
     assert cmd[3:6] == ["tpu-vm", "ssh", "bert-pod"] and "--worker=all" in cmd
     command = next(w for w in cmd if w.startswith("--command="))
     assert ".venv/bin/bert-jax pretrain --config=configs/pretrain.py:base" in command

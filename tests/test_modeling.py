@@ -17,9 +17,7 @@ def _count(tree) -> int:
 @pytest.mark.parametrize(("preset", "expected"), [("base", 109_482_240), ("large", 335_141_888)])
 def test_parameter_counts_match_reference(preset: str, expected: int) -> None:
     config = MODEL_PRESETS[preset]
-    shapes = jax.eval_shape(
-        lambda: BertModel(config).init(jax.random.key(0), jnp.ones((1, 8), jnp.int32))
-    )
+    shapes = jax.eval_shape(lambda: BertModel(config).init(jax.random.key(0), jnp.ones((1, 8), jnp.int32)))
     assert _count(nn.meta.unbox(shapes["params"])) == expected
 
 
