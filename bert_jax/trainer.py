@@ -257,11 +257,12 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
                     state, metrics = setup.train_step(state, batch)
                     step += 1
                     window_steps += 1
-                    if window_steps == 1 and step == first_step_of_run + 1:
+                    is_log_step = step % log_every == 0 or step == phase.end
+                    if window_steps == 1 and step == first_step_of_run + 1 and not is_log_step:
                         # Exclude compilation from the first throughput window.
                         jax.block_until_ready(metrics)
                         window_start, window_steps = time.perf_counter(), 0
-                    if window_steps and (step % log_every == 0 or step == phase.end):
+                    if is_log_step:
                         host = {k: float(v) for k, v in jax.device_get(metrics).items()}
                         elapsed = time.perf_counter() - window_start
                         host["tokens_per_sec"] = tokens * window_steps / elapsed

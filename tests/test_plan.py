@@ -7,6 +7,7 @@ scenarios of the issue are three compiles and nothing more.
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -14,6 +15,7 @@ from bert_jax import plan
 from configs import pretrain
 
 GIB = 1024**3
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def _config(preset: str, **overrides):
@@ -51,7 +53,7 @@ def test_large_seq512_needs_fsdp(tmp_path) -> None:
     assert not one_chip.fits and one_chip.hbm_per_chip_bytes > 16 * GIB
 
     out = tmp_path / "plan.json"
-    subprocess.run(
+    proc = subprocess.run(
         [
             sys.executable,
             "-m",
@@ -66,10 +68,12 @@ def test_large_seq512_needs_fsdp(tmp_path) -> None:
             "--topology=v5e:4x4",
             f"--output_json={out}",
         ],
-        check=True,
         capture_output=True,
         text=True,
+        cwd=ROOT,
     )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "fits                      yes" in proc.stdout
     report = json.loads(out.read_text())
     for key in (
         "topology",

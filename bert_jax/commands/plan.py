@@ -31,6 +31,9 @@ def main(argv: list[str]) -> None:
     logging.set_verbosity(logging.WARNING)
     # The TPU compiler runs here without a TPU: keep JAX's own arrays on the CPU.
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    # Compiling needs no TPU, so two planners (or a test runner and a planner) may load
+    # libtpu at once; without this the second one fails on libtpu's lock file.
+    os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
     from bert_jax import plan
 
     report = plan.plan(FLAGS.config, FLAGS.topology, mfu_assumed=FLAGS.mfu)

@@ -1,0 +1,175 @@
+"""Pre-training loop end to end on a tiny model: resume, preemption, logging, bad input."""
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from bert_jax import checkpointing, trainer
+from configs import pretrain
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def tiny_config(**overrides):
+    c = pretrain.get_config("tiny")
+    c.data.source = "synthetic"
+    c.global_batch_size = 4
+    c.max_seq_length = 32
+    c.max_predictions_per_seq = 5
+    c.num_train_steps = 6
+    c.warmup_steps = 1
+    c.log_every_steps = 1
+    c.eval_every_steps = 3
+    c.eval_steps = 1
+    c.checkpoint_every_steps = 2
+    for k, v in overrides.items():
+        c[k] = v
+    return c
+
+
+def rows(workdir: Path, split: str = "train") -> dict[int, dict]:
+    out = {}
+    for line in (workdir / "metrics.jsonl").read_text().splitlines():
+        row = json.loads(line)
+        if row.get("split", "train") == split:
+            out[row["step"]] = row
+    return out
+
+
+def test_resumed_run_matches_uninterrupted_run(tmp_path) -> None:
+    full = tmp_path / "full"
+    trainer.train_and_evaluate(tiny_config(), str(full))
+    parts = tmp_path / "parts"
+    assert trainer.train_and_evaluate(tiny_config(stop_after_step=3), str(parts)) == {"stopped_at": 3}
+    assert rows(parts).keys() == {1, 2, 3}
+    final = trainer.train_and_evaluate(tiny_config(), str(parts))
+    a, b = rows(full), rows(parts)
+    assert sorted(a) == sorted(b) == [1, 2, 3, 4, 5, 6]
+    for step in a:
+        assert b[step]["loss"] == a[step]["loss"], step  # bit-identical, step by step
+    assert final["mlm_accuracy"] == rows(full, "eval")[6]["mlm_accuracy"]
+    # Logging contract.
+    for key in (
+        "step",
+        "loss",
+        "mlm_accuracy",
+        "nsp_accuracy",
+        "learning_rate",
+        "tokens_per_sec",
+        "mfu",
+        "grad_norm",
+        "mlm_loss",
+        "nsp_loss",
+    ):
+        assert key in a[6], key
+    assert rows(full, "eval")[3]["split"] == "eval"
+    assert any(f.name.startswith("events.out.tfevents") for f in (full / "tensorboard").iterdir())
+    assert (full / "best").is_dir() and (full / "best_metric.json").exists()
+
+
+def test_checkpoint_of_another_model_size_is_refused(tmp_path) -> None:
+    trainer.train_and_evaluate(tiny_config(num_train_steps=2, eval_every_steps=0), str(tmp_path))
+    bigger = tiny_config(num_train_steps=4)
+    bigger.model.hidden_size = 256
+    bigger.model.intermediate_size = 1024
+    with pytest.raises(
+        checkpointing.CheckpointMismatchError, match="hidden_size: checkpoint 128 vs config 256"
+    ):
+        trainer.train_and_evaluate(bigger, str(tmp_path))
+    # Without the config file the shapes themselves are compared, naming the parameter.
+    (tmp_path / "bert_config.json").unlink()
+    with pytest.raises(
+        checkpointing.CheckpointMismatchError,
+        match=r"word_embeddings/embedding: checkpoint \(30522, 128\) vs model \(30522, 256\)",
+    ):
+        trainer.train_and_evaluate(bigger, str(tmp_path))
+    assert (tmp_path / "checkpoints" / "2").is_dir()  # nothing was lost
+
+
+def _cli(workdir: Path, *extra: str) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "bert_jax",
+        "pretrain",
+        "--config=configs/pretrain.py:tiny",
+        "--config.data.source=synthetic",
+        "--config.global_batch_size=4",
+        "--config.max_seq_length=32",
+        "--config.max_predictions_per_seq=5",
+        "--config.eval_steps=1",
+        f"--workdir={workdir}",
+        *extra,
+    ]
+
+
+def test_unknown_or_mistyped_config_key_fails_naming_it(tmp_path) -> None:
+    proc = subprocess.run(
+        _cli(tmp_path, "--config.no_such_key=1"), cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode != 0 and "no_such_key" in proc.stderr
+    proc = subprocess.run(
+        _cli(tmp_path, "--config.learning_rate=fast"), cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode != 0 and "learning_rate" in proc.stderr
+    assert not (tmp_path / "checkpoints").exists()
+
+
+def _wait_for(predicate, timeout: float, proc: subprocess.Popen) -> None:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if predicate():
+            return
+        assert proc.poll() is None, proc.stdout.read()
+        time.sleep(0.002)
+    raise AssertionError("timed out")
+
+
+def test_sigterm_saves_then_exits_and_sigkill_mid_save_leaves_a_restorable_checkpoint(tmp_path) -> None:
+    ckpts = tmp_path / "checkpoints"
+    # Checkpoint every step; a long run so that we interrupt it.
+    args = _cli(
+        tmp_path,
+        "--config.num_train_steps=100000",
+        "--config.checkpoint_every_steps=1",
+        "--config.eval_every_steps=0",
+        "--config.log_every_steps=1",
+    )
+    proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    # 1. SIGKILL while a save is being written (its temporary directory exists).
+    _wait_for(
+        lambda: (
+            any(".orbax-checkpoint-tmp" in p.name for p in ckpts.glob("*"))
+            and any(p.name.isdigit() for p in ckpts.glob("*"))
+        ),
+        300,
+        proc,
+    )
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    leftovers = [p.name for p in ckpts.iterdir() if "tmp" in p.name]
+    finished = sorted(int(p.name) for p in ckpts.iterdir() if p.name.isdigit())
+    assert leftovers and finished  # killed mid-save, with earlier complete checkpoints
+
+    # 2. The same command resumes from the latest complete checkpoint ...
+    proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    out_lines = []
+    while True:
+        line = proc.stdout.readline()
+        out_lines.append(line)
+        if line.startswith("step "):
+            break
+        assert line or proc.poll() is None, "".join(out_lines)
+    assert f"resumed from {tmp_path}/checkpoints/{finished[-1]}" in "".join(out_lines)
+    # 3. ... and SIGTERM makes it save and exit with 143.
+    proc.send_signal(signal.SIGTERM)
+    rest = proc.communicate(timeout=120)[0]
+    assert proc.returncode == trainer.PREEMPTED_EXIT_CODE, rest
+    saved = int(rest.split("preempted: saved step ")[1].split()[0])
+    assert saved > finished[-1]
+    assert (ckpts / str(saved)).is_dir()
