@@ -81,12 +81,12 @@ def get_config(preset: str = "tiny") -> ml_collections.ConfigDict:
         c.global_batch_size = 32
         c.max_seq_length = 128
         c.max_predictions_per_seq = 20
-        c.num_train_steps = 1200
-        c.warmup_steps = 100
+        c.num_train_steps = 360
+        c.warmup_steps = 40
         c.learning_rate = 1e-3
-        c.log_every_steps = 50
-        c.eval_every_steps = 400
-        c.checkpoint_every_steps = 400
+        c.log_every_steps = 20
+        c.eval_every_steps = 120
+        c.checkpoint_every_steps = 120
         c.baseline_batches = 50
     elif preset == "mini":
         c.model = model_config_dict("mini")

