@@ -12,6 +12,7 @@ import dataclasses
 import functools
 import importlib.util
 import os
+import unicodedata
 
 import numpy as np
 
@@ -80,12 +81,30 @@ class WordPieceTokenizer:
             vocab=self.vocab,
             token_out_type=tf.int32,
             unknown_token="[UNK]",
-            lower_case_nfd_strip_accents=self.do_lower_case,
+            # Lower-casing happens in `normalize` (Python's str.lower, as the reference
+            # BasicTokenizer): TF's case folding differs on e.g. a Greek final sigma.
+            lower_case_nfd_strip_accents=False,
             max_bytes_per_word=100,
         )
 
+    def normalize(self, text: str) -> str:
+        """The original BasicTokenizer's clean-up: drop NUL, U+FFFD and control/format
+        characters (joining what they separated), whitespace to spaces; for uncased
+        vocabularies also lower-case, NFD, and strip combining marks."""
+        text = "".join(
+            " " if ch in "\t\n\r" or unicodedata.category(ch) == "Zs"
+            else "" if ord(ch) in (0, 0xFFFD) or unicodedata.category(ch).startswith("C")
+            else ch
+            for ch in text
+        )
+        if not self.do_lower_case:
+            return text
+        text = unicodedata.normalize("NFD", text.lower())
+        return "".join(ch for ch in text if unicodedata.category(ch) != "Mn")
+
     def tokenize(self, texts: list[str], batch_size: int = 4096) -> list[list[int]]:
         """Ids of each text (no special tokens added)."""
+        texts = [self.normalize(t) for t in texts]
         out: list[list[int]] = []
         for start in range(0, len(texts), batch_size):
             ragged = self.tf_tokenizer.tokenize(texts[start : start + batch_size])
@@ -104,8 +123,9 @@ class WordPieceTokenizer:
         a_ids = self.tokenize(texts_a)
         b_ids = self.tokenize(texts_b) if texts_b is not None else [None] * len(a_ids)
         n = len(a_ids)
-        ids = np.zeros((n, max_seq_length), np.int32)
+        ids = np.full((n, max_seq_length), self.special.pad, np.int32)
         segments = np.zeros((n, max_seq_length), np.int32)
+        mask = np.zeros((n, max_seq_length), np.int32)
         for i, (a, b) in enumerate(zip(a_ids, b_ids, strict=True)):
             a, b = list(a), (list(b) if b is not None else None)
             budget = max_seq_length - (3 if b is not None else 2)
@@ -118,9 +138,10 @@ class WordPieceTokenizer:
                 seg += [1] * (len(b) + 1)
             ids[i, : len(row)] = row
             segments[i, : len(seg)] = seg
+            mask[i, : len(row)] = 1
         return {
             "input_ids": ids,
-            "input_mask": (ids != self.special.pad).astype(np.int32),
+            "input_mask": mask,
             "segment_ids": segments,
         }
 

