@@ -36,7 +36,7 @@ def random_batch(
     }
 
 
-def _hf_config(config: BertConfig):  # noqa: ANN202 - transformers is a bench-only import
+def _hf_config(config: BertConfig):
     import transformers
 
     return transformers.BertConfig(
@@ -103,7 +103,7 @@ def flax_step(config: BertConfig, batch: dict[str, np.ndarray]) -> Callable[[], 
     }
     nsp = jnp.asarray(batch["next_sentence_labels"])
 
-    def loss_fn(params, rng):  # noqa: ANN001, ANN202
+    def loss_fn(params, rng):
         out = model(**inputs, params=params, dropout_rng=rng, train=True)
         weights = (labels >= 0).astype(jnp.float32)
         mlm = optax.softmax_cross_entropy_with_integer_labels(
@@ -116,7 +116,7 @@ def flax_step(config: BertConfig, batch: dict[str, np.ndarray]) -> Callable[[], 
         return mlm + nsp_loss
 
     @jax.jit
-    def train_step(params, opt_state, rng):  # noqa: ANN001, ANN202
+    def train_step(params, opt_state, rng):
         rng, sub = jax.random.split(rng)
         loss, grads = jax.value_and_grad(loss_fn)(params, sub)
         updates, opt_state = tx.update(grads, opt_state, params)

@@ -108,7 +108,7 @@ def _tokenized_documents(config_json: str) -> tuple[list, list]:
             pickle.dump(docs, f)
         os.replace(path + ".tmp", path)
     order = np.random.default_rng(EVAL_SEED).permutation(len(docs))
-    num_eval = int(round(len(docs) * float(c.eval_fraction)))
+    num_eval = round(len(docs) * float(c.eval_fraction))
     if num_eval < 1 or num_eval >= len(docs):
         raise ValueError(
             f"{len(docs)} documents cannot be split with eval_fraction={c.eval_fraction}: "

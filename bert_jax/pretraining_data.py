@@ -159,7 +159,7 @@ def mask_tokens(
         else:
             words.append([i])
     num_to_predict = min(config.max_predictions_per_seq,
-                         max(1, int(round(len(candidates) * config.masked_lm_prob))))
+                         max(1, round(len(candidates) * config.masked_lm_prob)))
     order = rng.permutation(len(words))
     output = tokens.copy()
     chosen: list[int] = []

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import importlib.util
+import itertools
 import os
 import unicodedata
 
@@ -72,7 +73,7 @@ class WordPieceTokenizer:
         return len(self.vocab)
 
     @functools.cached_property
-    def tf_tokenizer(self):  # noqa: ANN201 - tensorflow_text type, imported lazily
+    def tf_tokenizer(self):
         import tensorflow as tf
         import tensorflow_text as tf_text
 
@@ -112,7 +113,7 @@ class WordPieceTokenizer:
                 ragged = ragged.merge_dims(-2, -1)
             flat = ragged.flat_values.numpy().tolist()
             splits = ragged.row_splits.numpy().tolist()
-            out.extend(flat[a:b] for a, b in zip(splits[:-1], splits[1:], strict=True))
+            out.extend(flat[a:b] for a, b in itertools.pairwise(splits))
         return out
 
     def encode_pairs(
