@@ -92,9 +92,7 @@ def flax_step(config: BertConfig, batch: dict[str, np.ndarray]) -> Callable[[], 
     import transformers
 
     model = transformers.FlaxBertForPreTraining(_hf_config(config), seed=0)
-    tx = optax.chain(
-        optax.clip_by_global_norm(1.0), optax.adamw(1e-4, eps=1e-6, weight_decay=0.01)
-    )
+    tx = optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(1e-4, eps=1e-6, weight_decay=0.01))
     labels = jnp.asarray(_mlm_labels(batch))
     inputs = {
         "input_ids": jnp.asarray(batch["input_ids"]),
@@ -106,13 +104,9 @@ def flax_step(config: BertConfig, batch: dict[str, np.ndarray]) -> Callable[[], 
     def loss_fn(params, rng):
         out = model(**inputs, params=params, dropout_rng=rng, train=True)
         weights = (labels >= 0).astype(jnp.float32)
-        mlm = optax.softmax_cross_entropy_with_integer_labels(
-            out.prediction_logits, jnp.maximum(labels, 0)
-        )
+        mlm = optax.softmax_cross_entropy_with_integer_labels(out.prediction_logits, jnp.maximum(labels, 0))
         mlm = (mlm * weights).sum() / weights.sum()
-        nsp_loss = optax.softmax_cross_entropy_with_integer_labels(
-            out.seq_relationship_logits, nsp
-        ).mean()
+        nsp_loss = optax.softmax_cross_entropy_with_integer_labels(out.seq_relationship_logits, nsp).mean()
         return mlm + nsp_loss
 
     @jax.jit

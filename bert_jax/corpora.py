@@ -52,8 +52,9 @@ def split_sentences(paragraph: str) -> list[str]:
 
 def _strip_nested(text: str, opening: str, closing: str) -> str:
     """Removes (possibly nested) spans such as {{templates}} and {| tables |}."""
-    pattern = re.compile(re.escape(opening) + r"(?:(?!" + re.escape(opening) + r").)*?"
-                         + re.escape(closing), re.S)
+    pattern = re.compile(
+        re.escape(opening) + r"(?:(?!" + re.escape(opening) + r").)*?" + re.escape(closing), re.S
+    )
     previous = None
     while previous != text:
         previous, text = text, pattern.sub("", text)

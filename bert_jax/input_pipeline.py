@@ -123,8 +123,14 @@ def _tokenized_documents(config_json: str) -> tuple[list, list]:
 class _Stream:
     """The instance stream of one split: epochs of instances and their masked features."""
 
-    def __init__(self, c: ml_collections.ConfigDict, split: str, seed: int, max_seq_length: int,
-                 max_predictions_per_seq: int) -> None:
+    def __init__(
+        self,
+        c: ml_collections.ConfigDict,
+        split: str,
+        seed: int,
+        max_seq_length: int,
+        max_predictions_per_seq: int,
+    ) -> None:
         self.tok = _tokenizer(c.vocab_file, bool(c.do_lower_case))
         train, held_out = _tokenized_documents(json.dumps(c.to_dict(), sort_keys=True))
         self.docs = train if split == "train" else held_out
@@ -149,18 +155,28 @@ class _Stream:
         if key not in self._epochs:
             seed = self.seed if self.split == "train" else EVAL_SEED
             rng = np.random.default_rng([seed, key, 0])
-            self._epochs = {key: pretraining_data.create_instances(
-                self.docs, self.max_seq_length, self.c.short_seq_prob, rng, self.tok.special,
-                nsp=bool(self.c.nsp),
-            )}
+            self._epochs = {
+                key: pretraining_data.create_instances(
+                    self.docs,
+                    self.max_seq_length,
+                    self.c.short_seq_prob,
+                    rng,
+                    self.tok.special,
+                    nsp=bool(self.c.nsp),
+                )
+            }
         return self._epochs[key]
 
     def features(self, epoch: int, index: int) -> dict[str, np.ndarray]:
         seed = self.seed if self.split == "train" else EVAL_SEED
         rng = np.random.default_rng([seed, self._epoch_key(epoch), 1, index])
         return pretraining_data.to_features(
-            self.epoch(epoch)[index], rng, self.max_seq_length, self.masking,
-            self.tok.special, self.tok.vocab_size,
+            self.epoch(epoch)[index],
+            rng,
+            self.max_seq_length,
+            self.masking,
+            self.tok.special,
+            self.tok.vocab_size,
             self.tok.is_continuation if self.c.whole_word_masking else None,
         )
 

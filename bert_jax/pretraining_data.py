@@ -85,8 +85,9 @@ def create_instances_from_document(
                 if not nsp:
                     a = [t for s in chunk for t in s][:max_tokens]
                     tokens = [special.cls, *a, special.sep]
-                    instances.append(Instance(np.array(tokens, np.int32),
-                                              np.zeros(len(tokens), np.int32), False))
+                    instances.append(
+                        Instance(np.array(tokens, np.int32), np.zeros(len(tokens), np.int32), False)
+                    )
                 else:
                     a_end = int(rng.integers(1, len(chunk))) if len(chunk) >= 2 else 1
                     a = [t for s in chunk[:a_end] for t in s]
@@ -112,8 +113,9 @@ def create_instances_from_document(
                     if a and b:
                         tokens = [special.cls, *a, special.sep, *b, special.sep]
                         segments = [0] * (len(a) + 2) + [1] * (len(b) + 1)
-                        instances.append(Instance(np.array(tokens, np.int32),
-                                                  np.array(segments, np.int32), is_random_next))
+                        instances.append(
+                            Instance(np.array(tokens, np.int32), np.array(segments, np.int32), is_random_next)
+                        )
             chunk, length = [], 0
         i += 1
     return instances
@@ -130,8 +132,7 @@ def create_instances(
     """One pass over all documents, instances shuffled."""
     out: list[Instance] = []
     for d in range(len(docs)):
-        out.extend(create_instances_from_document(docs, d, max_seq_length, short_seq_prob, rng,
-                                                  special, nsp))
+        out.extend(create_instances_from_document(docs, d, max_seq_length, short_seq_prob, rng, special, nsp))
     order = rng.permutation(len(out))
     return [out[i] for i in order]
 
@@ -153,13 +154,19 @@ def mask_tokens(
     candidates = [i for i, t in enumerate(tokens.tolist()) if t not in specials]
     words: list[list[int]] = []
     for i in candidates:
-        if (config.whole_word_masking and words and is_continuation is not None
-                and is_continuation[tokens[i]] and words[-1][-1] == i - 1):
+        if (
+            config.whole_word_masking
+            and words
+            and is_continuation is not None
+            and is_continuation[tokens[i]]
+            and words[-1][-1] == i - 1
+        ):
             words[-1].append(i)
         else:
             words.append([i])
-    num_to_predict = min(config.max_predictions_per_seq,
-                         max(1, round(len(candidates) * config.masked_lm_prob)))
+    num_to_predict = min(
+        config.max_predictions_per_seq, max(1, round(len(candidates) * config.masked_lm_prob))
+    )
     order = rng.permutation(len(words))
     output = tokens.copy()
     chosen: list[int] = []

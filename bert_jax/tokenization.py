@@ -93,8 +93,10 @@ class WordPieceTokenizer:
         characters (joining what they separated), whitespace to spaces; for uncased
         vocabularies also lower-case, NFD, and strip combining marks."""
         text = "".join(
-            " " if ch in "\t\n\r" or unicodedata.category(ch) == "Zs"
-            else "" if ord(ch) in (0, 0xFFFD) or unicodedata.category(ch).startswith("C")
+            " "
+            if ch in "\t\n\r" or unicodedata.category(ch) == "Zs"
+            else ""
+            if ord(ch) in (0, 0xFFFD) or unicodedata.category(ch).startswith("C")
             else ch
             for ch in text
         )

@@ -1,0 +1,140 @@
+"""Pre-training throughput: bert_jax vs transformers (PyTorch and Flax), same machine, same run.
+
+Each contender runs full forward + backward + AdamW update of BERT pre-training (MLM over
+15% of positions + NSP) on the same shapes: a mini model (L4 H256 A4, seq 128, batch 32)
+and BERT-Base (seq 128, batch 8), float32. Each runs in its own subprocess (so one
+library's threads and allocator do not slow another), one after the other. The matmul
+peak of this machine is measured in the same run, for MFU.
+
+    .venv/bin/python bench/pretrain_throughput.py [--steps 5] [--only mini]
+
+Prints a table, then ``ratio_mini=<x>`` and ``ratio_base=<x>`` (bert_jax tokens/s over the
+faster peer's) as its last two lines.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+SHAPES = {"mini": ("mini", 32, 128), "base": ("base", 8, 128)}
+NUM_MASKED = 20  # 15% of 128
+
+
+def _bert_jax_step(preset: str, batch: int, seq: int):
+    import jax
+
+    from bench import peers
+    from bert_jax import sharding, train
+    from bert_jax.config import model_config_dict
+    from configs import pretrain
+
+    c = pretrain.get_config("tiny")
+    c.model = model_config_dict(preset)
+    c.data.source = "synthetic"
+    c.global_batch_size, c.max_seq_length, c.max_predictions_per_seq = batch, seq, NUM_MASKED
+    c.warmup_steps = 10
+    mesh = sharding.make_mesh((1, 1, 1), jax.devices()[:1])
+    setup = train.Setup(c, mesh)
+    model_config = setup.model_config
+    data = peers.random_batch(model_config, batch, seq, NUM_MASKED)
+    with jax.set_mesh(mesh):
+        state = {"s": setup.init_state(0)}
+        gbatch = setup.global_batch(data)
+
+    def step() -> float:
+        with jax.set_mesh(mesh):
+            state["s"], metrics = setup.train_step(state["s"], gbatch)
+        return float(metrics["loss"])
+
+    flops = train.model_flops_per_step(model_config, batch, seq, NUM_MASKED)
+    return step, flops
+
+
+def run_one(name: str, shape: str, steps: int) -> dict:
+    """Body of one subprocess: time `steps` steps of one contender on one shape."""
+    from bench import peers
+    from bert_jax.config import MODEL_PRESETS
+
+    preset, batch, seq = SHAPES[shape]
+    config = MODEL_PRESETS[preset]
+    if name == "bert_jax":
+        step, flops = _bert_jax_step(preset, batch, seq)
+    else:
+        data = peers.random_batch(config, batch, seq, NUM_MASKED)
+        step = peers.torch_step(config, data) if name == "torch" else peers.flax_step(config, data)
+        flops = peers.full_vocab_flops_per_token(config, seq) * batch * seq
+    seconds = peers.time_steps(step, warmup=2, iters=steps)
+    return {"tokens_per_sec": batch * seq / seconds, "flops_per_sec": flops / seconds}
+
+
+def measure_peak() -> float:
+    """fp32 matmul FLOP/s of this machine (XLA, 2048^2), the MFU denominator for all."""
+    import time
+
+    import jax
+    import jax.numpy as jnp
+
+    n = 2048
+    a = jnp.ones((n, n), jnp.float32)
+    f = jax.jit(lambda x: x @ x)
+    f(a).block_until_ready()
+    best = 0.0
+    for _ in range(3):
+        start = time.perf_counter()
+        for _ in range(5):
+            f(a).block_until_ready()
+        best = max(best, 2 * n**3 * 5 / (time.perf_counter() - start))
+    return best
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--only", choices=sorted(SHAPES), default=None)
+    parser.add_argument("--worker", nargs=2, metavar=("NAME", "SHAPE"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        print("RESULT " + json.dumps(run_one(*args.worker, args.steps)), flush=True)
+        return
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "TF_CPP_MIN_LOG_LEVEL": "3"}
+    peak = measure_peak()
+    print(f"matmul peak (fp32, XLA 2048^2): {peak / 1e9:.1f} GFLOP/s")
+    ratios = {}
+    for shape in [args.only] if args.only else list(SHAPES):
+        results = {}
+        for name in ("bert_jax", "torch", "flax"):
+            proc = subprocess.run(
+                [sys.executable, __file__, "--worker", name, shape, "--steps", str(args.steps)],
+                capture_output=True,
+                text=True,
+                env=env,
+                cwd=ROOT,
+            )
+            line = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
+            if proc.returncode or not line:
+                raise RuntimeError(f"{name} on {shape} failed:\n{proc.stderr[-3000:]}")
+            results[name] = json.loads(line[0][7:])
+        print(f"\n{shape}: {SHAPES[shape]}")
+        print(f"{'':<12}{'tokens/s':>12}{'GFLOP/s':>10}{'MFU':>8}")
+        for name, r in results.items():
+            print(
+                f"{name:<12}{r['tokens_per_sec']:>12,.0f}{r['flops_per_sec'] / 1e9:>10.1f}"
+                f"{r['flops_per_sec'] / peak:>8.1%}"
+            )
+        best_peer = max(results["torch"]["tokens_per_sec"], results["flax"]["tokens_per_sec"])
+        ratios[shape] = results["bert_jax"]["tokens_per_sec"] / best_peer
+    print()
+    for shape, ratio in ratios.items():
+        print(f"ratio_{shape}={ratio:.2f}")
+
+
+if __name__ == "__main__":
+    main()
