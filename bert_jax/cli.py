@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib
 import sys
 
-from absl import app
+from absl import app, flags
 
 # name -> (module, one-line description)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -20,6 +20,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "pretrain": ("bert_jax.commands.pretrain", "Pre-train BERT (MLM + NSP); rerun to resume."),
     "plan": ("bert_jax.commands.plan", "Compile the train step for a TPU topology; memory/time."),
+    "tokenize": ("bert_jax.commands.tokenize", "WordPiece ids of each line of a text file (JSONL)."),
     "features": (
         "bert_jax.commands.features",
         "Extract per-token hidden states of a checkpoint to .npy.",
@@ -50,6 +51,12 @@ def run(argv: list[str] | None = None) -> None:
         sys.exit(2)
     module = importlib.import_module(COMMANDS[name][0])
     module.define_flags()
+    if any(a in ("-h", "--help", "--helpshort") for a in argv[2:]):
+        # absl's own --help lists only the flags of `__main__`: list the subcommand's.
+        doc = (module.__doc__ or "").strip()
+        print(f"usage: bert-jax {name} [--flag=value ...]\n\n{doc}\n\nflags:")
+        print(flags.FLAGS.module_help(module.__name__))
+        sys.exit(0)
     app.run(module.main, argv=[f"bert-jax {name}", *argv[2:]])
 
 

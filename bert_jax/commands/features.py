@@ -1,0 +1,52 @@
+"""`bert-jax features --checkpoint=PATH --input=TEXT --output=F.npy [--layers=-1]`."""
+
+from __future__ import annotations
+
+import os
+
+from absl import flags, logging
+
+FLAGS = flags.FLAGS
+
+
+def define_flags() -> None:
+    flags.DEFINE_string("checkpoint", None, "HF folder, original TF checkpoint or bert_jax checkpoint.")
+    flags.DEFINE_string("input", None, "Text file: one example per line, TAB between A and B.")
+    flags.DEFINE_string("output", None, "Output .npy: [examples, tokens, hidden x layers].")
+    flags.DEFINE_list("layers", ["-1"], "Layers to extract (-1 = last; 0 = embeddings), concatenated.")
+    flags.DEFINE_integer("max_seq_length", 128, "Tokens per example (padded/truncated).")
+    flags.DEFINE_string("vocab_file", None, "vocab.txt (default: the one beside the checkpoint).")
+    flags.DEFINE_bool("do_lower_case", True, "Lower-case and strip accents (uncased vocabularies).")
+    flags.DEFINE_integer("batch_size", 32, "Examples per forward pass.")
+    flags.mark_flags_as_required(["checkpoint", "input", "output"])
+
+
+def _vocab_beside(checkpoint: str) -> str:
+    folder = checkpoint if os.path.isdir(checkpoint) else os.path.dirname(checkpoint)
+    path = os.path.join(folder, "vocab.txt")
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"no vocab.txt beside {checkpoint}: pass --vocab_file")
+    return path
+
+
+def main(argv: list[str]) -> None:
+    if len(argv) > 1:
+        raise SystemExit(f"unexpected arguments: {argv[1:]}")
+    logging.set_verbosity(logging.WARNING)
+    import numpy as np
+
+    from bert_jax import convert, features, tokenization
+
+    params, config = convert.load_checkpoint(FLAGS.checkpoint)
+    vocab = FLAGS.vocab_file or _vocab_beside(FLAGS.checkpoint)
+    tokenizer = tokenization.load_tokenizer(vocab, FLAGS.do_lower_case)
+    if tokenizer.vocab_size > config.vocab_size:
+        raise ValueError(
+            f"{vocab} has {tokenizer.vocab_size} tokens; the model only "
+            f"{config.vocab_size}: wrong vocab for this checkpoint"
+        )
+    texts_a, texts_b = features.read_examples(FLAGS.input)
+    batch = tokenizer.encode_pairs(texts_a, texts_b, FLAGS.max_seq_length)
+    out = features.extract(params["bert"], config, batch, [int(x) for x in FLAGS.layers], FLAGS.batch_size)
+    np.save(FLAGS.output, out)
+    print(f"wrote {FLAGS.output}: {out.shape} (examples, tokens, hidden x {len(FLAGS.layers)} layers)")

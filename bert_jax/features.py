@@ -1,0 +1,59 @@
+"""Feature-based BERT (the paper's §5.3, Table 7): per-token hidden states of chosen layers.
+
+Layers are counted as in the paper's table: ``-1`` is the last Transformer layer, ``0`` the
+embedding output. Several layers are concatenated along the hidden axis ("concat last
+four" is ``-1,-2,-3,-4``). Padding positions are zeroed, so the output can be compared
+position by position with another implementation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import jax
+import numpy as np
+
+from bert_jax.config import BertConfig
+from bert_jax.modeling import BertModel
+
+
+def read_examples(path: str) -> tuple[list[str], list[str] | None]:
+    """One example per line; a tab separates sentence A from sentence B."""
+    with open(path, encoding="utf-8", errors="replace") as f:
+        lines = [ln.rstrip("\n") for ln in f if ln.strip()]
+    if not lines:
+        raise ValueError(f"{path} has no non-empty lines")
+    parts = [ln.split("\t", 1) for ln in lines]
+    has_b = [len(p) == 2 for p in parts]
+    if any(has_b) and not all(has_b):
+        bad = has_b.index(False) if any(has_b) else 0
+        raise ValueError(f"{path}: line {bad + 1} has no tab but others have sentence pairs")
+    return [p[0] for p in parts], ([p[1] for p in parts] if all(has_b) else None)
+
+
+def extract(
+    params: dict,
+    config: BertConfig,
+    batch: dict[str, np.ndarray],
+    layers: Sequence[int],
+    batch_size: int = 32,
+) -> np.ndarray:
+    """[examples, tokens, hidden x len(layers)] float32, zero at padding."""
+    model = BertModel(config, add_pooler=False)
+    num = config.num_hidden_layers
+    index = [layer if layer >= 0 else num + 1 + layer for layer in layers]
+    if any(not 0 <= i <= num for i in index):
+        raise ValueError(f"layers {list(layers)} out of range for a {num}-layer model")
+
+    @jax.jit
+    def hidden(ids: jax.Array, mask: jax.Array, seg: jax.Array) -> tuple:
+        _, _, states = model.apply({"params": params}, ids, mask, seg, output_hidden_states=True)
+        return tuple(states[i] for i in index)
+
+    out = []
+    for start in range(0, len(batch["input_ids"]), batch_size):
+        sl = slice(start, start + batch_size)
+        states = hidden(batch["input_ids"][sl], batch["input_mask"][sl], batch["segment_ids"][sl])
+        feats = np.concatenate([np.asarray(s, np.float32) for s in states], axis=-1)
+        out.append(feats * batch["input_mask"][sl][..., None])
+    return np.concatenate(out)
