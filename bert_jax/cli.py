@@ -20,6 +20,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "pretrain": ("bert_jax.commands.pretrain", "Pre-train BERT (MLM + NSP); rerun to resume."),
     "plan": ("bert_jax.commands.plan", "Compile the train step for a TPU topology; memory/time."),
+    "create-data": (
+        "bert_jax.commands.create_data",
+        "Text → TFRecords of pre-training examples (original format).",
+    ),
     "tokenize": ("bert_jax.commands.tokenize", "WordPiece ids of each line of a text file (JSONL)."),
     "features": (
         "bert_jax.commands.features",

