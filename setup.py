@@ -20,6 +20,8 @@ INSTALL_REQUIRES = [
     "safetensors>=0.4",
     "tensorboardX>=2.6",
     "tqdm>=4.60",
+    # Ships the embedded default pre-training data (an English Wikipedia excerpt).
+    "gensim>=4.3",
 ]
 
 EXTRAS = {
@@ -32,8 +34,9 @@ EXTRAS = {
         "transformers>=4.40,<5",
         "torch==2.13.0",
         "tokenizers>=0.19",
-        "gensim>=4.3",
         "seqeval>=1.2",
+        # The TPU compiler, for the `plan` tests (AOT compilation for TPU topologies).
+        "libtpu==0.0.42.*",
         "scipy>=1.11",
         "ruff>=0.6",
     ],
