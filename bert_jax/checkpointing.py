@@ -26,7 +26,7 @@ from typing import Any
 import jax
 import orbax.checkpoint as ocp
 
-from bert_jax.config import BertConfig
+from bert_jax.config import SHAPE_KEYS, BertConfig
 
 
 class CheckpointMismatchError(ValueError):
@@ -48,22 +48,13 @@ def _path_str(path: tuple[Any, ...]) -> str:
 def check_model_config(workdir: str, config: BertConfig) -> None:
     """Writes `bert_config.json` on first use; afterwards requires the same model shape."""
     path = os.path.join(workdir, "bert_config.json")
-    shape_keys = (
-        "vocab_size",
-        "hidden_size",
-        "num_hidden_layers",
-        "num_attention_heads",
-        "intermediate_size",
-        "max_position_embeddings",
-        "type_vocab_size",
-    )
     current = config.to_dict()
     if os.path.exists(path):
         with open(path) as f:
             saved = json.load(f)
         diffs = [
             f"{k}: checkpoint {saved.get(k)} vs config {current[k]}"
-            for k in shape_keys
+            for k in SHAPE_KEYS
             if saved.get(k) != current[k]
         ]
         if diffs:

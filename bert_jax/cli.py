@@ -19,6 +19,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "Convert checkpoints: Hugging Face / original TF / bert_jax.",
     ),
     "pretrain": ("bert_jax.commands.pretrain", "Pre-train BERT (MLM + NSP); rerun to resume."),
+    "finetune": ("bert_jax.commands.finetune", "Fine-tune on a task (GLUE TSVs, BBC News topics)."),
     "plan": ("bert_jax.commands.plan", "Compile the train step for a TPU topology; memory/time."),
     "create-data": (
         "bert_jax.commands.create_data",

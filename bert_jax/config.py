@@ -15,6 +15,16 @@ from typing import Any
 import ml_collections
 
 ACTIVATIONS = ("gelu", "gelu_tanh", "relu")
+# The fields that fix parameter shapes: two configs that agree on these share checkpoints.
+SHAPE_KEYS = (
+    "vocab_size",
+    "hidden_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "intermediate_size",
+    "max_position_embeddings",
+    "type_vocab_size",
+)
 REMAT_POLICIES = ("none", "full", "dots", "dots_no_batch")
 
 

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from bert_jax.config import BertConfig
+from bert_jax.config import SHAPE_KEYS, BertConfig
 
 Params = dict[str, Any]
 
@@ -281,18 +281,9 @@ def _describe(c: BertConfig) -> str:
 def _check_expected(config: BertConfig, expected: BertConfig | None, source: str) -> None:
     if expected is None:
         return
-    keys = (
-        "vocab_size",
-        "hidden_size",
-        "num_hidden_layers",
-        "num_attention_heads",
-        "intermediate_size",
-        "max_position_embeddings",
-        "type_vocab_size",
-    )
     diffs = [
         f"{k}={getattr(config, k)} (expected {getattr(expected, k)})"
-        for k in keys
+        for k in SHAPE_KEYS
         if getattr(config, k) != getattr(expected, k)
     ]
     if diffs:

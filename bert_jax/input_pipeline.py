@@ -70,6 +70,20 @@ def _tokenizer(vocab_file: str, do_lower_case: bool) -> tokenization.WordPieceTo
     return tokenization.load_tokenizer(vocab_file, do_lower_case)
 
 
+def tokenize_documents(
+    tok: tokenization.WordPieceTokenizer, texts: list[corpora.Document]
+) -> list[pretraining_data.TokenDoc]:
+    """Sentences → ids in one batched call; documents left with < 2 sentences dropped."""
+    flat = tok.tokenize([s for d in texts for s in d])
+    docs, i = [], 0
+    for d in texts:
+        sentences = [s for s in flat[i : i + len(d)] if s]
+        i += len(d)
+        if len(sentences) >= 2:
+            docs.append(sentences)
+    return docs
+
+
 def _cache_key(c: ml_collections.ConfigDict, vocab_file: str) -> str:
     if c.source == "wiki_excerpt":
         files = [c.input_files or corpora.wiki_excerpt_path()]
@@ -97,13 +111,7 @@ def _tokenized_documents(config_json: str) -> tuple[list, list]:
             docs = pickle.load(f)
     else:
         texts = corpora.load_documents(c.source, c.input_files, c.tfds_name)
-        flat = tok.tokenize([s for d in texts for s in d])
-        docs, i = [], 0
-        for d in texts:
-            sentences = [s for s in flat[i : i + len(d)] if s]
-            i += len(d)
-            if len(sentences) >= 2:
-                docs.append(sentences)
+        docs = tokenize_documents(tok, texts)
         os.makedirs(cache_dir, exist_ok=True)
         with open(path + ".tmp", "wb") as f:
             pickle.dump(docs, f)

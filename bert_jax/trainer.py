@@ -13,6 +13,7 @@ The paper's two-phase schedule (90% of steps at sequence 128, then 512) is
 from __future__ import annotations
 
 import dataclasses
+import os
 import signal
 import sys
 import time
@@ -203,6 +204,8 @@ def unigram_baseline(
 
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
     """Trains (or resumes) to `config.num_train_steps`; returns the final eval metrics."""
+    if "://" not in workdir:  # orbax wants absolute paths; gs:// and the like stay as they are
+        workdir = os.path.abspath(workdir)
     check_vocab(config)
     mesh = sharding.make_mesh(tuple(config.mesh_shape))
     setup = train.Setup(config, mesh)

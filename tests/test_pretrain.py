@@ -173,3 +173,11 @@ def test_sigterm_saves_then_exits_and_sigkill_mid_save_leaves_a_restorable_check
     saved = int(rest.split("preempted: saved step ")[1].split()[0])
     assert saved > finished[-1]
     assert (ckpts / str(saved)).is_dir()
+
+
+def test_relative_workdir(tmp_path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    final = trainer.train_and_evaluate(tiny_config(num_train_steps=2, eval_every_steps=2), "runs/x")
+    assert final["mlm_accuracy"] >= 0
+    assert (tmp_path / "runs" / "x" / "best" / "2").is_dir()
+    assert (tmp_path / "runs" / "x" / "checkpoints" / "2").is_dir()

@@ -38,17 +38,11 @@ def main(argv: list[str]) -> None:
     import tensorflow as tf
     from tqdm import tqdm
 
-    from bert_jax import corpora, pretraining_data, tfrecords, tokenization
+    from bert_jax import corpora, input_pipeline, pretraining_data, tfrecords, tokenization
 
     tok = tokenization.load_tokenizer(FLAGS.vocab_file, FLAGS.do_lower_case)
     texts = [d for pattern in FLAGS.input_file.split(",") for d in corpora.load_documents("text", pattern)]
-    flat = tok.tokenize([s for d in texts for s in d])
-    docs, i = [], 0
-    for d in texts:
-        sentences = [s for s in flat[i : i + len(d)] if s]
-        i += len(d)
-        if len(sentences) >= 2:
-            docs.append(sentences)
+    docs = input_pipeline.tokenize_documents(tok, texts)
     masking = pretraining_data.MaskingConfig(
         masked_lm_prob=FLAGS.masked_lm_prob,
         max_predictions_per_seq=FLAGS.max_predictions_per_seq,
