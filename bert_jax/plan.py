@@ -46,7 +46,8 @@ class PlanReport:
     fits: bool
     flops_per_step: float  # the whole step, all chips together
     flops_source: str
-    xla_cost_analysis_flops: float  # as XLA reports it, all chips together
+    # The TPU compiler's own figure x devices: a scanned layer body is counted once.
+    xla_cost_analysis_flops: float
     mfu_assumed: float
     est_step_time_s: float
     est_tokens_per_sec: float
@@ -159,20 +160,8 @@ def plan(config: ml_collections.ConfigDict, topology_name: str, mfu_assumed: flo
         output_bytes, temp_bytes = 0, oom_temp_bytes
         peak_bytes = argument_bytes + temp_bytes
         param_shardings = setup.state_shardings.params
-    model_cfg = setup.model_config
-    if model_cfg.scan_layers or compiled is None:
-        # XLA's cost analysis counts a while-loop body once, not once per layer: use the
-        # analytic count of the same step's matmul FLOPs instead.
-        flops_per_step = train.model_flops_per_step(
-            model_cfg,
-            int(config.global_batch_size),
-            int(config.max_seq_length),
-            int(config.max_predictions_per_seq),
-            setup.nsp,
-        )
-        flops_source = "analytic (layers scanned or not compiled: XLA counts loops once)"
-    else:
-        flops_per_step, flops_source = xla_flops, "xla cost_analysis"
+    flops_per_step = step_flops(config)
+    flops_source = "xla cost_analysis of the same step (layers unrolled, one device)"
     hbm_per_device = topo.generation.hbm_bytes // devices_per_chip
     chip_flops = topo.generation.peak_bf16_flops
     step_time = flops_per_step / (chips_used * chip_flops * mfu_assumed)
@@ -208,6 +197,33 @@ def plan(config: ml_collections.ConfigDict, topology_name: str, mfu_assumed: flo
         compile_time_s=compile_time,
         param_shardings=specs,
     )
+
+
+def step_flops(config: ml_collections.ConfigDict) -> float:
+    """FLOPs of one whole train step (all chips together), from XLA's cost analysis.
+
+    The step is lowered — not compiled — for one CPU device with the layers unrolled:
+    XLA's analysis of a compiled scan counts the loop body once, not once per layer, and
+    the TPU compiler's own figure is per chip after partitioning. Lowering takes seconds.
+    """
+    from bert_jax import train
+
+    config = config.copy_and_resolve_references()
+    with config.unlocked():
+        config.model.scan_layers = False
+        config.mesh_shape = (1, 1, 1)
+    mesh = sharding.make_mesh((1, 1, 1), jax.devices("cpu")[:1])
+    setup = train.Setup(config, mesh)
+    batch = setup.abstract_batch(
+        int(config.global_batch_size),
+        int(config.max_seq_length),
+        int(config.max_predictions_per_seq),
+    )
+    with jax.set_mesh(mesh):
+        cost = setup.train_step.lower(setup.abstract_state, batch).cost_analysis()
+    if isinstance(cost, list):
+        cost = cost[0]
+    return float(cost["flops"])
 
 
 def _human_bytes(n: float) -> str:
