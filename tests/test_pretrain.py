@@ -181,3 +181,20 @@ def test_relative_workdir(tmp_path, monkeypatch) -> None:
     assert final["mlm_accuracy"] >= 0
     assert (tmp_path / "runs" / "x" / "best" / "2").is_dir()
     assert (tmp_path / "runs" / "x" / "checkpoints" / "2").is_dir()
+
+
+def test_two_phase_schedule_switches_sequence_length_and_resumes(tmp_path) -> None:
+    c = tiny_config(
+        num_train_steps=4,
+        phase2_fraction=0.5,
+        phase2_max_seq_length=64,
+        phase2_max_predictions_per_seq=8,
+        eval_every_steps=0,
+        stop_after_step=3,
+    )
+    trainer.train_and_evaluate(c, str(tmp_path))
+    c.stop_after_step = 0
+    final = trainer.train_and_evaluate(c, str(tmp_path))  # resumes inside phase 2
+    seq = {step: row["max_seq_length"] for step, row in rows(tmp_path).items()}
+    assert seq == {1: 32, 2: 32, 3: 64, 4: 64}
+    assert final["num_predictions"] > 0
