@@ -57,6 +57,8 @@ class BertConfig:
     # Scan over layers (one compiled layer body, stacked [L, ...] parameters): much faster
     # compilation for deep models; `modeling.unstack_layers` converts to per-layer names.
     scan_layers: bool = False
+    # Left-to-right (causal) attention: the paper's "LTR & No NSP" ablation (Table 5).
+    causal_attention: bool = False
 
     def __post_init__(self) -> None:
         if self.hidden_size % self.num_attention_heads:

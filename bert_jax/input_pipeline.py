@@ -53,6 +53,7 @@ def default_config() -> ml_collections.ConfigDict:
     c.mask_token_prob = 0.8
     c.random_token_prob = 0.1
     c.whole_word_masking = False
+    c.objective = "mlm"  # "ltr": left-to-right LM (set model.causal_attention=True, nsp=False)
     c.dynamic_masking = True
     c.dupe_factor = 10  # versions of the data when dynamic_masking is False
     c.short_seq_prob = 0.1
@@ -157,6 +158,7 @@ class _Stream:
             mask_token_prob=c.mask_token_prob,
             random_token_prob=c.random_token_prob,
             whole_word_masking=c.whole_word_masking,
+            objective=c.get("objective", "mlm"),
         )
         self._epochs: dict[int, list[pretraining_data.Instance]] = {}
 

@@ -324,9 +324,11 @@ class BertModel(nn.Module):
             position_ids = jnp.broadcast_to(jnp.arange(input_ids.shape[-1]), input_ids.shape)
         x = self.embeddings(input_ids, segment_ids, position_ids, deterministic)
         # Additive mask, float32: 0 where attended, a large negative at padding.
-        attention_bias = jnp.where(input_mask[:, None, None, :] > 0, 0.0, jnp.finfo(jnp.float32).min).astype(
-            jnp.float32
-        )
+        visible = input_mask[:, None, None, :] > 0  # [B, 1, 1, S]
+        if self.config.causal_attention:  # position i sees positions <= i only
+            s = input_ids.shape[-1]
+            visible = visible & (jnp.arange(s)[None, :] <= jnp.arange(s)[:, None])
+        attention_bias = jnp.where(visible, 0.0, jnp.finfo(jnp.float32).min).astype(jnp.float32)
         sequence_output, hidden_states = self.encoder(x, attention_bias, deterministic, output_hidden_states)
         pooled = self.pooler(sequence_output) if self.add_pooler else None
         return sequence_output, pooled, hidden_states

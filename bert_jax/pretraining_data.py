@@ -38,8 +38,12 @@ class MaskingConfig:
     mask_token_prob: float = 0.8
     random_token_prob: float = 0.1  # the rest (0.1) keeps the original token
     whole_word_masking: bool = False
+    # "mlm", or "ltr": no masking, position i predicts token i + 1 (with a causal model).
+    objective: str = "mlm"
 
     def __post_init__(self) -> None:
+        if self.objective not in ("mlm", "ltr"):
+            raise ValueError(f"objective {self.objective!r}: mlm or ltr")
         if self.mask_token_prob + self.random_token_prob > 1 + 1e-9:
             raise ValueError("mask_token_prob + random_token_prob must be at most 1")
 
@@ -197,9 +201,15 @@ def to_features(
     is_continuation: np.ndarray | None = None,
 ) -> dict[str, np.ndarray]:
     """One instance → the original feature dict (padded), with fresh masks from `rng`."""
-    masked, positions, labels = mask_tokens(
-        instance.tokens, rng, masking, special, vocab_size, is_continuation
-    )
+    if masking.objective == "ltr":
+        # Left-to-right LM: the hidden state at i (seeing tokens <= i) predicts token i + 1.
+        k = min(masking.max_predictions_per_seq, len(instance.tokens) - 1)
+        masked, positions = instance.tokens, np.arange(k, dtype=np.int32)
+        labels = instance.tokens[1 : k + 1]
+    else:
+        masked, positions, labels = mask_tokens(
+            instance.tokens, rng, masking, special, vocab_size, is_continuation
+        )
     n, p = len(masked), masking.max_predictions_per_seq
     out = {
         "input_ids": np.full(max_seq_length, special.pad, np.int32),

@@ -99,6 +99,11 @@ def data_iterator(
 
 def check_vocab(config: ml_collections.ConfigDict) -> None:
     """A model whose embedding table is smaller than the vocabulary would index past it."""
+    if config.data.get("objective", "mlm") == "ltr" and not config.model.causal_attention:
+        raise ValueError(
+            "config.data.objective='ltr' needs --config.model.causal_attention=True "
+            "(a bidirectional model would see the tokens it predicts)"
+        )
     if config.data.source == "synthetic":
         return
     from bert_jax import input_pipeline

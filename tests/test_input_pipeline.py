@@ -198,3 +198,17 @@ def test_bad_input_gives_clear_errors(tmp_path) -> None:
 def test_vocab_size_is_checked_against_the_model(wiki_config) -> None:
     assert input_pipeline.vocab_size_of(wiki_config) == 30522
     assert tokenization.load_tokenizer().vocab_size == 30522
+
+
+def test_ltr_objective_predicts_the_next_token() -> None:
+    rng = np.random.default_rng(4)
+    docs = random_docs(rng, 20)
+    instances = pretraining_data.create_instances(docs, 64, 0.0, rng, SPECIAL, nsp=False)
+    cfg = pretraining_data.MaskingConfig(max_predictions_per_seq=64, objective="ltr")
+    inst = instances[0]
+    f = pretraining_data.to_features(inst, rng, 64, cfg, SPECIAL, VOCAB)
+    n = len(inst.tokens)
+    assert (f["input_ids"][:n] == inst.tokens).all()  # nothing masked
+    assert (f["masked_lm_positions"][: n - 1] == np.arange(n - 1)).all()
+    assert (f["masked_lm_ids"][: n - 1] == inst.tokens[1:]).all()
+    assert f["masked_lm_weights"].sum() == n - 1

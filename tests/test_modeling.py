@@ -75,3 +75,27 @@ def test_bad_config_names_the_key() -> None:
         BertConfig.from_dict({"hidden_sise": 10})
     with pytest.raises(ValueError, match="divisible"):
         BertConfig(hidden_size=100, num_attention_heads=3)
+
+
+def test_causal_attention_ignores_later_tokens() -> None:
+    config = MODEL_PRESETS["tiny"].replace(causal_attention=True)
+    model = BertModel(config)
+    a = jnp.array([[5, 6, 7, 8, 9]])
+    b = jnp.array([[5, 6, 7, 20, 30]])
+    params = model.init(jax.random.key(0), a)
+    out_a, _, _ = model.apply(params, a)
+    out_b, _, _ = model.apply(params, b)
+    assert jnp.max(jnp.abs(out_a[:, :3] - out_b[:, :3])) < 1e-6  # prefix unaffected
+    assert jnp.max(jnp.abs(out_a[:, 3:] - out_b[:, 3:])) > 1e-3
+    bidirectional, _, _ = BertModel(MODEL_PRESETS["tiny"]).apply(params, b)
+    assert jnp.max(jnp.abs(bidirectional[:, :3] - out_a[:, :3])) > 1e-3
+
+
+def test_ltr_data_needs_a_causal_model() -> None:
+    from bert_jax import trainer
+    from configs import pretrain
+
+    c = pretrain.get_config("tiny")
+    c.data.objective = "ltr"
+    with pytest.raises(ValueError, match="causal_attention=True"):
+        trainer.check_vocab(c)
