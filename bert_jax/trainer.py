@@ -321,8 +321,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
                 f"unigram baseline (always the most frequent masked token, id "
                 f"{final['unigram_baseline_token']}): {final['unigram_baseline_accuracy']:.4f}"
             )
+        if setup.nsp:  # without NSP its head is untrained and its accuracy meaningless
+            lines.append(f"held-out NSP accuracy: {final['nsp_accuracy']:.4f}")
         lines += [
-            f"held-out NSP accuracy: {final['nsp_accuracy']:.4f}",
             f"checkpoints: {workdir}/checkpoints (best: {workdir}/best)",
             f"TensorBoard: tensorboard --logdir {workdir}/tensorboard",
             f"metrics: {workdir}/metrics.jsonl",
