@@ -60,9 +60,34 @@ class _PairEncoder:
     """`encode_pairs` on top of a subclass's `tokenize` and `special` ids."""
 
     special: SpecialIds
+    vocab: list[str]
+
+    @property
+    def pad_id(self) -> int:
+        return self.special.pad
+
+    @property
+    def unk_id(self) -> int:
+        return self.special.unk
+
+    @property
+    def cls_id(self) -> int:
+        return self.special.cls
+
+    @property
+    def sep_id(self) -> int:
+        return self.special.sep
+
+    @property
+    def mask_id(self) -> int:
+        return self.special.mask
 
     def tokenize(self, texts: list[str]) -> list[list[int]]:
         raise NotImplementedError
+
+    def tokenize_to_pieces(self, texts: list[str]) -> list[list[str]]:
+        """The pieces (vocab strings) of each text: for reading what the ids mean."""
+        return [[self.vocab[i] for i in ids] for ids in self.tokenize(texts)]
 
     def encode_pairs(
         self, texts_a: list[str], texts_b: list[str] | None, max_seq_length: int

@@ -65,7 +65,9 @@ def test_special_ids_come_from_the_vocab(tmp_path) -> None:
         1,
         3,
     )
+    assert (tok.pad_id, tok.unk_id, tok.cls_id, tok.sep_id, tok.mask_id) == (2, 0, 4, 1, 3)
     assert tok.tokenize(["Hellos"]) == [[5, 6]]
+    assert tok.tokenize_to_pieces(["Hellos world"]) == [["hello", "##s", "[UNK]"]]
     enc = tok.encode_pairs(["hello"], ["hello hello"], max_seq_length=8)
     assert enc["input_ids"].tolist() == [[4, 5, 1, 5, 5, 1, 2, 2]]
     assert enc["segment_ids"].tolist() == [[0, 0, 0, 1, 1, 1, 0, 0]]
