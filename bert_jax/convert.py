@@ -23,6 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+from absl import logging
 
 from bert_jax.config import SHAPE_KEYS, BertConfig
 
@@ -249,6 +250,19 @@ def flatten(params: Params, prefix: tuple[str, ...] = ()) -> dict[tuple[str, ...
     return out
 
 
+def canonical(params: Params, config: BertConfig) -> Params:
+    """Per-layer (unscanned) numpy params: the one layout every saver writes.
+
+    A model trained with ``scan_layers=True`` holds ``encoder/layers/layer/...`` with a
+    leading [L] axis; checkpoints on disk always use ``encoder/layer_i`` names so that a
+    scanned and an unscanned run share them.
+    """
+    from bert_jax.modeling import unstack_layers
+
+    params = unstack_layers(params, config.num_hidden_layers)
+    return _nest({p: np.asarray(v) for p, v in flatten(params).items()})
+
+
 def validate(params: Params, config: BertConfig, source: str) -> None:
     """Every expected tensor present with the expected shape, nothing else."""
     flat = flatten(params)
@@ -293,6 +307,23 @@ def _check_expected(config: BertConfig, expected: BertConfig | None, source: str
 # ------------------------------------------------------------------ Hugging Face
 
 
+def _relayout(
+    fn: Callable[[np.ndarray], np.ndarray],
+    value: np.ndarray,
+    name: str,
+    source: str,
+    config: BertConfig,
+) -> np.ndarray:
+    """One tensor into bert_jax layout; a reshape that cannot fit names the tensor."""
+    try:
+        return fn(value)
+    except ValueError as e:
+        raise ValueError(
+            f"{source}: tensor {name} has shape {value.shape}, which does not fit the "
+            f"model config ({_describe(config)})"
+        ) from e
+
+
 def from_hf_state_dict(
     state: dict[str, np.ndarray], config: BertConfig, source: str = "state dict"
 ) -> Params:
@@ -314,13 +345,7 @@ def from_hf_state_dict(
         if found is None:
             continue  # reported as missing by `validate`
         used.add(found)
-        try:
-            flat[entry.path] = entry.to_jax_hf(state[found])
-        except ValueError as e:
-            raise ValueError(
-                f"{source}: tensor {found} has shape {state[found].shape}, which "
-                f"does not fit the model config ({_describe(config)})"
-            ) from e
+        flat[entry.path] = _relayout(entry.to_jax_hf, state[found], found, source, config)
     # Tied or bookkeeping tensors that carry no parameters of their own.
     ignorable = (
         "cls.predictions.decoder.weight",
@@ -340,6 +365,13 @@ def from_hf_state_dict(
 
 
 def to_hf_state_dict(params: Params, config: BertConfig) -> dict[str, np.ndarray]:
+    """Params → a `transformers` BertForPreTraining (or BertModel, without heads) state dict.
+
+    The tied decoder weight (and its bias alias) are written too: `from_pretrained`
+    then reports no missing keys, and the tie makes them the same tensors again.
+    """
+    params = canonical(params, config)
+    validate(params, config, "params to export")
     heads = "mlm" in params
     flat = flatten(params)
     out = {}
@@ -450,7 +482,8 @@ def load_tf(path: str, expected: BertConfig | None = None) -> tuple[Params, Bert
     flat, used = {}, set()
     for entry in _name_table(config, heads):
         if entry.tf in names:
-            flat[entry.path] = entry.to_jax_tf(np.asarray(reader.get_tensor(entry.tf), np.float32))
+            value = np.asarray(reader.get_tensor(entry.tf), np.float32)
+            flat[entry.path] = _relayout(entry.to_jax_tf, value, entry.tf, prefix, config)
             used.add(entry.tf)
     skip = ("global_step", "adam_", "/Adam", "bad_steps", "good_steps", "loss_scale")
     extra = sorted(n for n in names - used if not any(s in n for s in skip))
@@ -465,6 +498,8 @@ def save_tf(prefix: str, params: Params, config: BertConfig) -> None:
     """Writes the original release's variable names (tf.compat.v1 Saver), bert_config.json beside."""
     import tensorflow as tf
 
+    params = canonical(params, config)
+    validate(params, config, "params to export")
     heads = "mlm" in params
     flat = flatten(params)
     os.makedirs(os.path.dirname(os.path.abspath(prefix)), exist_ok=True)
@@ -488,6 +523,8 @@ def save_tf(prefix: str, params: Params, config: BertConfig) -> None:
 def save_bert_jax(folder: str, params: Params, config: BertConfig) -> None:
     import orbax.checkpoint as ocp
 
+    params = canonical(params, config)
+    validate(params, config, "params to export")
     folder = os.path.abspath(folder)
     os.makedirs(folder, exist_ok=True)
     with open(os.path.join(folder, "bert_config.json"), "w") as f:
@@ -497,30 +534,60 @@ def save_bert_jax(folder: str, params: Params, config: BertConfig) -> None:
     checkpointer.wait_until_finished()
 
 
+def _restore_workdir_params(workdir: str) -> Params:
+    """Only the ``params`` of the latest train state in ``workdir/checkpoints/<step>/``.
+
+    A partial restore: the optimizer state (twice the size of the params for Adam) is
+    never read.
+    """
+    import jax
+    import orbax.checkpoint as ocp
+
+    manager = ocp.CheckpointManager(
+        os.path.join(workdir, "checkpoints"), item_handlers=ocp.PyTreeCheckpointHandler()
+    )
+    try:
+        step = manager.latest_step()
+        if step is None:
+            raise ValueError(f"{workdir}: no params/ and no checkpoints/<step>/ in it")
+        metadata = manager.item_metadata(step)
+        tree = getattr(metadata, "tree", metadata)
+        if not isinstance(tree, dict) or "params" not in tree:
+            raise ValueError(f"{workdir}/checkpoints/{step} holds no train state with params")
+        target = {"params": jax.tree.map(lambda m: np.zeros(m.shape, m.dtype), tree["params"])}
+        restore_args = jax.tree.map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray), target)
+        restored = manager.restore(
+            step,
+            args=ocp.args.PyTreeRestore(item=target, restore_args=restore_args, partial_restore=True),
+        )
+    finally:
+        manager.close()
+    params = restored["params"]
+    # A fine-tuning workdir holds `bert` plus a task head: the encoder is what converts.
+    if "mlm" not in params:
+        dropped = sorted(k for k in params if k != "bert")
+        if dropped:
+            logging.warning("%s: keeping the encoder, not converting %s", workdir, dropped)
+        params = {"bert": params["bert"]} if "bert" in params else params
+    return params
+
+
 def load_bert_jax(path: str, expected: BertConfig | None = None) -> tuple[Params, BertConfig]:
     """A bert_jax export folder, or a pre-training workdir (its latest checkpoint)."""
     import orbax.checkpoint as ocp
-
-    from bert_jax.modeling import unstack_layers
 
     path = os.path.abspath(path)
     config = _read_config(os.path.join(path, "bert_config.json"), path)
     _check_expected(config, expected, path)
     if os.path.isdir(os.path.join(path, "params")):
-        params = ocp.StandardCheckpointer().restore(os.path.join(path, "params"))
+        try:
+            params = ocp.StandardCheckpointer().restore(os.path.join(path, "params"))
+        except Exception as e:
+            raise ValueError(f"{path}/params is not a readable orbax checkpoint: {e}") from e
     else:
-        manager = ocp.CheckpointManager(
-            os.path.join(path, "checkpoints"), item_handlers=ocp.StandardCheckpointHandler()
-        )
-        step = manager.latest_step()
-        if step is None:
-            raise FileNotFoundError(f"{path}: no params/ and no checkpoints/<step>/")
-        params = manager.restore(step)["params"]
-        manager.close()
-    params = unstack_layers(params, config.num_hidden_layers)
-    params = {k: v for k, v in params.items() if k in ("bert", "mlm", "nsp")}
-    params = _nest({p: np.asarray(v) for p, v in flatten(params).items()})
+        params = _restore_workdir_params(path)
     config = config.replace(scan_layers=False)
+    params = canonical(params, config)
     validate(params, config, path)
     return params, config
 

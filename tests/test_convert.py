@@ -30,6 +30,8 @@ SENTENCES = [
     "Naïve café owners in Zürich serve crème brûlée.",
     "The match ended 2-1 after extra time.",
     "Photosynthesis converts light energy into chemical energy.",
+    "The committee will publish its final report next spring.",
+    "Mount Everest is the highest mountain above sea level.",
 ]
 PAIRS = [
     ("How old is the universe?", "About 13.8 billion years, according to current measurements."),
@@ -38,6 +40,8 @@ PAIRS = [
     ("Is it raining?", "No."),
     ("Tokyo is the capital of Japan.", "It has more than thirteen million inhabitants."),
     ("Translate this sentence.", "Übersetzen Sie diesen Satz bitte sofort."),
+    ("What does the heart do?", "It pumps blood through the body."),
+    ("The film was released in 1999.", "Critics praised its visual effects and soundtrack."),
 ]
 
 
@@ -185,6 +189,49 @@ def test_convert_command(hf_pretraining, tmp_path) -> None:
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert convert.detect_format(str(tmp_path / "tf")) == "tf"
+    converted, config = convert.load_checkpoint(str(tmp_path / "tf"))
+    original, _ = convert.load_checkpoint(str(folder))
+    a, b = convert.flatten(original), convert.flatten(converted)
+    assert a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
+    assert config.hidden_size == SMALL["hidden_size"]
+
+
+def test_pretraining_workdir_with_scanned_layers_converts(hf_pretraining, tmp_path) -> None:
+    """A `pretrain` workdir (TrainState in checkpoints/<step>/, stacked layers) → HF."""
+    import jax
+    import optax
+
+    from bert_jax import checkpointing
+    from bert_jax.modeling import stack_layers
+    from bert_jax.train import TrainState
+
+    _, folder, batch, mlm_ref, nsp_ref = hf_pretraining
+    params, config = convert.load_checkpoint(str(folder))
+    scanned_config = config.replace(scan_layers=True)
+    stacked = jax.tree.map(jnp.asarray, stack_layers(params, config.num_hidden_layers))
+    tx = optax.adamw(1e-3)
+    workdir = str(tmp_path / "workdir")
+    checkpointing.check_model_config(workdir, scanned_config)
+    ckpt = checkpointing.Checkpointer(workdir, async_save=False)
+    for step in (3, 7):  # the latest step is the one converted
+        scale = 1.0 if step == 7 else 0.5
+        state = TrainState(
+            step=jnp.asarray(step),
+            params=jax.tree.map(lambda x, s=scale: x * s, stacked),
+            opt_state=tx.init(stacked),
+            rng=jax.random.key_data(jax.random.key(0)),
+        )
+        ckpt.save(step, state, force=True)
+    ckpt.close()
+    loaded, loaded_config = convert.load_checkpoint(workdir)
+    assert not loaded_config.scan_layers and "layer_1" in loaded["bert"]["encoder"]
+    mlm, nsp = _ours(loaded, loaded_config, batch)
+    assert np.max(np.abs(mlm - mlm_ref)) <= 1e-4 and np.max(np.abs(nsp - nsp_ref)) <= 1e-4
+    # Stacked params in memory export as well (the scanned model's own tree).
+    convert.save_checkpoint(str(tmp_path / "hf"), stacked, scanned_config, "hf")
+    back, _ = convert.load_checkpoint(str(tmp_path / "hf"))
+    a, b = convert.flatten(params), convert.flatten(back)
+    assert a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
 
 
 def test_wrong_checkpoints_fail_naming_the_problem(hf_pretraining, tmp_path) -> None:
@@ -209,3 +256,44 @@ def test_wrong_checkpoints_fail_naming_the_problem(hf_pretraining, tmp_path) -> 
     (junk / "model.safetensors").write_bytes(b"garbage")
     with pytest.raises(ValueError, match="not a readable safetensors file"):
         convert.load_checkpoint(str(junk))
+    random_file = tmp_path / "random.bin"
+    random_file.write_bytes(np.random.default_rng(0).bytes(4096))
+    with pytest.raises(ValueError, match=r"random\.bin is not a checkpoint"):
+        convert.load_checkpoint(str(random_file))
+
+
+def test_wrong_tf_checkpoints_fail_naming_the_problem(hf_pretraining, tmp_path) -> None:
+    import tensorflow as tf
+
+    _, folder, _, _, _ = hf_pretraining
+    params, config = convert.load_checkpoint(str(folder))
+    other = BertConfig.from_dict({**SMALL, "hidden_size": 128})
+    convert.save_checkpoint(str(tmp_path / "tf"), params, config, "tf")
+    with pytest.raises(ValueError, match=r"hidden_size=64 \(expected 128\)"):
+        convert.load_checkpoint(str(tmp_path / "tf"), expected=other)
+    # A checkpoint whose config claims another size than its tensors have.
+    (tmp_path / "tf" / "bert_config.json").write_text(
+        '{"vocab_size": 300, "hidden_size": 128, "num_hidden_layers": 2, '
+        '"num_attention_heads": 4, "intermediate_size": 128, "max_position_embeddings": 64}'
+    )
+    with pytest.raises(ValueError, match=r"query/kernel has shape \(64, 64\), which does not fit"):
+        convert.load_checkpoint(str(tmp_path / "tf"))
+    # A checkpoint lacking one variable.
+    graph = tf.Graph()
+    with graph.as_default():
+        reader = tf.train.load_checkpoint(str(tmp_path / "tf" / "bert_model.ckpt"))
+        variables = [
+            tf.compat.v1.Variable(reader.get_tensor(name), name=name)
+            for name in reader.get_variable_to_shape_map()
+            if name != "bert/pooler/dense/kernel"
+        ]
+        saver = tf.compat.v1.train.Saver(variables)
+        with tf.compat.v1.Session(graph=graph) as sess:
+            sess.run(tf.compat.v1.global_variables_initializer())
+            saver.save(sess, str(tmp_path / "partial" / "bert_model.ckpt"), write_meta_graph=False)
+    convert.save_checkpoint(str(tmp_path / "unused"), params, config, "tf")
+    (tmp_path / "partial" / "bert_config.json").write_text(
+        (tmp_path / "unused" / "bert_config.json").read_text()
+    )
+    with pytest.raises(ValueError, match="missing tensors: bert/pooler/dense/kernel"):
+        convert.load_checkpoint(str(tmp_path / "partial"))
