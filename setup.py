@@ -38,6 +38,8 @@ EXTRAS = {
         # The TPU compiler, for the `plan` tests (AOT compilation for TPU topologies).
         "libtpu==0.0.42.*",
         "scipy>=1.11",
+        # GLUE metric references (matthews_corrcoef, f1_score) in tests/test_metrics.py.
+        "scikit-learn>=1.3",
         "ruff>=0.6",
     ],
     # Ahead-of-time compilation for TPU topologies (bert-jax plan) and TPU VMs.

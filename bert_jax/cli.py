@@ -19,7 +19,14 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "Convert checkpoints: Hugging Face / original TF / bert_jax.",
     ),
     "pretrain": ("bert_jax.commands.pretrain", "Pre-train BERT (MLM + NSP); rerun to resume."),
-    "finetune": ("bert_jax.commands.finetune", "Fine-tune on a task (GLUE TSVs, BBC News topics)."),
+    "finetune": (
+        "bert_jax.commands.finetune",
+        "Fine-tune on a task (GLUE, SQuAD, CoNLL-2003 NER, SWAG, BBC News); --sweep for the grid.",
+    ),
+    "eval-squad": (
+        "bert_jax.commands.eval_squad",
+        "SQuAD v1.1/v2.0 EM/F1 of a predictions file (the official scripts' JSON).",
+    ),
     "plan": ("bert_jax.commands.plan", "Compile the train step for a TPU topology; memory/time."),
     "create-data": (
         "bert_jax.commands.create_data",

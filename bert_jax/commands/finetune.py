@@ -1,4 +1,9 @@
-"""`bert-jax finetune --config=configs/finetune.py:TASK --workdir=DIR [--config.k=v]`."""
+"""`bert-jax finetune --config=configs/glue.py:sst2 --workdir=DIR [--config.k=v] [--sweep]`.
+
+Configs: configs/{glue,squad,ner,swag,bbc}.py (or configs/finetune.py:TASK for any task).
+With --sweep, runs the grid of `config.sweep` (batch sizes x learning rates x epochs x
+seeds) into DIR/bs<B>_lr<LR>_ep<E>_seed<S>/ and writes DIR/sweep_table.md.
+"""
 
 from __future__ import annotations
 
@@ -10,9 +15,10 @@ FLAGS = flags.FLAGS
 
 def define_flags() -> None:
     config_flags.DEFINE_config_file(
-        "config", None, "Fine-tuning config, e.g. configs/finetune.py:bbc.", lock_config=True
+        "config", None, "Fine-tuning config, e.g. configs/glue.py:sst2 or configs/bbc.py.", lock_config=True
     )
-    flags.DEFINE_string("workdir", None, "Metrics (metrics.jsonl) and results.json.")
+    flags.DEFINE_string("workdir", None, "Metrics, predictions and results.json go here.")
+    flags.DEFINE_bool("sweep", False, "Run the config's hyper-parameter grid (several seeds per point).")
     flags.mark_flags_as_required(["config", "workdir"])
 
 
@@ -20,9 +26,16 @@ def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise SystemExit(f"unexpected arguments: {argv[1:]}")
     logging.set_verbosity(logging.WARNING)
+    import os
+
     from bert_jax import finetune
 
-    best = finetune.finetune(FLAGS.config, FLAGS.workdir)
+    workdir = os.path.abspath(FLAGS.workdir)
+    if FLAGS.sweep:
+        best = finetune.sweep(FLAGS.config, workdir)
+        print(f"best run: {best['dir']}  dev {best['metric']} {best['score']:.4f}")
+        return
+    best = finetune.finetune(FLAGS.config, workdir)
     print(
         "best dev: "
         + ", ".join(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}" for k, v in best.items())

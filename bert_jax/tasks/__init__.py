@@ -1,42 +1,124 @@
-"""Fine-tuning tasks: each reads its data into `Example`s and names its metrics.
+"""Fine-tuning tasks: each turns its data into model-ready arrays and scores predictions.
 
-A task is a `TaskSpec`: labels (empty for regression), a reader per split, and a metric
-function; `finetune.py` runs the same loop for all of them.
+A task is a `Task`: which head to put on the encoder, how to read a split into `Split`
+arrays (``input_ids``/``input_mask``/``segment_ids`` plus its targets), its loss on the
+head's outputs, and how to score (and write) the outputs of a split. `finetune.py` runs
+one loop for all of them. Sentence(-pair) classification tasks (GLUE, BBC News) are
+described more compactly by a `TaskSpec` (a reader of `Example`s and a metric function)
+and wrapped by `tasks.classification.ClassificationTask`.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
+
+MODEL_INPUTS = ("input_ids", "input_mask", "segment_ids")
 
 
 @dataclasses.dataclass(frozen=True)
 class Example:
+    """One sentence or sentence pair with its label (None on unlabelled test sets)."""
+
     text_a: str
     text_b: str | None
-    label: int | float | None  # None on unlabelled test sets
+    label: int | float | None
     guid: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
 class TaskSpec:
+    """A sentence(-pair) classification or regression task (``labels == ()``)."""
+
     name: str
     labels: tuple[str, ...]  # () = regression
     read: Callable[[str, str], list[Example]]  # (data_dir, split) -> examples
     metrics: Callable[[np.ndarray, np.ndarray], dict[str, float]]
     main_metric: str
+    eval_splits: tuple[str, ...] = ("dev",)
+    # split name -> GLUE submission file name (e.g. {"test_matched": "MNLI-m.tsv"})
+    test_files: dict[str, str] = dataclasses.field(default_factory=dict)
 
     @property
     def num_labels(self) -> int:
         return len(self.labels) or 1
 
 
-def get_task(name: str) -> TaskSpec:
-    from bert_jax.tasks import bbc, glue
+@dataclasses.dataclass
+class Split:
+    """Model-ready rows of one split and what scoring needs to map them back.
 
-    registry = {**glue.TASKS, "bbc": bbc.TASK}
+    `arrays` hold `MODEL_INPUTS` and, when labelled, the task's targets; every array has
+    one row per model input (a SQuAD window, an NER sentence, a SWAG question). `meta` is
+    task-specific (SQuAD: examples and window maps; GLUE: ids for submission files).
+    """
+
+    name: str
+    arrays: dict[str, np.ndarray]
+    meta: Any = None
+
+    def __len__(self) -> int:
+        return len(self.arrays["input_ids"])
+
+
+class Task:
+    """Interface of a fine-tuning task (see the module docstring)."""
+
+    name: str = ""
+    main_metric: str = ""
+    eval_splits: tuple[str, ...] = ("dev",)
+    test_splits: tuple[str, ...] = ()
+
+    def model(self, bert_config: Any) -> Any:
+        """The flax module (a head of `bert_jax.heads`) with the encoder under ``bert``."""
+        raise NotImplementedError
+
+    def load(self, config: Any, tokenizer: Any, split: str) -> Split:
+        raise NotImplementedError
+
+    def loss(self, outputs: Any, batch: dict[str, Any]) -> Any:
+        """Mean loss of a batch (traced inside the jitted train step)."""
+        raise NotImplementedError
+
+    def evaluate(self, outputs: Any, split: Split, out_dir: str) -> dict[str, float]:
+        """Metrics of a labelled split from the head's outputs (numpy, one row per row of
+        `split`); may write prediction files into `out_dir`."""
+        raise NotImplementedError
+
+    def write_test(self, outputs: Any, split: Split, out_dir: str) -> str:
+        """Writes the predictions of an unlabelled split; returns the file's path."""
+        raise NotImplementedError(f"task {self.name} writes no test predictions")
+
+
+def subset(items: list[Any], config: Any, split: str) -> list[Any]:
+    """A smaller split for quick runs: ``max_train_examples`` drawn at random (by
+    ``config.seed``) from train, the first ``max_eval_examples`` of any other split."""
+    if split == "train":
+        n = int(config.get("max_train_examples", 0) or 0)
+        if n and n < len(items):
+            order = np.random.default_rng(int(config.get("seed", 0))).permutation(len(items))[:n]
+            return [items[i] for i in sorted(order)]
+        return items
+    n = int(config.get("max_eval_examples", 0) or 0)
+    return items[:n] if n else items
+
+
+def get_task(name: str) -> Task:
+    """The task called `name` (GLUE names as in TFDS: cola, sst2, mrpc, ...; bbc; squad1.1,
+    squad2.0; conll2003; swag)."""
+    from bert_jax.tasks import bbc, classification, glue, ner, squad, swag
+
+    registry: dict[str, Callable[[], Task]] = {
+        **{n: (lambda s=s: classification.ClassificationTask(s)) for n, s in glue.TASKS.items()},
+        "bbc": lambda: classification.ClassificationTask(bbc.TASK),
+        "squad1.1": lambda: squad.SquadTask(version_2=False),
+        "squad2.0": lambda: squad.SquadTask(version_2=True),
+        "conll2003": ner.NerTask,
+        "swag": swag.SwagTask,
+    }
     if name not in registry:
         raise ValueError(f"unknown task {name!r}; known: {', '.join(sorted(registry))}")
-    return registry[name]
+    return registry[name]()

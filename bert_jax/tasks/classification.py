@@ -1,0 +1,64 @@
+"""Sentence(-pair) classification and regression (GLUE, BBC News) as a fine-tuning `Task`:
+``[CLS] A [SEP] B [SEP]``, the pooled [CLS] vector → one dense layer (paper §4.1)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from bert_jax.tasks import Split, Task, TaskSpec, subset
+
+
+class ClassificationTask(Task):
+    def __init__(self, spec: TaskSpec) -> None:
+        self.spec = spec
+        self.name = spec.name
+        self.main_metric = spec.main_metric
+        self.eval_splits = spec.eval_splits
+        self.test_splits = tuple(spec.test_files)
+        self.regression = not spec.labels
+
+    def model(self, bert_config: Any) -> Any:
+        from bert_jax.heads import BertForSequenceClassification
+
+        return BertForSequenceClassification(bert_config, num_labels=self.spec.num_labels)
+
+    def load(self, config: Any, tokenizer: Any, split: str) -> Split:
+        examples = self.spec.read(config.data_dir, split)
+        examples = subset(examples, config, split)
+        pairs = any(e.text_b is not None for e in examples)
+        arrays = tokenizer.encode_pairs(
+            [e.text_a for e in examples],
+            [e.text_b or "" for e in examples] if pairs else None,
+            config.max_seq_length,
+        )
+        if all(e.label is not None for e in examples):
+            dtype = np.float32 if self.regression else np.int32
+            arrays["labels"] = np.array([e.label for e in examples], dtype)
+        return Split(split, arrays, examples)
+
+    def loss(self, outputs: Any, batch: dict[str, Any]) -> Any:
+        import jax.numpy as jnp
+        import optax
+
+        if self.regression:
+            return jnp.mean((outputs[:, 0] - batch["labels"]) ** 2)
+        return jnp.mean(optax.softmax_cross_entropy_with_integer_labels(outputs, batch["labels"]))
+
+    def predictions(self, outputs: np.ndarray) -> np.ndarray:
+        return outputs[:, 0] if self.regression else np.argmax(outputs, -1)
+
+    def evaluate(self, outputs: Any, split: Split, out_dir: str) -> dict[str, float]:
+        if "labels" not in split.arrays:
+            raise ValueError(f"{self.name}: the {split.name} split has no labels to score")
+        return self.spec.metrics(split.arrays["labels"], self.predictions(np.asarray(outputs)))
+
+    def write_test(self, outputs: Any, split: Split, out_dir: str) -> str:
+        from bert_jax.tasks import glue
+
+        if split.name not in self.spec.test_files:
+            raise ValueError(f"{self.name}: no submission file for split {split.name!r}")
+        return glue.write_submission(
+            self.name, split.name, split.meta, self.predictions(np.asarray(outputs)), out_dir
+        )

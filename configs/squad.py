@@ -1,0 +1,35 @@
+"""SQuAD: `--config=configs/squad.py:1.1` or `:2.0` (paper §4.2, §4.3).
+
+`data_dir` holds the official `train-v1.1.json`/`dev-v1.1.json` (or v2.0); `train_file`
+/`dev_file` override the names. v1.1: 3 epochs, lr 5e-5, batch 32; v2.0: 2 epochs,
+lr 5e-5, batch 48. Windows of 384 pieces every 128, questions cut at 64 pieces, answers at
+most 30 pieces from the 20 best starts and ends. Dev predictions (`predictions.json`,
+v2.0 also `null_odds.json`) land in `<workdir>/eval/epoch<k>/dev/`; score them again
+with `bert-jax eval-squad`.
+"""
+
+from __future__ import annotations
+
+import ml_collections
+
+from bert_jax.finetune import default_config
+
+
+def get_config(version: str = "1.1") -> ml_collections.ConfigDict:
+    if version not in ("1.1", "2.0"):
+        raise ValueError(f"SQuAD version {version!r}: choose 1.1 or 2.0")
+    c = default_config()
+    c.task = f"squad{version}"
+    c.train_file = ""
+    c.dev_file = ""
+    c.max_seq_length = 384
+    c.doc_stride = 128
+    c.max_query_length = 64
+    c.n_best_size = 20
+    c.max_answer_length = 30
+    c.null_score_diff_threshold = 0.0  # v2.0; the tuned value is reported as best_f1_thresh
+    c.batch_size = 32 if version == "1.1" else 48
+    c.eval_batch_size = 32
+    c.learning_rate = 5e-5
+    c.num_epochs = 3 if version == "1.1" else 2
+    return c
