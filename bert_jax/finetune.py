@@ -29,6 +29,7 @@ import ml_collections
 import numpy as np
 import optax
 from flax import traverse_util
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from bert_jax import convert, optim, sharding, tokenization
 from bert_jax.tasks import MODEL_INPUTS, Split, Task, get_task
@@ -56,6 +57,9 @@ def default_config() -> ml_collections.ConfigDict:
     c.max_eval_examples = 0  # 0 = all; the first N otherwise
     c.predict_test = False  # write test-set predictions (GLUE submission files, ...) at the end
     c.log_every_steps = 50
+    # (data, fsdp, tensor) as in pre-training; -1 takes the remaining devices. Parameters
+    # and optimizer state follow the same logical-axis rules (`bert_jax.sharding`).
+    c.mesh_shape = (-1, 1, 1)
     # The paper's grid (§A.3); tuples so that `--config.sweep.seeds="(0, 1)"` overrides them.
     c.sweep = ml_collections.ConfigDict(
         dict(batch_sizes=(16, 32), learning_rates=(5e-5, 4e-5, 3e-5, 2e-5), epochs=(2, 3, 4), seeds=(0, 1, 2))
@@ -96,23 +100,42 @@ def merge_encoder(init: Any, loaded: Any, source: str) -> Any:
                 f"{source}: encoder parameter {'/'.join(key)} has shape {tuple(got.shape)}, "
                 f"the task model expects {tuple(value.shape)}"
             )
-        out[key] = jnp.asarray(got, value.dtype)
+        out[key] = np.asarray(got, value.dtype)
     return traverse_util.unflatten_dict(out)
+
+
+def place(tree: Any, shardings: Any) -> Any:
+    """Host arrays → global arrays in their shards (each process fills its own devices)."""
+
+    def one(x: Any, s: NamedSharding) -> jax.Array:
+        x = np.asarray(x)
+        return jax.make_array_from_callback(x.shape, s, lambda index: x[index])
+
+    return jax.tree.map(one, tree, shardings)
 
 
 @dataclasses.dataclass
 class Steps:
-    """The compiled train and predict steps of one (task, model, optimizer)."""
+    """The compiled train and predict steps of one (task, model, optimizer, mesh)."""
 
     train: Callable[..., Any]  # (params, opt_state, batch, key) -> (params, opt_state, loss)
-    predict: Callable[..., Any]  # (params, batch) -> head outputs
+    predict: Callable[..., Any]  # (params, batch) -> head outputs (replicated)
 
 
-def make_steps(task: Task, model: nn.Module, tx: optax.GradientTransformation) -> Steps:
+def make_steps(
+    task: Task, model: nn.Module, tx: optax.GradientTransformation, mesh: Mesh, shardings: Any
+) -> Steps:
+    """Both steps jitted with the shardings of pre-training: parameters and optimizer state
+    as the logical-axis rules place them, the batch over (data, fsdp); the old parameters
+    and optimizer state are donated."""
+    rules = list(sharding.LOGICAL_AXIS_RULES)
+    batch_sharding = NamedSharding(mesh, PartitionSpec(("data", "fsdp")))
+    replicated = sharding.replicated(mesh)
+
     def apply(params: Any, batch: dict[str, Any], **kw: Any) -> Any:
-        return model.apply({"params": params}, *(batch[k] for k in MODEL_INPUTS), **kw)
+        with nn.logical_axis_rules(rules):
+            return model.apply({"params": params}, *(batch[k] for k in MODEL_INPUTS), **kw)
 
-    @jax.jit
     def train_step(params, opt_state, batch, key):
         def loss_fn(p):
             outputs = apply(p, batch, deterministic=False, rngs={"dropout": key})
@@ -122,21 +145,40 @@ def make_steps(task: Task, model: nn.Module, tx: optax.GradientTransformation) -
         updates, opt_state = tx.update(grads, opt_state, params)
         return optax.apply_updates(params, updates), opt_state, loss
 
-    @jax.jit
-    def predict_step(params, batch):
-        return apply(params, batch)
+    train = jax.jit(
+        train_step,
+        in_shardings=(shardings.params, shardings.opt_state, batch_sharding, replicated),
+        out_shardings=(shardings.params, shardings.opt_state, replicated),
+        donate_argnums=(0, 1),
+    )
+    predict_step = jax.jit(
+        lambda params, batch: apply(params, batch),
+        in_shardings=(shardings.params, batch_sharding),
+        out_shardings=replicated,
+    )
 
-    return Steps(train_step, predict_step)
+    def in_mesh(fn: Callable[..., Any]) -> Callable[..., Any]:
+        def call(*args: Any) -> Any:
+            with jax.set_mesh(mesh):  # the activations' logical constraints need the mesh
+                return fn(*args)
+
+        return call
+
+    return Steps(in_mesh(train), in_mesh(predict_step))
 
 
-def _put(batch: dict[str, np.ndarray], mesh: Any) -> dict[str, Any]:
-    """The batch sharded over the mesh's data axes (plain transfer on one device)."""
-    if mesh is None:
-        return batch
-    return {k: jax.device_put(v, sharding.batch_sharding(mesh, v.ndim)) for k, v in batch.items()}
+def _put(batch: dict[str, np.ndarray], mesh: Mesh) -> dict[str, Any]:
+    """Global arrays sharded over the batch axes. Every process holds the whole batch (it
+    read the same files) and contributes the rows its devices own."""
+
+    def one(v: np.ndarray) -> jax.Array:
+        spec = sharding.batch_sharding(mesh, v.ndim)
+        return jax.make_array_from_callback(v.shape, spec, lambda index: v[index])
+
+    return {k: one(v) for k, v in batch.items()}
 
 
-def predict(steps: Steps, params: Any, split: Split, batch_size: int, mesh: Any = None) -> Any:
+def predict(steps: Steps, params: Any, split: Split, batch_size: int, mesh: Mesh) -> Any:
     """Head outputs for every row of `split` (numpy pytree). The last batch is padded to
     `batch_size` so one compiled shape serves the whole split."""
     inputs = {k: split.arrays[k] for k in MODEL_INPUTS}
@@ -169,14 +211,33 @@ def _optimizer(config: ml_collections.ConfigDict, total_steps: int) -> optax.Gra
     return optim.create_optimizer(opt)[0]
 
 
-def _make_mesh(batch_size: int) -> Any:
-    """A data-parallel mesh over all local devices when there is more than one."""
-    n = jax.device_count()
-    if n == 1:
-        return None
-    if batch_size % n:
-        raise ValueError(f"batch_size {batch_size} does not divide over {n} devices")
-    return sharding.make_mesh([-1, 1, 1])
+def _make_mesh(shape: Any, batch_sizes: dict[str, int]) -> Mesh:
+    """The config's (data, fsdp, tensor) mesh; the batch sizes must divide over its batch axes."""
+    mesh = sharding.make_mesh(tuple(shape))
+    ways = mesh.shape["data"] * mesh.shape["fsdp"]
+    for key, size in batch_sizes.items():
+        if size % ways:
+            raise ValueError(
+                f"{key} {size} does not divide over the {ways} data-parallel devices of mesh {shape}"
+            )
+    return mesh
+
+
+@dataclasses.dataclass
+class Shardings:
+    params: Any
+    opt_state: Any
+
+
+def _shardings(
+    model: nn.Module, sample: list[jax.Array], tx: optax.GradientTransformation, mesh: Mesh
+) -> Shardings:
+    """Where parameters and optimizer state live, from the modules' logical axis names
+    (optax keeps the boxes, so each moment shards like its parameter)."""
+    with nn.logical_axis_rules(list(sharding.LOGICAL_AXIS_RULES)):
+        boxed = jax.eval_shape(lambda: model.init(jax.random.key(0), *sample)["params"])
+    opt = jax.eval_shape(tx.init, boxed)
+    return Shardings(sharding.logical_sharding(boxed, mesh), sharding.logical_sharding(opt, mesh))
 
 
 @dataclasses.dataclass
@@ -189,7 +250,7 @@ class Run:
     train: Split
     evals: list[Split]
     model: nn.Module
-    params: Any
+    params: Any  # host (numpy) arrays; `finetune` places them on the mesh
 
 
 def prepare(config: ml_collections.ConfigDict) -> Run:
@@ -210,13 +271,13 @@ def prepare(config: ml_collections.ConfigDict) -> Run:
     evals = [task.load(config, tok, s) for s in task.eval_splits]
     model = task.model(bert_config)
     sample = [jnp.asarray(train.arrays[k][:1]) for k in MODEL_INPUTS]
-    init = nn.meta.unbox(model.init(jax.random.key(config.seed), *sample))["params"]
+    init = jax.device_get(nn.meta.unbox(model.init(jax.random.key(config.seed), *sample))["params"])
     params = {**init, "bert": merge_encoder(init["bert"], loaded["bert"], checkpoint)}
     return Run(task, checkpoint, tok, train, evals, model, params)
 
 
 def evaluate(
-    run: Run, steps: Steps, params: Any, out_dir: str, batch_size: int, mesh: Any
+    run: Run, steps: Steps, params: Any, out_dir: str, batch_size: int, mesh: Mesh
 ) -> dict[str, float]:
     """Scores of every eval split (the first split's keys plain, others ``split/key``);
     the task's prediction files go to ``out_dir/<split>/``."""
@@ -247,9 +308,13 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
     steps_per_epoch = max(1, len(train) // batch_size)
     total_steps = steps_per_epoch * int(config.num_epochs)
     tx = _optimizer(config, total_steps)
-    opt_state = tx.init(params)
-    steps = make_steps(task, run.model, tx)
-    mesh = _make_mesh(batch_size)
+    eval_batch_size = int(config.eval_batch_size)
+    mesh = _make_mesh(config.mesh_shape, {"batch_size": batch_size, "eval_batch_size": eval_batch_size})
+    sample = [jnp.asarray(train.arrays[k][:1]) for k in MODEL_INPUTS]
+    shardings = _shardings(run.model, sample, tx, mesh)
+    params = place(params, shardings.params)
+    opt_state = jax.jit(tx.init, out_shardings=shardings.opt_state)(params)
+    steps = make_steps(task, run.model, tx, mesh, shardings)
 
     os.makedirs(workdir, exist_ok=True)
     if os.path.exists(os.path.join(workdir, "metrics.jsonl")):
@@ -271,11 +336,12 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
             step += 1
             losses.append(loss)
             if step % int(config.log_every_steps) == 0:
-                logger.write(step, {"loss": float(np.mean(jax.device_get(losses[-50:])))})
+                recent = jax.device_get(losses[-int(config.log_every_steps) :])
+                logger.write(step, {"loss": float(np.mean(recent))})
         train_loss = float(np.mean(jax.device_get(losses)))
         seconds = time.time() - start_time
         out_dir = os.path.join(workdir, "eval", f"epoch{epoch}")
-        scores = evaluate(run, steps, params, out_dir, int(config.eval_batch_size), mesh)
+        scores = evaluate(run, steps, params, out_dir, eval_batch_size, mesh)
         logger.write(step, scores, split="dev")
         logger.write(step, {"epoch_train_loss": train_loss, "epoch_seconds": seconds})
         history.append({"epoch": epoch, "step": step, "train_loss": train_loss, "seconds": seconds, **scores})
@@ -294,7 +360,7 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
     if best_params is not None:
         for name in task.test_splits:
             split = task.load(config, run.tokenizer, name)
-            outputs = predict(steps, best_params, split, int(config.eval_batch_size), mesh)
+            outputs = predict(steps, place(best_params, shardings.params), split, eval_batch_size, mesh)
             test_files.append(task.write_test(outputs, split, os.path.join(workdir, "test")))
     results = {
         "task": task.name,

@@ -61,3 +61,31 @@ def test_mixed_pairs_and_singles_are_refused(tmp_path) -> None:
     path.write_text("a\tb\nno tab here\n")
     with pytest.raises(ValueError, match="line 2 has no tab"):
         features.read_examples(str(path))
+
+
+def test_table7_combinations_agree_with_each_other() -> None:
+    """concat, weighted sum and stack of the same layers are the same numbers arranged as
+    the paper's Table 7 rows; 'all' means layers 1..L."""
+    from bert_jax import convert, tokenization
+
+    params, config = convert.load_checkpoint(MINILM)
+    tok = tokenization.load_tokenizer(os.path.join(MINILM, "vocab.txt"), True)
+    batch = tok.encode_pairs(["A short sentence.", "Another, longer one with more words."], None, 16)
+    layers = features.parse_layers(["-1", "-2", "-3", "-4"], config.num_hidden_layers)
+    concat = features.extract(params["bert"], config, batch, layers, combine="concat")
+    stack = features.extract(params["bert"], config, batch, layers, combine="stack")
+    weighted = features.extract(
+        params["bert"], config, batch, layers, combine="sum", weights=[0.4, 0.3, 0.2, 0.1]
+    )
+    assert (
+        concat.shape == (2, 16, 4 * 384) and stack.shape == (2, 16, 4, 384) and weighted.shape == (2, 16, 384)
+    )
+    np.testing.assert_array_equal(stack.reshape(2, 16, -1), concat)
+    want = np.tensordot(np.asarray([0.4, 0.3, 0.2, 0.1], np.float32), np.moveaxis(stack, 2, 0), axes=1)
+    np.testing.assert_allclose(weighted, want, atol=1e-5)
+    assert np.abs(stack[:, :, 0] - stack[:, :, 1]).max() > 1e-2  # different layers really
+    assert features.parse_layers(["all"], 6) == [1, 2, 3, 4, 5, 6]
+    with pytest.raises(ValueError, match="3 layer weights given"):
+        features.extract(params["bert"], config, batch, layers, combine="sum", weights=[1, 1, 1])
+    with pytest.raises(ValueError, match="integers or 'all'"):
+        features.parse_layers(["last"], 6)

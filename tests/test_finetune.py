@@ -289,3 +289,68 @@ def test_wrong_size_checkpoint_and_vocab_fail_clearly(tmp_path, tiny_checkpoint)
     assert (
         any_config.get_config("squad2.0").task == "squad2.0" and get_task("squad2.0").main_metric == "best_f1"
     )
+
+
+SHARDED_SCRIPT = """
+import json, sys
+import jax
+from jax.sharding import PartitionSpec as P
+from bert_jax import finetune, sharding
+from configs import glue
+
+checkpoint, vocab, data, out = sys.argv[1:]
+results = {}
+for shape in ((8, 1, 1), (2, 2, 2)):
+    c = glue.get_config("sst2")
+    c.update(dict(init_checkpoint=checkpoint, vocab_file=vocab, data_dir=data, max_seq_length=48,
+                  batch_size=8, eval_batch_size=16, learning_rate=2e-3, num_epochs=1,
+                  log_every_steps=1, mesh_shape=shape))
+    run = finetune.prepare(c)
+    mesh = sharding.make_mesh(shape)
+    sample = [jax.numpy.asarray(run.train.arrays[k][:1]) for k in ("input_ids", "input_mask", "segment_ids")]
+    tx = finetune._optimizer(c, 10)
+    sh = finetune._shardings(run.model, sample, tx, mesh)
+    placed = finetune.place(run.params, sh.params)
+    word = placed["bert"]["embeddings"]["word_embeddings"]["embedding"]
+    results[str(shape)] = {"word_spec": [str(a) for a in word.sharding.spec],
+                           "word_shards": len({d.id for d in word.sharding.device_set}),
+                           "word_local": list(word.addressable_shards[0].data.shape)}
+    workdir = f"{out}/{shape[0]}{shape[1]}{shape[2]}"
+    best = finetune.finetune(c, workdir)
+    with open(f"{workdir}/metrics.jsonl") as f:
+        rows = [json.loads(line) for line in f]
+    results[str(shape)]["losses"] = [r["loss"] for r in rows if "loss" in r]
+    results[str(shape)]["accuracy"] = best["accuracy"]
+print("RESULT " + json.dumps(results))
+"""
+
+
+def test_sharded_finetuning_equals_one_device(tmp_path, tiny_checkpoint) -> None:
+    """Same losses on 1 device and on 8 virtual devices (data 8, and 2x2x2 with FSDP and
+    tensor parallelism); parameters sharded as the logical-axis rules say."""
+    import os
+
+    data = _sst2(tmp_path / "glue")
+    vocab = tokenization.default_vocab_file()
+    c = _tiny(glue_config.get_config("sst2"), tiny_checkpoint, data_dir=str(data), max_seq_length=48,
+              batch_size=8, eval_batch_size=16, learning_rate=2e-3, num_epochs=1)  # fmt: skip
+    c.log_every_steps = 1
+    best = finetune.finetune(c, str(tmp_path / "one"))
+    rows = [json.loads(x) for x in (tmp_path / "one" / "metrics.jsonl").read_text().splitlines()]
+    want = [r["loss"] for r in rows if "loss" in r]
+    assert len(want) == 170 // 8
+
+    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=8", "JAX_PLATFORMS": "cpu"}
+    proc = subprocess.run(
+        [sys.executable, "-c", SHARDED_SCRIPT, tiny_checkpoint, vocab, str(data), str(tmp_path)],
+        capture_output=True, text=True, cwd=ROOT, env=env, timeout=600,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = json.loads(proc.stdout.split("RESULT ", 1)[1])
+    for shape, res in got.items():
+        assert res["losses"] == pytest.approx(want, rel=1e-5), shape
+        assert res["accuracy"] == pytest.approx(best["accuracy"]), shape
+    # vocab -> tensor, embed -> fsdp: a [vocab, hidden] table split 2 x 2 on the 2x2x2 mesh.
+    assert got["(2, 2, 2)"]["word_spec"] == ["tensor", "fsdp"]
+    assert got["(2, 2, 2)"]["word_local"] == [30522 // 2, 32 // 2]
+    assert got["(8, 1, 1)"]["word_local"] == [30522, 32]  # data parallel: replicated

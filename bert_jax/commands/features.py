@@ -13,7 +13,11 @@ def define_flags() -> None:
     flags.DEFINE_string("checkpoint", None, "HF folder, original TF checkpoint or bert_jax checkpoint.")
     flags.DEFINE_string("input", None, "Text file: one example per line, TAB between A and B.")
     flags.DEFINE_string("output", None, "Output .npy: [examples, tokens, hidden x layers].")
-    flags.DEFINE_list("layers", ["-1"], "Layers to extract (-1 = last; 0 = embeddings), concatenated.")
+    flags.DEFINE_list("layers", ["-1"], "Layers to extract (-1 = last; 0 = embeddings; 'all' = 1..L).")
+    flags.DEFINE_enum(
+        "combine", "concat", ["concat", "sum", "stack"], "Combine layers: concat, (weighted) sum, stack."
+    )
+    flags.DEFINE_list("layer_weights", None, "Weights of --combine=sum, one per layer (default all 1).")
     flags.DEFINE_integer("max_seq_length", 128, "Tokens per example (padded/truncated).")
     flags.DEFINE_string("vocab_file", None, "vocab.txt (default: the one beside the checkpoint).")
     flags.DEFINE_bool("do_lower_case", True, "Lower-case and strip accents (uncased vocabularies).")
@@ -47,6 +51,8 @@ def main(argv: list[str]) -> None:
         )
     texts_a, texts_b = features.read_examples(FLAGS.input)
     batch = tokenizer.encode_pairs(texts_a, texts_b, FLAGS.max_seq_length)
-    out = features.extract(params["bert"], config, batch, [int(x) for x in FLAGS.layers], FLAGS.batch_size)
+    layers = features.parse_layers(FLAGS.layers, config.num_hidden_layers)
+    weights = [float(x) for x in FLAGS.layer_weights] if FLAGS.layer_weights else None
+    out = features.extract(params["bert"], config, batch, layers, FLAGS.batch_size, FLAGS.combine, weights)
     np.save(FLAGS.output, out)
-    print(f"wrote {FLAGS.output}: {out.shape} (examples, tokens, hidden x {len(FLAGS.layers)} layers)")
+    print(f"wrote {FLAGS.output}: {out.shape} ({FLAGS.combine} of layers {layers})")
