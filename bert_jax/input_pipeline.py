@@ -64,10 +64,11 @@ def default_config() -> ml_collections.ConfigDict:
 
 
 def vocab_size_of(data_config: ml_collections.ConfigDict) -> int:
-    return _tokenizer(data_config).vocab_size
+    return tokenizer_of(data_config).vocab_size
 
 
-def _tokenizer(c: ml_collections.ConfigDict):
+def tokenizer_of(c: ml_collections.ConfigDict):
+    """The tokenizer the data config names (cached: the vocab is read once)."""
     return _load_tokenizer(c.vocab_file, bool(c.do_lower_case), c.get("tokenizer", "wordpiece"))
 
 
@@ -110,7 +111,7 @@ def _cache_key(c: ml_collections.ConfigDict, vocab_file: str) -> str:
 def _tokenized_documents(config_json: str) -> tuple[list, list]:
     """(train docs, eval docs) of token ids; eval = a fixed `eval_fraction` of documents."""
     c = ml_collections.ConfigDict(json.loads(config_json))
-    tok = _tokenizer(c)
+    tok = tokenizer_of(c)
     cache_dir = c.cache_dir or os.path.join(os.path.expanduser("~"), ".cache", "bert_jax")
     path = os.path.join(cache_dir, f"docs-{_cache_key(c, tok.vocab_file)}.pkl")
     if os.path.exists(path):
@@ -147,7 +148,7 @@ class _Stream:
         max_seq_length: int,
         max_predictions_per_seq: int,
     ) -> None:
-        self.tok = _tokenizer(c)
+        self.tok = tokenizer_of(c)
         train, held_out = _tokenized_documents(json.dumps(c.to_dict(), sort_keys=True))
         self.docs = train if split == "train" else held_out
         self.split, self.seed, self.c = split, seed, c

@@ -207,6 +207,24 @@ def unigram_baseline(
     return top, acc
 
 
+def keep_vocab(config: ml_collections.ConfigDict, workdir: str) -> None:
+    """Copies the tokenizer's vocabulary into the workdir (``vocab.txt``, or ``spm.model``
+    for SentencePiece), so the workdir is a complete checkpoint for `finetune`, `features`
+    and `convert` without remembering which vocab it was trained with."""
+    if config.data.source == "synthetic" or jax.process_index() != 0:
+        return
+    import tensorflow as tf
+
+    from bert_jax import input_pipeline
+
+    src = input_pipeline.tokenizer_of(config.data).vocab_file
+    name = "spm.model" if config.data.get("tokenizer", "wordpiece") == "sentencepiece" else "vocab.txt"
+    dst = os.path.join(workdir, name)
+    if not tf.io.gfile.exists(dst):
+        tf.io.gfile.makedirs(workdir)
+        tf.io.gfile.copy(src, dst)
+
+
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
     """Trains (or resumes) to `config.num_train_steps`; returns the final eval metrics."""
     if "://" not in workdir:  # orbax wants absolute paths; gs:// and the like stay as they are
@@ -215,6 +233,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
     mesh = sharding.make_mesh(tuple(config.mesh_shape))
     setup = train.Setup(config, mesh)
     checkpointing.check_model_config(workdir, setup.model_config)
+    keep_vocab(config, workdir)
     ckpt = checkpointing.Checkpointer(
         workdir,
         keep=int(config.keep_checkpoints),

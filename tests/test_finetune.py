@@ -354,3 +354,31 @@ def test_sharded_finetuning_equals_one_device(tmp_path, tiny_checkpoint) -> None
     assert got["(2, 2, 2)"]["word_spec"] == ["tensor", "fsdp"]
     assert got["(2, 2, 2)"]["word_local"] == [30522 // 2, 32 // 2]
     assert got["(8, 1, 1)"]["word_local"] == [30522, 32]  # data parallel: replicated
+
+
+def test_finetuning_starts_from_a_pretraining_workdir(tmp_path) -> None:
+    """`pretrain` → `finetune --config.init_checkpoint=WORKDIR`: the workdir carries its
+    vocabulary, and the encoder starts from the latest pre-training checkpoint."""
+    import numpy as np
+
+    from bert_jax import trainer
+    from configs import pretrain
+
+    pre = pretrain.get_config("tiny")
+    pre.num_train_steps, pre.checkpoint_every_steps, pre.eval_every_steps = 4, 4, 4
+    pre.async_checkpointing = False
+    workdir = tmp_path / "pretrain"
+    trainer.train_and_evaluate(pre, str(workdir))
+    assert (workdir / "vocab.txt").read_bytes() == Path(tokenization.default_vocab_file()).read_bytes()
+
+    c = glue_config.get_config("sst2")
+    c.update(dict(init_checkpoint=str(workdir), data_dir=str(_sst2(tmp_path / "glue")), max_seq_length=48,
+                  batch_size=8, num_epochs=1, max_train_examples=32, learning_rate=1e-3))  # fmt: skip
+    run = finetune.prepare(c)
+    loaded, _ = convert.load_checkpoint(str(workdir))
+    for name in ("embeddings", "encoder"):
+        a, b = convert.flatten(run.params["bert"][name]), convert.flatten(loaded["bert"][name])
+        assert a.keys() <= b.keys() and all(np.array_equal(a[k], b[k]) for k in a), name
+    finetune.finetune(c, str(tmp_path / "ft"))
+    results = json.loads((tmp_path / "ft" / "results.json").read_text())
+    assert results["checkpoint"] == str(workdir) and results["train_rows"] == 32

@@ -108,3 +108,37 @@ def test_bad_input_gives_clear_errors(tmp_path) -> None:
 def test_vocab_size_is_checked_against_the_model(wiki_config) -> None:
     assert input_pipeline.vocab_size_of(wiki_config) == 30522
     assert tokenization.load_tokenizer().vocab_size == 30522
+
+
+def test_tfds_source_by_name_works_offline(tmp_path) -> None:
+    """`source=tfds`: a TFDS text dataset by name (here `wikipedia/20230601.en`, served by
+    `tfds.testing.mock_data` with real Wikipedia text) → documents → masked batches."""
+    import tensorflow as tf
+    import tensorflow_datasets as tfds
+
+    from bert_jax import corpora
+
+    wiki = corpora.load_documents("wiki_excerpt")[:24]
+    # TFDS wikipedia examples: one article per example, paragraphs separated by newlines.
+    texts = ["\n".join(" ".join(d[i : i + 3]) for i in range(0, len(d), 3)) for d in wiki]
+    texts.append("A one-sentence article is skipped")
+
+    def as_dataset(self, split, **kwargs):
+        return tf.data.Dataset.from_tensor_slices(
+            {"title": [f"t{i}" for i in range(len(texts))], "text": texts}
+        )
+
+    c = input_pipeline.default_config()
+    c.source, c.tfds_name, c.cache_dir = "tfds", "wikipedia/20230601.en", str(tmp_path)
+    with tfds.testing.mock_data(as_dataset_fn=as_dataset, policy=tfds.testing.MockPolicy.USE_CODE):
+        docs = corpora.load_documents("tfds", tfds_name=c.tfds_name)
+        assert docs == [[s for p in t.split("\n") for s in corpora.split_sentences(p)] for t in texts[:-1]]
+        it = input_pipeline.create_pretrain_iterator(
+            c, global_batch_size=8, max_seq_length=64, max_predictions_per_seq=10, seed=0,
+            process_index=0, process_count=1,
+        )  # fmt: skip
+        batch = next(it)
+    assert batch["input_ids"].shape == (8, 64) and batch["masked_lm_ids"].shape == (8, 10)
+    tok = tokenization.load_tokenizer(tokenization.default_vocab_file())
+    assert (batch["input_ids"][:, 0] == tok.special.cls).all()
+    assert batch["masked_lm_weights"].sum() > 8

