@@ -23,6 +23,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "bert_jax.commands.finetune",
         "Fine-tune on a task (GLUE, SQuAD, CoNLL-2003 NER, SWAG, BBC News); --sweep for the grid.",
     ),
+    "ablate": (
+        "bert_jax.commands.ablate",
+        "Pre-train (and fine-tune) every row of one of the paper's ablation tables; report.",
+    ),
     "eval-squad": (
         "bert_jax.commands.eval_squad",
         "SQuAD v1.1/v2.0 EM/F1 of a predictions file (the official scripts' JSON).",
