@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 
 from bert_jax.config import BertConfig
-from bert_jax.modeling import BertModel, _dtype, _zeros, activation, dense, layer_norm
+from bert_jax.modeling import BertModel, _dtype, _zeros, activation, dense, dropout, layer_norm
 
 Array = jax.Array
 
@@ -36,9 +36,8 @@ class MaskedLMHead(nn.Module):
         h = dense(c, c.hidden_size, ("embed", "dense_out"), "transform")(hidden)
         h = activation(c.hidden_act)(h)
         h = layer_norm(c, "transform_LayerNorm")(h)
-        logits = bert.attend(h.astype(_dtype(c)))  # [..., V]
         bias = self.param("bias", _zeros(("vocab",)), (c.vocab_size,), jnp.float32)
-        logits = logits.astype(jnp.float32) + bias
+        logits = bert.attend(h.astype(_dtype(c)), bias)  # [..., V] float32
         return nn.with_logical_constraint(
             logits, ("activation_batch", "activation_length", "activation_vocab")
         )
@@ -88,7 +87,7 @@ class BertForSequenceClassification(nn.Module):
         _, pooled, _ = BertModel(self.config, name="bert")(
             input_ids, input_mask, segment_ids, deterministic=deterministic
         )
-        pooled = nn.Dropout(self.config.hidden_dropout_prob)(pooled, deterministic=deterministic)
+        pooled = dropout(self.config, self.config.hidden_dropout_prob)(pooled, deterministic)
         logits = dense(self.config, self.num_labels, ("dense_out", "classes"), "classifier")(pooled)
         return logits.astype(jnp.float32)
 
@@ -122,7 +121,7 @@ class BertForTokenClassification(nn.Module):
         seq, _, _ = BertModel(self.config, add_pooler=False, name="bert")(
             input_ids, input_mask, segment_ids, deterministic=deterministic
         )
-        seq = nn.Dropout(self.config.hidden_dropout_prob)(seq, deterministic=deterministic)
+        seq = dropout(self.config, self.config.hidden_dropout_prob)(seq, deterministic)
         logits = dense(self.config, self.num_labels, ("embed", "classes"), "classifier")(seq)
         return logits.astype(jnp.float32)
 
@@ -141,6 +140,6 @@ class BertForMultipleChoice(nn.Module):
         _, pooled, _ = BertModel(self.config, name="bert")(
             flat(input_ids), flat(input_mask), flat(segment_ids), deterministic=deterministic
         )
-        pooled = nn.Dropout(self.config.hidden_dropout_prob)(pooled, deterministic=deterministic)
+        pooled = dropout(self.config, self.config.hidden_dropout_prob)(pooled, deterministic)
         logits = dense(self.config, 1, ("dense_out", "classes"), "classifier")(pooled)
         return logits.astype(jnp.float32).reshape(b, c)

@@ -22,6 +22,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from bert_jax import ops
 from bert_jax.config import BertConfig
 
 Array = jax.Array
@@ -49,12 +50,32 @@ def _ones(axes: tuple[str | None, ...]) -> Callable[..., Any]:
 def activation(name: str) -> Callable[[Array], Array]:
     """GELU exact (erf) by default; the TF1 release's tanh approximation as an option."""
     if name == "gelu":
-        return functools.partial(jax.nn.gelu, approximate=False)
+        return ops.gelu
     if name == "gelu_tanh":
         return functools.partial(jax.nn.gelu, approximate=True)
     if name == "relu":
         return jax.nn.relu
     raise ValueError(f"Unknown activation {name!r}")
+
+
+class Dropout(nn.Module):
+    """Inverted dropout with the config's mask generator (`ops.dropout_keep_mask`)."""
+
+    rate: float
+    impl: str = "hash"
+
+    @nn.compact
+    def __call__(self, x: Array, deterministic: bool) -> Array:
+        if deterministic or self.rate == 0.0:
+            return x
+        if self.rate >= 1.0:
+            return jnp.zeros_like(x)
+        keep = ops.dropout_keep_mask(self.make_rng("dropout"), self.rate, x.shape, self.impl)
+        return jnp.where(keep, x / jnp.asarray(1.0 - self.rate, x.dtype), jnp.zeros_like(x))
+
+
+def dropout(config: BertConfig, rate: float, name: str | None = None) -> Dropout:
+    return Dropout(rate, config.dropout_rng, name=name)
 
 
 def layer_norm(config: BertConfig, name: str) -> nn.LayerNorm:
@@ -109,7 +130,7 @@ class BertEmbeddings(nn.Module):
             embedding_init=_init(c, ("type_vocab", "embed")),
         )
         self.layer_norm = layer_norm(c, "LayerNorm")
-        self.dropout = nn.Dropout(c.hidden_dropout_prob)
+        self.dropout = dropout(c, c.hidden_dropout_prob)
 
     def __call__(
         self, input_ids: Array, token_type_ids: Array, position_ids: Array, deterministic: bool
@@ -123,9 +144,11 @@ class BertEmbeddings(nn.Module):
         x = self.dropout(x, deterministic=deterministic)
         return nn.with_logical_constraint(x, ("activation_batch", "activation_length", "activation_embed"))
 
-    def attend(self, x: Array) -> Array:
-        """Logits against the word-embedding table: the MLM decoder is tied to it."""
-        return self.word_embeddings.attend(x)
+    def attend(self, x: Array, bias: Array) -> Array:
+        """Float32 logits against the word-embedding table (the MLM decoder is tied to it)
+        plus `bias`, through `ops.tied_logits` (its gradient is cheaper than autodiff's)."""
+        table = self.word_embeddings.embedding
+        return ops.tied_logits(x, table.astype(x.dtype), bias)
 
 
 class _HeadsDense(nn.Module):
@@ -178,7 +201,7 @@ class BertSelfAttention(nn.Module):
         scores = jnp.einsum("bqnd,bknd->bnqk", q, k, preferred_element_type=jnp.float32)
         scores = scores + attention_bias  # [B, N, S, S] + [B, 1, 1, S]
         probs = jax.nn.softmax(scores, axis=-1).astype(dt)
-        probs = nn.Dropout(c.attention_probs_dropout_prob)(probs, deterministic=deterministic)
+        probs = dropout(c, c.attention_probs_dropout_prob)(probs, deterministic)
         ctx = jnp.einsum("bnqk,bknd->bqnd", probs, v)  # [B, S, N, D]
         return _HeadsDense(c, to_heads=False, name="output")(ctx)  # [B, S, H]
 
@@ -192,13 +215,13 @@ class BertLayer(nn.Module):
     def __call__(self, x: Array, attention_bias: Array, deterministic: bool) -> Array:
         c = self.config
         attn = BertSelfAttention(c, name="attention")(x, attention_bias, deterministic)
-        attn = nn.Dropout(c.hidden_dropout_prob)(attn, deterministic=deterministic)
+        attn = dropout(c, c.hidden_dropout_prob)(attn, deterministic)
         x = layer_norm(c, "attention_LayerNorm")(x + attn)
         h = dense(c, c.intermediate_size, ("embed", "mlp"), "intermediate")(x)  # [B, S, F]
         h = nn.with_logical_constraint(h, ("activation_batch", "activation_length", "activation_mlp"))
         h = activation(c.hidden_act)(h)
         h = dense(c, c.hidden_size, ("mlp", "embed"), "output")(h)
-        h = nn.Dropout(c.hidden_dropout_prob)(h, deterministic=deterministic)
+        h = dropout(c, c.hidden_dropout_prob)(h, deterministic)
         x = layer_norm(c, "output_LayerNorm")(x + h)
         return nn.with_logical_constraint(x, ("activation_batch", "activation_length", "activation_embed"))
 
@@ -333,5 +356,5 @@ class BertModel(nn.Module):
         pooled = self.pooler(sequence_output) if self.add_pooler else None
         return sequence_output, pooled, hidden_states
 
-    def attend(self, x: Array) -> Array:
-        return self.embeddings.attend(x)
+    def attend(self, x: Array, bias: Array) -> Array:
+        return self.embeddings.attend(x, bias)

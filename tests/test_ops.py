@@ -1,0 +1,90 @@
+"""`bert_jax.ops`: the hand-written gradients equal autodiff of the plain formulas, and the
+hash dropout masks are Bernoulli(1 - rate), independent across elements, layers and steps."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+from scipy import stats
+
+from bert_jax import ops
+from bert_jax.config import BertConfig
+from bert_jax.modeling import Dropout
+
+
+def test_tied_logits_and_cross_entropy_match_autodiff() -> None:
+    k = jax.random.split(jax.random.key(0), 4)
+    h = jax.random.normal(k[0], (4, 5, 16))
+    table = jax.random.normal(k[1], (50, 16)) * 0.3
+    bias = jax.random.normal(k[2], (50,)) * 0.1
+    labels = jax.random.randint(k[3], (4, 5), 0, 50)
+    weights = jnp.linspace(0.0, 1.0, 20).reshape(4, 5)
+
+    def ours(h, table, bias):
+        loss, top = ops.softmax_cross_entropy(ops.tied_logits(h, table, bias), labels)
+        return jnp.sum(loss * weights), top
+
+    def plain(h, table, bias):
+        logits = jnp.einsum("bph,vh->bpv", h, table) + bias
+        loss = optax.softmax_cross_entropy_with_integer_labels(logits, labels)
+        return jnp.sum(loss * weights), jnp.argmax(logits, -1) == labels
+
+    (v1, top1), g1 = jax.value_and_grad(ours, argnums=(0, 1, 2), has_aux=True)(h, table, bias)
+    (v2, top2), g2 = jax.value_and_grad(plain, argnums=(0, 1, 2), has_aux=True)(h, table, bias)
+    np.testing.assert_allclose(v1, v2, rtol=1e-6)
+    np.testing.assert_array_equal(top1, top2)
+    for a, b in zip(g1, g2, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    # Labels equal to the arg-max are counted as correct.
+    logits = ops.tied_logits(h, table, bias)
+    _, top = ops.softmax_cross_entropy(logits, jnp.argmax(logits, -1))
+    assert bool(top.all())
+
+
+def test_gelu_matches_the_exact_erf_form_and_its_gradient() -> None:
+    x = jnp.linspace(-10.0, 10.0, 20001)
+    np.testing.assert_allclose(ops.gelu(x), jax.nn.gelu(x, approximate=False), atol=2e-6)
+    grad = jax.vmap(jax.grad(ops.gelu))(x)
+    want = jax.vmap(jax.grad(lambda t: jax.nn.gelu(t, approximate=False)))(x)
+    np.testing.assert_allclose(grad, want, atol=2e-6)
+
+
+@pytest.mark.parametrize("rate", [0.1, 0.5])
+def test_hash_dropout_is_bernoulli_and_independent(rate: float) -> None:
+    shape = (64, 128, 128)  # ~1M draws
+    keep = np.asarray(ops.dropout_keep_mask(jax.random.key(1), rate, shape))
+    n = keep.size
+    p = 1.0 - rate
+    assert abs(keep.mean() - p) < 5 * np.sqrt(p * (1 - p) / n)
+    # Neighbours along each axis (and the flat order) are uncorrelated.
+    flat = keep.reshape(-1).astype(np.float64)
+    for a, b in ((flat[:-1], flat[1:]), (keep[:, :, :-1], keep[:, :, 1:]), (keep[:, :-1], keep[:, 1:])):
+        r = np.corrcoef(np.ravel(a).astype(np.float64), np.ravel(b).astype(np.float64))[0, 1]
+        assert abs(r) < 5 / np.sqrt(n), r
+    # The top byte of the bits is uniform (chi-square over 256 bins).
+    bits = np.asarray(ops.hash_bits(jax.random.key(2), (1 << 20,)))
+    counts = np.bincount(bits >> 24, minlength=256)
+    assert stats.chisquare(counts).pvalue > 1e-4
+    # Another key (another layer or step) gives an independent mask: agreement p^2 + q^2.
+    other = np.asarray(ops.dropout_keep_mask(jax.random.key(3), rate, shape))
+    agree = (keep == other).mean()
+    want = p * p + rate * rate
+    assert abs(agree - want) < 5 * np.sqrt(want * (1 - want) / n)
+    # The same key gives the same mask (reproducible runs).
+    np.testing.assert_array_equal(keep, np.asarray(ops.dropout_keep_mask(jax.random.key(1), rate, shape)))
+
+
+def test_dropout_module_scales_kept_values_and_is_identity_when_deterministic() -> None:
+    x = jnp.ones((256, 512))
+    for impl in ("hash", "threefry"):
+        layer = Dropout(0.1, impl)
+        y = layer.apply({}, x, False, rngs={"dropout": jax.random.key(0)})
+        kept = np.asarray(y) != 0
+        np.testing.assert_allclose(np.asarray(y)[kept], 1 / 0.9, rtol=1e-6)
+        assert abs(kept.mean() - 0.9) < 0.005
+        assert (layer.apply({}, x, True) == x).all()
+    with pytest.raises(ValueError, match="dropout_rng='philox'"):
+        BertConfig(dropout_rng="philox")
