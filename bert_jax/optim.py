@@ -9,9 +9,10 @@ the micro-batch loop stays inside one compiled program.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
+import jax.numpy as jnp
 import ml_collections
 import optax
 
@@ -47,6 +48,65 @@ def decay_mask(params: Any) -> Any:
     return jax.tree_util.tree_map_with_path(decays, params)
 
 
+class AdamWState(NamedTuple):
+    count: jax.Array  # steps taken
+    mu: Any  # first moments
+    nu: Any  # second moments
+
+
+def fused_adamw(
+    learning_rate: optax.Schedule,
+    b1: float,
+    b2: float,
+    eps: float,
+    weight_decay: float,
+    mask: Any,
+    clip_norm: float = 0.0,
+) -> optax.GradientTransformation:
+    """``clip_by_global_norm(clip_norm)`` then ``optax.adamw``, as one transformation.
+
+    Same arithmetic as the optax chain (tests compare them), written so that XLA emits one
+    elementwise pass per parameter for clipping, both moments, bias correction, decay and
+    learning rate: in the chain each stage is its own pass over every parameter, which is
+    ~10% of a BERT-Base step on CPU (memory-bound). `mask` is a tree of booleans or a
+    function of the params giving one (True: decay).
+    """
+
+    def init(params: Any) -> AdamWState:
+        zeros = jax.tree.map(jnp.zeros_like, params)
+        return AdamWState(jnp.zeros([], jnp.int32), zeros, jax.tree.map(jnp.zeros_like, params))
+
+    def update(grads: Any, state: AdamWState, params: Any = None) -> tuple[Any, AdamWState]:
+        if params is None:
+            raise ValueError("fused_adamw needs the params (weight decay)")
+        count = optax.safe_increment(state.count)
+        lr = learning_rate(state.count)
+        c1 = 1.0 - jnp.asarray(b1, jnp.float32) ** count
+        c2 = 1.0 - jnp.asarray(b2, jnp.float32) ** count
+        if clip_norm > 0:
+            norm = optax.global_norm(grads)
+            scale = jnp.where(norm < clip_norm, 1.0, clip_norm / norm)
+        else:
+            scale = jnp.ones([], jnp.float32)
+        decay = mask(params) if callable(mask) else mask
+
+        def one(g: jax.Array, m: jax.Array, v: jax.Array, p: jax.Array, d: bool) -> tuple:
+            g = g * scale.astype(g.dtype)
+            m = b1 * m + (1.0 - b1) * g
+            v = b2 * v + (1.0 - b2) * g * g
+            u = (m / c1) / (jnp.sqrt(v / c2) + eps)
+            if d and weight_decay:
+                u = u + weight_decay * p
+            return (-lr * u).astype(p.dtype), m, v
+
+        out = jax.tree.map(one, grads, state.mu, state.nu, params, decay)
+        is_triple = lambda x: isinstance(x, tuple) and len(x) == 3
+        pick = lambda i: jax.tree.map(lambda t: t[i], out, is_leaf=is_triple)
+        return pick(0), AdamWState(count, pick(1), pick(2))
+
+    return optax.GradientTransformation(init, update)
+
+
 def create_optimizer(
     config: ml_collections.ConfigDict, total_steps: int | None = None
 ) -> tuple[optax.GradientTransformation, optax.Schedule]:
@@ -66,12 +126,12 @@ def create_optimizer(
         weight_decay=config.weight_decay,
         mask=decay_mask,
     )
+    clip = float(config.grad_clip_norm or 0.0)
     if config.optimizer == "adamw":
-        tx = optax.adamw(**kwargs)
-    elif config.optimizer == "lamb":
-        tx = optax.lamb(**kwargs)
-    else:
+        return fused_adamw(clip_norm=clip, **kwargs), schedule
+    if config.optimizer != "lamb":
         raise ValueError(f"config.optimizer={config.optimizer!r}: choose 'adamw' or 'lamb'")
-    if config.grad_clip_norm and config.grad_clip_norm > 0:
-        tx = optax.chain(optax.clip_by_global_norm(config.grad_clip_norm), tx)
+    tx = optax.lamb(**kwargs)
+    if clip > 0:
+        tx = optax.chain(optax.clip_by_global_norm(clip), tx)
     return tx, schedule

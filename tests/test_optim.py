@@ -3,6 +3,7 @@
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 
 from bert_jax import optim, sharding, synthetic_data, train
@@ -106,3 +107,26 @@ def test_clipping_is_part_of_the_chain() -> None:
         next(s for s in jax.tree.leaves(state, is_leaf=lambda x: hasattr(x, "mu")) if hasattr(s, "mu")).mu
     )[0]
     assert float(jnp.linalg.norm(mu)) == pytest.approx(0.1 * 1.0, rel=1e-4)
+
+
+@pytest.mark.parametrize("clip", [0.0, 1.0])
+def test_fused_adamw_equals_the_optax_chain(clip: float) -> None:
+    """`optim.fused_adamw` = clip_by_global_norm + optax.adamw (masked decay), step by step
+    through warmup and decay, with gradients that do and do not trigger the clip."""
+    schedule = optim.learning_rate_schedule(1e-2, warmup_steps=3, total_steps=8)
+    kw = dict(learning_rate=schedule, b1=0.9, b2=0.999, eps=1e-6, weight_decay=0.01, mask=optim.decay_mask)
+    ours = optim.fused_adamw(clip_norm=clip, **kw)
+    ref = optax.adamw(**kw)
+    if clip:
+        ref = optax.chain(optax.clip_by_global_norm(clip), ref)
+    keys = jax.random.split(jax.random.key(0), 3)
+    params = {"dense": {"kernel": jax.random.normal(keys[0], (4, 3)), "bias": jnp.ones((3,))}}
+    p1, p2, s1, s2 = params, params, ours.init(params), ref.init(params)
+    for step in range(8):
+        scale = 10.0 if step % 2 else 0.05  # above and below the clip
+        g = jax.tree.map(lambda x, i=step, c=scale: c * jnp.sin(x * (i + 1)), params)
+        u1, s1 = ours.update(g, s1, p1)
+        u2, s2 = ref.update(g, s2, p2)
+        p1, p2 = optax.apply_updates(p1, u1), optax.apply_updates(p2, u2)
+        for a, b in zip(jax.tree.leaves(p1), jax.tree.leaves(p2), strict=True):
+            np.testing.assert_allclose(a, b, rtol=2e-6, atol=1e-7)
