@@ -22,6 +22,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+os.environ.setdefault("JAX_PLATFORMS", "cpu")  # the matmul peak below: no TPU plugin probing
 sys.path.insert(0, str(ROOT))
 
 SHAPES = {"mini": ("mini", 32, 128), "base": ("base", 8, 128)}
