@@ -56,6 +56,7 @@ def default_config() -> ml_collections.ConfigDict:
     c.max_train_examples = 0  # 0 = all; a seeded random subset otherwise
     c.max_eval_examples = 0  # 0 = all; the first N otherwise
     c.predict_test = False  # write test-set predictions (GLUE submission files, ...) at the end
+    c.save_best_model = True  # the best epoch's encoder + head in <workdir>/best_model/
     c.log_every_steps = 50
     # (data, fsdp, tensor) as in pre-training; -1 takes the remaining devices. Parameters
     # and optimizer state follow the same logical-axis rules (`bert_jax.sharding`).
@@ -251,6 +252,8 @@ class Run:
     evals: list[Split]
     model: nn.Module
     params: Any  # host (numpy) arrays; `finetune` places them on the mesh
+    bert_config: Any = None
+    pooler: Any = None  # the checkpoint's pooler, kept for heads that do not use it (saving)
 
 
 def prepare(config: ml_collections.ConfigDict) -> Run:
@@ -273,7 +276,8 @@ def prepare(config: ml_collections.ConfigDict) -> Run:
     sample = [jnp.asarray(train.arrays[k][:1]) for k in MODEL_INPUTS]
     init = jax.device_get(nn.meta.unbox(model.init(jax.random.key(config.seed), *sample))["params"])
     params = {**init, "bert": merge_encoder(init["bert"], loaded["bert"], checkpoint)}
-    return Run(task, checkpoint, tok, train, evals, model, params)
+    pooler = jax.device_get(loaded["bert"].get("pooler"))
+    return Run(task, checkpoint, tok, train, evals, model, params, bert_config, pooler)
 
 
 def evaluate(
@@ -350,14 +354,17 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
             + "  ".join(f"{k} {v:.4f}" for k, v in scores.items()),
             flush=True,
         )
-        if not best or scores[task.main_metric] > best[task.main_metric]:
+        # Ties go to the later (longer-trained) epoch.
+        if not best or scores[task.main_metric] >= best[task.main_metric]:
             best = {**scores, "epoch": epoch}
-            if config.predict_test and task.test_splits:
+            if config.save_best_model or (config.predict_test and task.test_splits):
                 best_params = jax.device_get(params)
     logger.close()
 
+    if config.save_best_model and best_params is not None and jax.process_index() == 0:
+        save_model(os.path.join(workdir, "best_model"), best_params, run, config, best)
     test_files = []
-    if best_params is not None:
+    if best_params is not None and config.predict_test:
         for name in task.test_splits:
             split = task.load(config, run.tokenizer, name)
             outputs = predict(steps, place(best_params, shardings.params), split, eval_batch_size, mesh)
@@ -381,6 +388,48 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
     return best
 
 
+def save_model(folder: str, params: Any, run: Run, config: ml_collections.ConfigDict, best: dict) -> None:
+    """A fine-tuned model as a complete checkpoint: the encoder in the bert_jax export
+    format (so `finetune`, `features` and `convert` read it), the task head
+    (``head.msgpack``), the vocabulary and ``task.json`` (task, config, dev scores)."""
+    import shutil
+
+    from flax import serialization
+
+    encoder = dict(params["bert"])
+    if "pooler" not in encoder:  # span / token heads: the pooler is the checkpoint's, unused
+        encoder["pooler"] = run.pooler
+    convert.save_bert_jax(folder, {"bert": encoder}, run.bert_config)
+    head = {k: v for k, v in params.items() if k != "bert"}
+    with open(os.path.join(folder, "head.msgpack"), "wb") as f:
+        f.write(serialization.msgpack_serialize(jax.tree.map(np.asarray, head)))
+    shutil.copyfile(run.tokenizer.vocab_file, os.path.join(folder, "vocab.txt"))
+    with open(os.path.join(folder, "task.json"), "w") as f:
+        json.dump({"task": run.task.name, "best": best, "config": config.to_dict()}, f, indent=2, default=str)
+
+
+def evaluate_saved(config: ml_collections.ConfigDict, folder: str, out_dir: str) -> dict[str, float]:
+    """Dev scores of a model saved by `save_model` (its encoder and head), on `config`'s data."""
+    from flax import serialization
+
+    config = ml_collections.ConfigDict(config.to_dict())
+    config.init_checkpoint = folder
+    run = prepare(config)
+    with open(os.path.join(folder, "head.msgpack"), "rb") as f:
+        head = serialization.msgpack_restore(f.read())
+    missing = sorted(set(run.params) - {"bert"} - set(head))
+    if missing:
+        raise ValueError(f"{folder}/head.msgpack has no {missing}: saved for another task?")
+    params = {**run.params, **{k: head[k] for k in run.params if k != "bert"}}
+    eval_batch_size = int(config.eval_batch_size)
+    mesh = _make_mesh(config.mesh_shape, {"eval_batch_size": eval_batch_size})
+    tx = _optimizer(config, 1)
+    sample = [jnp.asarray(run.train.arrays[k][:1]) for k in MODEL_INPUTS]
+    shardings = _shardings(run.model, sample, tx, mesh)
+    steps = make_steps(run.task, run.model, tx, mesh, shardings)
+    return evaluate(run, steps, place(params, shardings.params), out_dir, eval_batch_size, mesh)
+
+
 def sweep(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
     """The grid of `config.sweep` (batch x lr x epochs, several seeds each), one run per
     folder ``bs<B>_lr<LR>_ep<E>_seed<S>``; runs with a ``results.json`` are not repeated.
@@ -394,6 +443,7 @@ def sweep(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
         grid.batch_sizes, grid.learning_rates, grid.epochs, grid.seeds
     ):
         run = ml_collections.ConfigDict(config.to_dict())
+        run.save_best_model = False  # one model per grid point would fill the disk
         run.batch_size, run.learning_rate, run.num_epochs, run.seed = (
             int(bs),
             float(lr),

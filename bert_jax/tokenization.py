@@ -13,6 +13,7 @@ import functools
 import importlib.util
 import os
 import unicodedata
+from typing import Any
 
 import numpy as np
 
@@ -174,6 +175,8 @@ class WordPieceTokenizer(_PairEncoder):
         The WordPiece step runs inside `tf.data`: batches of normalized text are mapped
         through tensorflow-text's FastBertTokenizer in parallel (all cores, C++, no GIL)
         with the output order fixed (`deterministic`), so the ids never depend on timing.
+        Up to one batch (the common case of a few words or sentences) skips the pipeline
+        and calls the same op directly: setting up a `tf.data` graph costs milliseconds.
         """
         import tensorflow as tf
 
@@ -188,18 +191,28 @@ class WordPieceTokenizer(_PairEncoder):
                 ragged = ragged.merge_dims(-2, -1)
             return ragged.flat_values, ragged.row_lengths()
 
+        if len(texts) <= batch_size:
+            batches = [tuple(t.numpy() for t in pieces(tf.constant(texts, tf.string)))]
+        else:
+            batches = self._pipeline(texts, batch_size, pieces)
+        out: list[list[int]] = []
+        for flat, lengths in batches:
+            flat_list = flat.tolist()
+            ends = np.cumsum(lengths).tolist()
+            out.extend(flat_list[a:b] for a, b in zip([0, *ends[:-1]], ends, strict=True))
+        return out
+
+    @staticmethod
+    def _pipeline(texts: list[str], batch_size: int, pieces: Any) -> Any:
+        import tensorflow as tf
+
         ds = (
             tf.data.Dataset.from_tensor_slices(tf.constant(texts, tf.string))
             .batch(batch_size)
             .map(pieces, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
             .prefetch(tf.data.AUTOTUNE)
         )
-        out: list[list[int]] = []
-        for flat, lengths in ds.as_numpy_iterator():
-            flat_list = flat.tolist()
-            ends = np.cumsum(lengths).tolist()
-            out.extend(flat_list[a:b] for a, b in zip([0, *ends[:-1]], ends, strict=True))
-        return out
+        return ds.as_numpy_iterator()
 
 
 class SentencePieceTokenizer(_PairEncoder):

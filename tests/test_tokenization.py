@@ -42,7 +42,9 @@ def test_parity_on_wikipedia_sample(tokenizers) -> None:
     docs = corpora.load_documents("wiki_excerpt")
     sample = [s for d in docs[::10] for s in d[:40]]
     assert len(sample) > 300
-    assert ours.tokenize(sample) == _reference(ref, sample)
+    want = _reference(ref, sample)
+    assert ours.tokenize(sample) == want  # one batch: the op called directly
+    assert ours.tokenize(sample, batch_size=64) == want  # several batches: the tf.data pipeline
 
 
 def test_parity_on_bbc_news_sample(tokenizers) -> None:
