@@ -76,14 +76,6 @@ def default_checkpoint() -> str:
     return os.path.join(os.path.dirname(spec.origin), "model")
 
 
-def _vocab_beside(checkpoint: str) -> str:
-    folder = checkpoint if os.path.isdir(checkpoint) else os.path.dirname(checkpoint)
-    path = os.path.join(folder, "vocab.txt")
-    if not os.path.exists(path):
-        raise FileNotFoundError(f"no vocab_file given and {path} does not exist")
-    return path
-
-
 def merge_encoder(init: Any, loaded: Any, source: str) -> Any:
     """`init`'s encoder tree with every leaf taken from the checkpoint (same shape).
 
@@ -264,7 +256,9 @@ def prepare(config: ml_collections.ConfigDict) -> Run:
     bert_config = bert_config.replace(
         hidden_dropout_prob=config.dropout, attention_probs_dropout_prob=config.dropout
     )
-    tok = tokenization.load_tokenizer(config.vocab_file or _vocab_beside(checkpoint), config.do_lower_case)
+    tok = tokenization.load_tokenizer(
+        config.vocab_file or tokenization.vocab_beside(checkpoint), config.do_lower_case
+    )
     if tok.vocab_size != bert_config.vocab_size:
         raise ValueError(
             f"the vocabulary has {tok.vocab_size} tokens but {checkpoint} was trained with "

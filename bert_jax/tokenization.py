@@ -31,6 +31,15 @@ def default_vocab_file() -> str:
     return os.path.join(os.path.dirname(spec.origin), "model", "vocab.txt")
 
 
+def vocab_beside(checkpoint: str) -> str:
+    """The ``vocab.txt`` stored with a checkpoint (folder, workdir or file prefix)."""
+    folder = checkpoint if os.path.isdir(checkpoint) else os.path.dirname(checkpoint)
+    path = os.path.join(folder, "vocab.txt")
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"no vocab_file given and {path} does not exist: pass the vocab file")
+    return path
+
+
 def load_vocab(path: str) -> list[str]:
     """Tokens of a vocab.txt, one per line; the special tokens must all be present."""
     if not os.path.exists(path):

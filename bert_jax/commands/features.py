@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-
 from absl import flags, logging
 
 FLAGS = flags.FLAGS
@@ -25,14 +23,6 @@ def define_flags() -> None:
     flags.mark_flags_as_required(["checkpoint", "input", "output"])
 
 
-def _vocab_beside(checkpoint: str) -> str:
-    folder = checkpoint if os.path.isdir(checkpoint) else os.path.dirname(checkpoint)
-    path = os.path.join(folder, "vocab.txt")
-    if not os.path.exists(path):
-        raise FileNotFoundError(f"no vocab.txt beside {checkpoint}: pass --vocab_file")
-    return path
-
-
 def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise SystemExit(f"unexpected arguments: {argv[1:]}")
@@ -42,7 +32,7 @@ def main(argv: list[str]) -> None:
     from bert_jax import convert, features, tokenization
 
     params, config = convert.load_checkpoint(FLAGS.checkpoint)
-    vocab = FLAGS.vocab_file or _vocab_beside(FLAGS.checkpoint)
+    vocab = FLAGS.vocab_file or tokenization.vocab_beside(FLAGS.checkpoint)
     tokenizer = tokenization.load_tokenizer(vocab, FLAGS.do_lower_case)
     if tokenizer.vocab_size > config.vocab_size:
         raise ValueError(
