@@ -3,10 +3,13 @@
 Each contender runs full forward + backward + AdamW update of BERT pre-training (MLM over
 15% of positions + NSP) on the same shapes: a mini model (L4 H256 A4, seq 128, batch 32)
 and BERT-Base (seq 128, batch 8), float32. Each runs in its own subprocess (so one
-library's threads and allocator do not slow another), one after the other. The matmul
-peak of this machine is measured in the same run, for MFU.
+library's threads and allocator do not slow another), one after the other, and the
+contenders take turns for ``--rounds`` rounds; each one's best round is reported, so a
+burst of load from a neighbour on a shared machine does not decide the ratio. The matmul
+peak of this machine is measured in each round of the same run (the best is the MFU
+denominator).
 
-    .venv/bin/python bench/pretrain_throughput.py [--steps 5] [--only mini]
+    .venv/bin/python bench/pretrain_throughput.py [--steps 5] [--rounds 3] [--only mini]
 
 Prints a table, then ``ratio_mini=<x>`` and ``ratio_base=<x>`` (bert_jax tokens/s over the
 faster peer's) as its last two lines.
@@ -96,9 +99,24 @@ def measure_peak() -> float:
     return best
 
 
+def _run_worker(name: str, shape: str, steps: int, env: dict[str, str]) -> dict:
+    proc = subprocess.run(
+        [sys.executable, __file__, "--worker", name, shape, "--steps", str(steps)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+    )
+    line = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
+    if proc.returncode or not line:
+        raise RuntimeError(f"{name} on {shape} failed:\n{proc.stderr[-3000:]}")
+    return json.loads(line[0][7:])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--only", choices=sorted(SHAPES), default=None)
     parser.add_argument("--worker", nargs=2, metavar=("NAME", "SHAPE"), help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -106,24 +124,19 @@ def main() -> None:
         print("RESULT " + json.dumps(run_one(*args.worker, args.steps)), flush=True)
         return
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "TF_CPP_MIN_LOG_LEVEL": "3"}
-    peak = measure_peak()
-    print(f"matmul peak (fp32, XLA 2048^2): {peak / 1e9:.1f} GFLOP/s")
+    peaks = []
     ratios = {}
     for shape in [args.only] if args.only else list(SHAPES):
-        results = {}
-        for name in ("bert_jax", "torch", "flax"):
-            proc = subprocess.run(
-                [sys.executable, __file__, "--worker", name, shape, "--steps", str(args.steps)],
-                capture_output=True,
-                text=True,
-                env=env,
-                cwd=ROOT,
-            )
-            line = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
-            if proc.returncode or not line:
-                raise RuntimeError(f"{name} on {shape} failed:\n{proc.stderr[-3000:]}")
-            results[name] = json.loads(line[0][7:])
-        print(f"\n{shape}: {SHAPES[shape]}")
+        results: dict[str, dict] = {}
+        for _ in range(args.rounds):
+            peaks.append(measure_peak())  # each round: the best is the machine unloaded
+            for name in ("bert_jax", "torch", "flax"):
+                result = _run_worker(name, shape, args.steps, env)
+                if result["tokens_per_sec"] > results.get(name, {}).get("tokens_per_sec", 0.0):
+                    results[name] = result
+        peak = max(peaks)
+        print(f"\nmatmul peak (fp32, XLA 2048^2, best so far): {peak / 1e9:.1f} GFLOP/s")
+        print(f"{shape}: {SHAPES[shape]}, best of {args.rounds} rounds")
         print(f"{'':<12}{'tokens/s':>12}{'GFLOP/s':>10}{'MFU':>8}")
         for name, r in results.items():
             print(
