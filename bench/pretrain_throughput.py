@@ -99,6 +99,24 @@ def measure_peak() -> float:
     return best
 
 
+_ISAS = (("avx512f", "AVX-512"), ("avx2", "AVX2"), ("avx", "AVX"))
+
+
+def cpu_description() -> str:
+    """The CPU model and its widest vector extension, so that runs can be compared."""
+    try:
+        info = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return "unknown CPU"
+    fields = dict(ln.split(":", 1) for ln in reversed(info.splitlines()) if ":" in ln)
+    fields = {k.strip(): v.strip() for k, v in fields.items()}
+    flags = fields.get("flags", "").split()
+    isa = next((name for flag, name in _ISAS if flag in flags), "SSE")
+    # The family/model tell AMD Zen 4 (25/17: 256-bit AVX-512 units) from Zen 5 (26/..).
+    family = f"family {fields.get('cpu family')} model {fields.get('model')}"
+    return f"{fields.get('model name', '?')}, {os.cpu_count()} cores, {isa}, {family}"
+
+
 def _run_worker(name: str, shape: str, steps: int, env: dict[str, str]) -> dict:
     proc = subprocess.run(
         [sys.executable, __file__, "--worker", name, shape, "--steps", str(steps)],
@@ -124,6 +142,7 @@ def main() -> None:
         print("RESULT " + json.dumps(run_one(*args.worker, args.steps)), flush=True)
         return
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "TF_CPP_MIN_LOG_LEVEL": "3"}
+    print(f"cpu: {cpu_description()}")
     peaks = []
     ratios = {}
     for shape in [args.only] if args.only else list(SHAPES):

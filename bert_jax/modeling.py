@@ -90,28 +90,52 @@ def layer_norm(config: BertConfig, name: str) -> nn.LayerNorm:
     )
 
 
-class Dense(nn.Dense):
-    """`nn.Dense` applied to a 2-D ``[-1, in]`` view of its input (a free reshape).
+def weight_grad(config: BertConfig, copy: str = "copy_x") -> str:
+    """How `ops.dense` computes a weight gradient: `copy` (which operand to transpose) where
+    the config asks for transposed copies, else "direct". "auto" not yet decided for a
+    platform (`BertConfig.for_platform`) follows the default backend."""
+    choice = config.weight_grad_matmul
+    if choice == "auto":
+        choice = "transposed_copy" if jax.default_backend() == "cpu" else "direct"
+    return copy if choice == "transposed_copy" else "direct"
+
+
+class Dense(nn.Module):
+    """A dense layer (``kernel [in, out]``, ``bias [out]``, as `nn.Dense`) computed by
+    `ops.dense` on a 2-D ``[-1, in]`` view of its input (a free reshape).
 
     On ``[B, S, in]`` arrays XLA's CPU backend copies the activation gradient into a
     transposed layout for every weight gradient (measured 3-7% of a BERT-Base step);
-    on the 2-D view the weight gradient is a plain matmul. Parameters are nn.Dense's.
+    on the 2-D view the weight gradient is a plain matmul.
     """
 
+    config: BertConfig
+    features: int
+    axes: tuple[str | None, str | None]
+    # Which operand the weight gradient transposes when the config asks for copies
+    # (`ops.dense`): "copy_g" where the input is an elementwise result (the GELU output)
+    # that XLA would recompute, column by column, inside its copy (~6x slower).
+    copy: str = "copy_x"
+
+    @nn.compact
     def __call__(self, inputs: Array) -> Array:
-        y = super().__call__(inputs.reshape(-1, inputs.shape[-1]))
-        return y.reshape(*inputs.shape[:-1], y.shape[-1])
+        c = self.config
+        dt = _dtype(c)
+        kernel = self.param("kernel", _init(c, self.axes), (inputs.shape[-1], self.features))
+        bias = self.param("bias", _zeros(self.axes[1:]), (self.features,))
+        x2 = inputs.reshape(-1, inputs.shape[-1]).astype(dt)
+        y = ops.dense(x2, kernel.astype(dt), bias.astype(dt), weight_grad(c, self.copy))
+        return y.reshape(*inputs.shape[:-1], self.features)
 
 
-def dense(config: BertConfig, features: int, axes: tuple[str | None, str | None], name: str) -> Dense:
-    return Dense(
-        features,
-        dtype=_dtype(config),
-        param_dtype=jnp.float32,
-        kernel_init=_init(config, axes),
-        bias_init=_zeros(axes[1:]),
-        name=name,
-    )
+def dense(
+    config: BertConfig,
+    features: int,
+    axes: tuple[str | None, str | None],
+    name: str,
+    copy: str = "copy_x",
+) -> Dense:
+    return Dense(config, features, axes, copy, name=name)
 
 
 class BertEmbeddings(nn.Module):
@@ -161,7 +185,7 @@ class BertEmbeddings(nn.Module):
         """Float32 logits against the word-embedding table (the MLM decoder is tied to it)
         plus `bias`, through `ops.tied_logits` (its gradient is cheaper than autodiff's)."""
         table = self.word_embeddings.embedding
-        return ops.tied_logits(x, table.astype(x.dtype), bias)
+        return ops.tied_logits(x, table.astype(x.dtype), bias, weight_grad(self.config))
 
 
 class _HeadsDense(nn.Module):
@@ -195,7 +219,7 @@ class _HeadsDense(nn.Module):
         k2 = kernel.reshape((h, n * d) if self.to_heads else (n * d, h)).astype(dt)
         # The bias too is added to the 2-D product: its gradient is then a column sum of
         # the 2-D gradient the kernel gradient uses, not of one more transposed copy.
-        y = x2 @ k2 + bias.reshape(-1).astype(dt)
+        y = ops.dense(x2, k2, bias.reshape(-1).astype(dt), weight_grad(c))
         return y.reshape(*lead, n, d) if self.to_heads else y.reshape(*lead, h)
 
 
@@ -242,7 +266,7 @@ class BertLayer(nn.Module):
         h = dense(c, c.intermediate_size, ("embed", "mlp"), "intermediate")(x)  # [B, S, F]
         h = nn.with_logical_constraint(h, ("activation_batch", "activation_length", "activation_mlp"))
         h = activation(c.hidden_act)(h)
-        h = dense(c, c.hidden_size, ("mlp", "embed"), "output")(h)
+        h = dense(c, c.hidden_size, ("mlp", "embed"), "output", copy="copy_g")(h)
         h = dropout(c, c.hidden_dropout_prob)(h, deterministic)
         x = layer_norm(c, "output_LayerNorm")(x + h)
         return nn.with_logical_constraint(x, ("activation_batch", "activation_length", "activation_embed"))

@@ -15,7 +15,29 @@ from bert_jax.config import BertConfig
 from bert_jax.modeling import Dropout
 
 
-def test_tied_logits_and_cross_entropy_match_autodiff() -> None:
+@pytest.mark.parametrize("weight_grad", ops.WEIGHT_GRADS)
+def test_dense_gradients_match_autodiff(weight_grad: str) -> None:
+    k = jax.random.split(jax.random.key(3), 4)
+    x = jax.random.normal(k[0], (24, 16))
+    kernel = jax.random.normal(k[1], (16, 40)) * 0.2
+    bias = jax.random.normal(k[2], (40,))
+    cot = jax.random.normal(k[3], (24, 40))
+
+    def ours(x, kernel, bias):
+        return jnp.sum(jnp.tanh(ops.dense(x, kernel, bias, weight_grad)) * cot)
+
+    def plain(x, kernel, bias):
+        return jnp.sum(jnp.tanh(x @ kernel + bias) * cot)
+
+    g1 = jax.jit(jax.grad(ours, argnums=(0, 1, 2)))(x, kernel, bias)
+    g2 = jax.grad(plain, argnums=(0, 1, 2))(x, kernel, bias)
+    np.testing.assert_allclose(ours(x, kernel, bias), plain(x, kernel, bias), rtol=1e-6)
+    for a, b in zip(g1, g2, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("weight_grad", ops.WEIGHT_GRADS)
+def test_tied_logits_and_cross_entropy_match_autodiff(weight_grad: str) -> None:
     k = jax.random.split(jax.random.key(0), 4)
     h = jax.random.normal(k[0], (4, 5, 16))
     table = jax.random.normal(k[1], (50, 16)) * 0.3
@@ -24,7 +46,8 @@ def test_tied_logits_and_cross_entropy_match_autodiff() -> None:
     weights = jnp.linspace(0.0, 1.0, 20).reshape(4, 5)
 
     def ours(h, table, bias):
-        loss, top = ops.softmax_cross_entropy(ops.tied_logits(h, table, bias), labels)
+        logits = ops.tied_logits(h, table, bias, weight_grad)
+        loss, top = ops.softmax_cross_entropy(logits, labels)
         return jnp.sum(loss * weights), top
 
     def plain(h, table, bias):
@@ -32,7 +55,7 @@ def test_tied_logits_and_cross_entropy_match_autodiff() -> None:
         loss = optax.softmax_cross_entropy_with_integer_labels(logits, labels)
         return jnp.sum(loss * weights), jnp.argmax(logits, -1) == labels
 
-    (v1, top1), g1 = jax.value_and_grad(ours, argnums=(0, 1, 2), has_aux=True)(h, table, bias)
+    (v1, top1), g1 = jax.jit(jax.value_and_grad(ours, argnums=(0, 1, 2), has_aux=True))(h, table, bias)
     (v2, top2), g2 = jax.value_and_grad(plain, argnums=(0, 1, 2), has_aux=True)(h, table, bias)
     np.testing.assert_allclose(v1, v2, rtol=1e-6)
     np.testing.assert_array_equal(top1, top2)

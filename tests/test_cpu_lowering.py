@@ -1,0 +1,48 @@
+"""How the pre-training step lowers on XLA:CPU: every weight-gradient matmul row-major.
+
+XLA:CPU gives a dot whose left operand is contracted along its rows (``x^T @ g``, every
+weight gradient) to Eigen, built for jaxlib's AVX baseline, and row-major dots to
+YNNPACK, which uses AVX-512 where the CPU has it (`ops.dense`). These tests read the
+compiled program: with ``weight_grad_matmul="auto"`` on CPU no such dot is left at the
+top level of the step, and with "direct" every layer has them (so the check can fail).
+"""
+
+from __future__ import annotations
+
+import re
+
+import jax
+import pytest
+
+from bert_jax import sharding, train
+from configs import pretrain
+
+# A 2-D dot (not a [1, n] matrix-vector product) contracting its left operand's rows.
+_TRANSPOSED_LHS_DOT = re.compile(r"= f32\[(\d+),(\d+)\]\{[\d,]*\} dot\(.*lhs_contracting_dims=\{0\}")
+
+
+def _transposed_lhs_dots(weight_grad_matmul: str) -> list[str]:
+    c = pretrain.get_config("tiny")
+    c.data.source = "synthetic"
+    c.model.weight_grad_matmul = weight_grad_matmul
+    mesh = sharding.make_mesh((1, 1, 1), jax.devices()[:1])
+    setup = train.Setup(c, mesh)
+    batch = setup.abstract_batch(8, 32, 5)
+    with jax.set_mesh(mesh):
+        hlo = setup.train_step.lower(setup.abstract_state, batch).compile().as_text()
+    entry = hlo[hlo.index("\nENTRY ") :]
+    entry = entry[: entry.index("\n}")]  # the step's own instructions, not fusion bodies
+    found = []
+    for line in entry.splitlines():
+        m = _TRANSPOSED_LHS_DOT.search(line)
+        if m and min(int(m.group(1)), int(m.group(2))) > 1:
+            found.append(line.strip()[:160])
+    return found
+
+
+@pytest.mark.skipif(jax.default_backend() != "cpu", reason="reads XLA:CPU's lowering")
+def test_weight_gradients_are_row_major_matmuls_on_cpu() -> None:
+    assert _transposed_lhs_dots("auto") == []
+    # 6 dense layers per encoder layer (query, key, value, output, intermediate, output)
+    # in each of the tiny model's 2 layers, plus the heads.
+    assert len(_transposed_lhs_dots("direct")) >= 12
