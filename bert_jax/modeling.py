@@ -90,13 +90,17 @@ def layer_norm(config: BertConfig, name: str) -> nn.LayerNorm:
     )
 
 
-def weight_grad(config: BertConfig, copy: str = "copy_x") -> str:
-    """How `ops.dense` computes a weight gradient: `copy` (which operand to transpose) where
-    the config asks for transposed copies, else "direct". "auto" not yet decided for a
-    platform (`BertConfig.for_platform`) follows the default backend."""
+# Under "auto", layers narrower than this on either side keep the direct weight gradient.
+_MIN_COPY_WIDTH = 512
+
+
+def weight_grad(config: BertConfig, fan_in: int, fan_out: int, copy: str = "copy_x") -> str:
+    """How `ops.dense` computes the weight gradient of a ``[fan_in, fan_out]`` kernel:
+    `copy` (which operand to transpose) where transposed copies pay, else "direct"."""
     choice = config.weight_grad_matmul
     if choice == "auto":
-        choice = "transposed_copy" if jax.default_backend() == "cpu" else "direct"
+        wide = min(fan_in, fan_out) >= _MIN_COPY_WIDTH
+        choice = "transposed_copy" if wide and jax.default_backend() == "cpu" else "direct"
     return copy if choice == "transposed_copy" else "direct"
 
 
@@ -124,7 +128,8 @@ class Dense(nn.Module):
         kernel = self.param("kernel", _init(c, self.axes), (inputs.shape[-1], self.features))
         bias = self.param("bias", _zeros(self.axes[1:]), (self.features,))
         x2 = inputs.reshape(-1, inputs.shape[-1]).astype(dt)
-        y = ops.dense(x2, kernel.astype(dt), bias.astype(dt), weight_grad(c, self.copy))
+        how = weight_grad(c, inputs.shape[-1], self.features, self.copy)
+        y = ops.dense(x2, kernel.astype(dt), bias.astype(dt), how)
         return y.reshape(*inputs.shape[:-1], self.features)
 
 
@@ -185,7 +190,7 @@ class BertEmbeddings(nn.Module):
         """Float32 logits against the word-embedding table (the MLM decoder is tied to it)
         plus `bias`, through `ops.tied_logits` (its gradient is cheaper than autodiff's)."""
         table = self.word_embeddings.embedding
-        return ops.tied_logits(x, table.astype(x.dtype), bias, weight_grad(self.config))
+        return ops.tied_logits(x, table.astype(x.dtype), bias, weight_grad(self.config, *table.shape))
 
 
 class _HeadsDense(nn.Module):
@@ -219,7 +224,7 @@ class _HeadsDense(nn.Module):
         k2 = kernel.reshape((h, n * d) if self.to_heads else (n * d, h)).astype(dt)
         # The bias too is added to the 2-D product: its gradient is then a column sum of
         # the 2-D gradient the kernel gradient uses, not of one more transposed copy.
-        y = ops.dense(x2, k2, bias.reshape(-1).astype(dt), weight_grad(c))
+        y = ops.dense(x2, k2, bias.reshape(-1).astype(dt), weight_grad(c, *k2.shape))
         return y.reshape(*lead, n, d) if self.to_heads else y.reshape(*lead, h)
 
 

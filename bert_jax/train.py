@@ -220,8 +220,8 @@ class Setup:
         self.mesh = mesh
         self.rules = list(sharding.LOGICAL_AXIS_RULES)
         self.model_config = bert_config(config)
-        # Choices left to "auto" are made for the mesh's devices, not this process's
-        # (`plan` lowers for a TPU from a CPU process); the saved config keeps "auto".
+        # "auto" is resolved for the mesh's devices, not this process's (`plan` lowers
+        # for a TPU from a CPU process); the saved config keeps "auto".
         platform = mesh.devices.flat[0].platform
         self.model = BertForPreTraining(self.model_config.for_platform(platform))
         self.tx, self.schedule = optim.create_optimizer(config)

@@ -3,8 +3,9 @@
 XLA:CPU gives a dot whose left operand is contracted along its rows (``x^T @ g``, every
 weight gradient) to Eigen, built for jaxlib's AVX baseline, and row-major dots to
 YNNPACK, which uses AVX-512 where the CPU has it (`ops.dense`). These tests read the
-compiled program: with ``weight_grad_matmul="auto"`` on CPU no such dot is left at the
-top level of the step, and with "direct" every layer has them (so the check can fail).
+compiled program: with transposed copies no such dot is left at the top level of the
+step, and with "direct" every layer has them (so the check can fail). "auto" copies for
+layers at least 512 wide on both sides only.
 """
 
 from __future__ import annotations
@@ -21,10 +22,11 @@ from configs import pretrain
 _TRANSPOSED_LHS_DOT = re.compile(r"= f32\[(\d+),(\d+)\]\{[\d,]*\} dot\(.*lhs_contracting_dims=\{0\}")
 
 
-def _transposed_lhs_dots(weight_grad_matmul: str) -> list[str]:
+def _transposed_lhs_dots(weight_grad_matmul: str, hidden: int = 128, min_width: int = 2) -> list[str]:
     c = pretrain.get_config("tiny")
     c.data.source = "synthetic"
     c.model.weight_grad_matmul = weight_grad_matmul
+    c.model.hidden_size, c.model.intermediate_size = hidden, 4 * hidden
     mesh = sharding.make_mesh((1, 1, 1), jax.devices()[:1])
     setup = train.Setup(c, mesh)
     batch = setup.abstract_batch(8, 32, 5)
@@ -35,14 +37,19 @@ def _transposed_lhs_dots(weight_grad_matmul: str) -> list[str]:
     found = []
     for line in entry.splitlines():
         m = _TRANSPOSED_LHS_DOT.search(line)
-        if m and min(int(m.group(1)), int(m.group(2))) > 1:
+        if m and min(int(m.group(1)), int(m.group(2))) >= min_width:
             found.append(line.strip()[:160])
     return found
 
 
 @pytest.mark.skipif(jax.default_backend() != "cpu", reason="reads XLA:CPU's lowering")
 def test_weight_gradients_are_row_major_matmuls_on_cpu() -> None:
-    assert _transposed_lhs_dots("auto") == []
+    assert _transposed_lhs_dots("transposed_copy") == []
     # 6 dense layers per encoder layer (query, key, value, output, intermediate, output)
     # in each of the tiny model's 2 layers, plus the heads.
     assert len(_transposed_lhs_dots("direct")) >= 12
+    # "auto": a 512-wide model copies in every wide layer (the NSP head [512, 2] stays
+    # direct); the 128-wide one keeps direct dots.
+    assert _transposed_lhs_dots("auto", hidden=512, min_width=512) == []
+    assert len(_transposed_lhs_dots("direct", hidden=512, min_width=512)) >= 12
+    assert len(_transposed_lhs_dots("auto")) >= 12
