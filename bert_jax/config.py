@@ -26,7 +26,7 @@ SHAPE_KEYS = (
     "type_vocab_size",
 )
 REMAT_POLICIES = ("none", "full", "dots", "dots_no_batch")
-WEIGHT_GRAD_MATMULS = ("auto", "transposed_copy", "direct")
+WEIGHT_GRAD_MATMULS = ("auto", "transposed_copy", "transposed_copy_wide", "direct")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,12 +65,13 @@ class BertConfig:
     # "threefry" (jax.random.bernoulli). Both are Bernoulli(1 - rate) per element.
     dropout_rng: str = "hash"
     # How weight-gradient matmuls (x^T g) are computed: "transposed_copy" writes x^T once
-    # and multiplies it row-major; "direct" lets XLA read x along its columns; "auto" is
-    # transposed_copy on CPU for layers whose in and out widths are both >= 512 (below
-    # that the copy costs more than it can save: 12% slower on the L2 H128 demo step), and
-    # direct elsewhere. Why: XLA:CPU sends row-major products to
-    # YNNPACK, which uses AVX-512 where the CPU has it, but a dot whose left operand is
-    # contracted along its rows to Eigen, which jaxlib compiles for AVX only (its baseline):
+    # and multiplies it row-major; "transposed_copy_wide" does so only in layers whose in
+    # and out widths are both >= 512 (below that the copy costs more than it can save: 12%
+    # slower on the L2 H128 demo step); "direct" lets XLA read x along its columns; "auto"
+    # is transposed_copy_wide on CPU and direct elsewhere (`for_platform`). Why: XLA:CPU
+    # sends row-major products to YNNPACK, which uses AVX-512 where the CPU has it, but a
+    # dot whose left operand is contracted along its rows to Eigen, which jaxlib compiles
+    # for AVX only (its baseline):
     # on AVX-512 hosts with full-width FMA units that is half the speed for a third of the
     # training FLOPs. TPUs and GPUs read transposed operands natively: no copy there.
     weight_grad_matmul: str = "auto"
@@ -135,12 +136,13 @@ class BertConfig:
         return cls(**kwargs)
 
     def for_platform(self, platform: str) -> BertConfig:
-        """This config with ``weight_grad_matmul="auto"`` made "direct" off the CPU: a
-        program lowered ahead of time for a TPU (`plan`) from a CPU process gets the TPU
-        choice. On the CPU "auto" stays, to be decided per layer (`modeling.weight_grad`)."""
-        if self.weight_grad_matmul != "auto" or platform == "cpu":
+        """This config with ``weight_grad_matmul="auto"`` decided for `platform` ("cpu",
+        "tpu", "gpu"): a program lowered ahead of time for a TPU (`plan`) from a CPU
+        process gets the TPU choice."""
+        if self.weight_grad_matmul != "auto":
             return self
-        return self.replace(weight_grad_matmul="direct")
+        choice = "transposed_copy_wide" if platform == "cpu" else "direct"
+        return self.replace(weight_grad_matmul=choice)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

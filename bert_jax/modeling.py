@@ -90,17 +90,18 @@ def layer_norm(config: BertConfig, name: str) -> nn.LayerNorm:
     )
 
 
-# Under "auto", layers narrower than this on either side keep the direct weight gradient.
+# Under "transposed_copy_wide", layers narrower than this keep the direct weight gradient.
 _MIN_COPY_WIDTH = 512
 
 
 def weight_grad(config: BertConfig, fan_in: int, fan_out: int, copy: str = "copy_x") -> str:
     """How `ops.dense` computes the weight gradient of a ``[fan_in, fan_out]`` kernel:
-    `copy` (which operand to transpose) where transposed copies pay, else "direct"."""
-    choice = config.weight_grad_matmul
-    if choice == "auto":
-        wide = min(fan_in, fan_out) >= _MIN_COPY_WIDTH
-        choice = "transposed_copy" if wide and jax.default_backend() == "cpu" else "direct"
+    `copy` (which operand to transpose) where the config asks for transposed copies, else
+    "direct". A config still at "auto" (a model built outside `train.Setup`) is decided
+    for the default backend."""
+    choice = config.for_platform(jax.default_backend()).weight_grad_matmul
+    if choice == "transposed_copy_wide":
+        choice = "transposed_copy" if min(fan_in, fan_out) >= _MIN_COPY_WIDTH else "direct"
     return copy if choice == "transposed_copy" else "direct"
 
 
@@ -222,8 +223,8 @@ class _HeadsDense(nn.Module):
         lead = x.shape[: x.ndim - (1 if self.to_heads else 2)]
         x2 = x.reshape(-1, h if self.to_heads else n * d).astype(dt)
         k2 = kernel.reshape((h, n * d) if self.to_heads else (n * d, h)).astype(dt)
-        # The bias too is added to the 2-D product: its gradient is then a column sum of
-        # the 2-D gradient the kernel gradient uses, not of one more transposed copy.
+        # The bias too is added to the 2-D product: its gradient is then a mat-vec on the
+        # 2-D gradient the kernel gradient uses, not on one more transposed copy.
         y = ops.dense(x2, k2, bias.reshape(-1).astype(dt), weight_grad(c, *k2.shape))
         return y.reshape(*lead, n, d) if self.to_heads else y.reshape(*lead, h)
 
