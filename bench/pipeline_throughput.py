@@ -1,9 +1,10 @@
-"""Input-pipeline throughput on one core: raw text → masked pre-training batches.
+"""Data-preparation throughput on one core: raw text → prepared pre-training records.
 
-bert_jax's whole path (WordPiece in tensorflow-text, NSP instances, dynamic masking,
-batches of the original features) against the reference `BertTokenizerFast` (Rust
-`tokenizers`) doing only tokenization of the same sentences, in the same process, pinned
-to one core. Prints tokens/s of each and the ratio (target: at least 1.0).
+bert_jax's host-side path (WordPiece in tensorflow-text, one pairing of NSP instances, the
+fixed-width records `prepare-data` writes; masks are drawn later, on the device) against
+the reference `BertTokenizerFast` (Rust `tokenizers`) doing only tokenization of the same
+sentences, in the same process, pinned to one core. Prints tokens/s of each and the ratio
+(target: at least 1.0).
 
     .venv/bin/python bench/pipeline_throughput.py
 """
@@ -26,7 +27,7 @@ def main() -> None:
     import tensorflow as tf
     import transformers
 
-    from bert_jax import corpora, input_pipeline, pretraining_data, tokenization
+    from bert_jax import corpora, prepare_data, prepared_data, pretraining_data, tokenization
 
     tf.config.threading.set_intra_op_parallelism_threads(1)
     tf.config.threading.set_inter_op_parallelism_threads(1)
@@ -37,18 +38,12 @@ def main() -> None:
     tok = tokenization.load_tokenizer(vocab)
     tok.tokenize(sentences[:100])  # build the TF graph once
     start = time.perf_counter()
-    token_docs = input_pipeline.tokenize_documents(tok, docs)
+    token_docs = prepare_data.tokenize_documents(tok, docs)
     rng = np.random.default_rng(0)
     instances = pretraining_data.create_instances(token_docs, 128, 0.1, rng, tok.special)
-    masking = pretraining_data.MaskingConfig()
-    batch, batches = [], 0
-    for inst in instances:
-        batch.append(pretraining_data.to_features(inst, rng, 128, masking, tok.special, tok.vocab_size))
-        if len(batch) == 32:
-            stacked = {k: np.stack([b[k] for b in batch]) for k in batch[0]}
-            batches += len(stacked["input_ids"]) > 0
-            batch = []
+    records = prepared_data.encode(instances, 128, tok.special.pad, np.dtype("<u2"))
     ours = time.perf_counter() - start
+    assert len(records) == len(instances)
     tokens = sum(len(s) for d in token_docs for s in d)
 
     fast = transformers.BertTokenizerFast(vocab, do_lower_case=True)
@@ -60,7 +55,7 @@ def main() -> None:
 
     print(f"text: {len(docs)} documents, {len(sentences):,} sentences, {tokens:,} tokens")
     print(
-        f"bert_jax text → masked batches: {tokens / ours:,.0f} tokens/s ({ours:.2f} s, "
+        f"bert_jax text → prepared records: {tokens / ours:,.0f} tokens/s ({ours:.2f} s, "
         f"{len(instances):,} instances)"
     )
     print(f"BertTokenizerFast tokenization only: {ref_tokens / theirs:,.0f} tokens/s ({theirs:.2f} s)")

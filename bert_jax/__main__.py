@@ -2,4 +2,5 @@
 
 from bert_jax.cli import run
 
-run()
+if __name__ == "__main__":  # not when a spawned worker process imports it
+    run()

@@ -32,6 +32,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "SQuAD v1.1/v2.0 EM/F1 of a predictions file (the official scripts' JSON).",
     ),
     "plan": ("bert_jax.commands.plan", "Compile the train step for a TPU topology; memory/time."),
+    "prepare-data": (
+        "bert_jax.commands.prepare_data",
+        "Text → prepared (unmasked) pre-training instances, in parallel; train with source=prepared.",
+    ),
     "create-data": (
         "bert_jax.commands.create_data",
         "Text → TFRecords of pre-training examples (original format).",

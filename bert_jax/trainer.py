@@ -176,10 +176,11 @@ def evaluate(
         max_predictions_per_seq=phase.max_predictions_per_seq,
         global_batch_size=int(config.get("eval_batch_size", 0) or config.global_batch_size),
     ):
-        out = setup.eval_step(state.params, setup.global_batch(local))
+        batch = setup.global_batch(local, phase.max_predictions_per_seq)
+        out = setup.eval_step(state.params, batch)
         for k, v in jax.device_get(out).items():
             sums[k] = sums.get(k, 0.0) + float(v)
-        targets.append(local["masked_lm_ids"][local["masked_lm_weights"] > 0])
+        targets.append(masked_targets(batch))
     if not sums:
         raise ValueError("the eval split is empty: no held-out examples to evaluate on")
     metrics = {k: float(v) for k, v in train.finalize_metrics(sums, setup.nsp).items()}
@@ -187,22 +188,37 @@ def evaluate(
     return metrics, np.concatenate(targets) if targets else np.zeros((0,), np.int32)
 
 
+def masked_targets(batch: train.Batch) -> np.ndarray:
+    """The masked target ids of a global batch (every host gets all of them)."""
+    from jax.experimental import multihost_utils
+
+    ids, w = (
+        np.asarray(multihost_utils.process_allgather(batch[k], tiled=True))
+        for k in ("masked_lm_ids", "masked_lm_weights")
+    )
+    return ids[w > 0]
+
+
 def unigram_baseline(
-    config: ml_collections.ConfigDict, phase: Phase, eval_targets: np.ndarray, batches: int
+    setup: train.Setup,
+    config: ml_collections.ConfigDict,
+    phase: Phase,
+    eval_targets: np.ndarray,
+    batches: int,
 ) -> tuple[int, float]:
     """Accuracy of always predicting the most frequent masked target of the training data."""
-    counts: dict[int, float] = {}
     it = data_iterator(
         config,
         split="train",
         max_seq_length=phase.max_seq_length,
         max_predictions_per_seq=phase.max_predictions_per_seq,
     )
-    for _, local in zip(range(batches), it, strict=False):
-        ids, w = local["masked_lm_ids"], local["masked_lm_weights"]
-        for t in ids[w > 0].tolist():
-            counts[t] = counts.get(t, 0.0) + 1.0
-    top = max(counts, key=counts.get)
+    seen = [
+        masked_targets(setup.global_batch(local, phase.max_predictions_per_seq))
+        for _, local in zip(range(batches), it, strict=False)
+    ]
+    values, counts = np.unique(np.concatenate(seen), return_counts=True)
+    top = int(values[np.argmax(counts)])
     acc = float(np.mean(eval_targets == top)) if eval_targets.size else 0.0
     return top, acc
 
@@ -280,7 +296,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
                 window_start, window_steps = time.perf_counter(), 0
                 first_step_of_run = step
                 while step < phase.end:
-                    batch = setup.global_batch(next(it))
+                    batch = setup.global_batch(next(it), phase.max_predictions_per_seq)
                     state, metrics = setup.train_step(state, batch)
                     step += 1
                     window_steps += 1
@@ -327,7 +343,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
         logger.close()
     baseline_batches = int(config.get("baseline_batches", 0))
     if baseline_batches:
-        top, base_acc = unigram_baseline(config, final_phase, eval_targets, baseline_batches)
+        with jax.set_mesh(mesh):
+            top, base_acc = unigram_baseline(setup, config, final_phase, eval_targets, baseline_batches)
         final["unigram_baseline_accuracy"] = base_acc
         final["unigram_baseline_token"] = top
     if jax.process_index() == 0:

@@ -55,7 +55,7 @@ def test_sentencepiece_tokenizer_feeds_the_pipeline(tmp_path) -> None:
     c.source, c.input_files, c.tokenizer, c.vocab_file = "text", str(text), "sentencepiece", model
     c.cache_dir = str(tmp_path / "cache")
     c.eval_fraction = 0.1
-    batch = next(
+    rows = next(
         input_pipeline.create_pretrain_iterator(
             c,
             global_batch_size=4,
@@ -66,6 +66,7 @@ def test_sentencepiece_tokenizer_feeds_the_pipeline(tmp_path) -> None:
             process_count=1,
         )
     )
+    batch = input_pipeline.mask_host_batch(c, rows, 10)  # masks drawn as in training
     assert (batch["input_ids"][:, 0] == tok.special.cls).all()
     assert (batch["input_ids"] < tok.vocab_size).all()
     assert np.isin(tok.special.mask, batch["input_ids"])

@@ -1,7 +1,10 @@
 """`bert-jax create-data`: the original `create_pretraining_data.py`, same flag names.
 
 Writes ``PREFIX-00000-of-0000K.tfrecord`` ... with ``dupe_factor`` statically masked
-versions of every document, sharded round-robin.
+versions of every document, sharded round-robin. Input files are streamed one at a time
+through the same reading, tokenization and pairing as `prepare-data` (NotNext segments
+drawn from the same file), so memory is bounded by one input file; masks are drawn on the
+host (`pretraining_data.to_features`), per instance, as the original.
 """
 
 from __future__ import annotations
@@ -38,11 +41,18 @@ def main(argv: list[str]) -> None:
     import tensorflow as tf
     from tqdm import tqdm
 
-    from bert_jax import corpora, input_pipeline, pretraining_data, tfrecords, tokenization
+    from bert_jax import prepare_data, pretraining_data, tfrecords
 
-    tok = tokenization.load_tokenizer(FLAGS.vocab_file, FLAGS.do_lower_case)
-    texts = [d for pattern in FLAGS.input_file.split(",") for d in corpora.load_documents("text", pattern)]
-    docs = input_pipeline.tokenize_documents(tok, texts)
+    inputs = prepare_data.list_inputs(FLAGS.input_file)
+    opts = prepare_data.Options(
+        vocab_file=FLAGS.vocab_file,
+        do_lower_case=FLAGS.do_lower_case,
+        max_seq_length=FLAGS.max_seq_length,
+        dupe_factor=FLAGS.dupe_factor,
+        short_seq_prob=FLAGS.short_seq_prob,
+        random_seed=FLAGS.random_seed,
+    ).resolved()
+    tok = prepare_data.load_tokenizer(opts)
     masking = pretraining_data.MaskingConfig(
         masked_lm_prob=FLAGS.masked_lm_prob,
         max_predictions_per_seq=FLAGS.max_predictions_per_seq,
@@ -50,24 +60,26 @@ def main(argv: list[str]) -> None:
     )
     names = tfrecords.shard_names(FLAGS.output_file, FLAGS.num_shards)
     writers = [tf.io.TFRecordWriter(n) for n in names]
-    written = 0
-    for dupe in tqdm(range(FLAGS.dupe_factor), desc="dupe_factor", unit="copy"):
-        rng = np.random.default_rng([FLAGS.random_seed, dupe])
-        instances = pretraining_data.create_instances(
-            docs, FLAGS.max_seq_length, FLAGS.short_seq_prob, rng, tok.special
-        )
-        for inst in instances:
-            feats = pretraining_data.to_features(
-                inst,
-                rng,
-                FLAGS.max_seq_length,
-                masking,
-                tok.special,
-                tok.vocab_size,
-                tok.is_continuation if FLAGS.do_whole_word_mask else None,
-            )
-            writers[written % len(writers)].write(tfrecords.serialize(feats))
-            written += 1
+    written = documents = 0
+    for index, item in enumerate(tqdm(inputs, desc="create-data", unit="file")):
+        docs = prepare_data.tokenize_documents(tok, item.documents())
+        documents += len(docs)
+        for dupe in range(opts.dupe_factor):
+            rng = np.random.default_rng([opts.random_seed, index, dupe, 1])  # the masks
+            for inst in prepare_data.shard_instances(docs, opts, tok.special, index, dupe):
+                feats = pretraining_data.to_features(
+                    inst,
+                    rng,
+                    opts.max_seq_length,
+                    masking,
+                    tok.special,
+                    tok.vocab_size,
+                    tok.is_continuation if FLAGS.do_whole_word_mask else None,
+                )
+                writers[written % len(writers)].write(tfrecords.serialize(feats))
+                written += 1
     for w in writers:
         w.close()
-    print(f"wrote {written} instances from {len(docs)} documents to {len(names)} file(s): {names[0]} ...")
+    if not written:
+        raise SystemExit(f"no usable documents (two or more sentences) in {FLAGS.input_file}")
+    print(f"wrote {written} instances from {documents} documents to {len(names)} file(s): {names[0]} ...")

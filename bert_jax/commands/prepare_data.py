@@ -1,0 +1,82 @@
+"""`bert-jax prepare-data`: text → prepared pre-training instances, once, in parallel.
+
+The original `create_pretraining_data.py` flag names where they apply; the output is a
+folder of unmasked instance shards (one per input file, or per part of a TFDS split) that
+`pretrain` streams with ``--config.data.source=prepared --config.data.input_files=DIR``
+and masks on the fly. Memory is bounded by one input file; rerunning after an
+interruption keeps the finished shards. On a pod, run it on every host with
+``--task_index=$HOST --num_tasks=$HOSTS`` and one shared ``--output_dir``.
+"""
+
+from __future__ import annotations
+
+from absl import flags
+
+FLAGS = flags.FLAGS
+
+
+def define_flags() -> None:
+    flags.DEFINE_string(
+        "input_file",
+        None,
+        "Input text glob(s), comma-separated: one sentence per line, blank lines between "
+        "documents (.xml/.xml.bz2 files are read as MediaWiki dumps).",
+    )
+    flags.DEFINE_string("tfds_name", "", "A TFDS text dataset instead, e.g. wikipedia/20230601.en.")
+    flags.DEFINE_string("tfds_split", "train", "The TFDS split.")
+    flags.DEFINE_integer("tfds_num_shards", 64, "Parts of the TFDS split, one shard each.")
+    flags.DEFINE_string("output_dir", None, "The prepared folder (shared by all hosts of a pod).")
+    flags.DEFINE_string("vocab_file", "", "vocab.txt (default: bundled bert-base-uncased).")
+    flags.DEFINE_bool("do_lower_case", True, "Lower-case and strip accents.")
+    flags.DEFINE_enum("tokenizer", "wordpiece", ["wordpiece", "sentencepiece"], "Tokenizer kind.")
+    flags.DEFINE_integer("max_seq_length", 128, "Maximum sequence length.")
+    flags.DEFINE_integer("dupe_factor", 10, "Pairings of the data (each with its own random pairs).")
+    flags.DEFINE_float("short_seq_prob", 0.1, "Probability of a shorter target length.")
+    flags.DEFINE_integer("random_seed", 12345, "Random seed of the pairings.")
+    flags.DEFINE_bool("nsp", True, "Sentence pairs for next-sentence prediction (False: single segments).")
+    flags.DEFINE_float("eval_fraction", 0.0, "Fraction of each input's documents held out for evaluation.")
+    flags.DEFINE_integer("num_workers", 1, "Worker processes on this host.")
+    flags.DEFINE_integer("task_index", 0, "This host's index on a pod (prepares shards i, i+n, ...).")
+    flags.DEFINE_integer("num_tasks", 1, "Hosts preparing into the same output_dir.")
+    flags.mark_flags_as_required(["output_dir"])
+
+
+def main(argv: list[str]) -> None:
+    if len(argv) > 1:
+        raise SystemExit(f"unexpected arguments: {argv[1:]}")
+    from bert_jax import prepare_data
+
+    if bool(FLAGS.input_file) == bool(FLAGS.tfds_name):
+        raise SystemExit("pass exactly one of --input_file and --tfds_name")
+    if not 0 <= FLAGS.task_index < FLAGS.num_tasks:
+        raise SystemExit(f"--task_index={FLAGS.task_index} must be in [0, --num_tasks={FLAGS.num_tasks})")
+    inputs = prepare_data.list_inputs(
+        FLAGS.input_file or "", FLAGS.tfds_name, FLAGS.tfds_split, FLAGS.tfds_num_shards
+    )
+    opts = prepare_data.Options(
+        vocab_file=FLAGS.vocab_file,
+        do_lower_case=FLAGS.do_lower_case,
+        tokenizer=FLAGS.tokenizer,
+        max_seq_length=FLAGS.max_seq_length,
+        dupe_factor=FLAGS.dupe_factor,
+        short_seq_prob=FLAGS.short_seq_prob,
+        random_seed=FLAGS.random_seed,
+        nsp=FLAGS.nsp,
+        eval_fraction=FLAGS.eval_fraction,
+    )
+    meta = prepare_data.prepare(
+        inputs,
+        FLAGS.output_dir,
+        opts,
+        num_workers=FLAGS.num_workers,
+        task_index=FLAGS.task_index,
+        num_tasks=FLAGS.num_tasks,
+    )
+    if meta is None:
+        print(f"task {FLAGS.task_index} done; {FLAGS.output_dir}/metadata.json follows when every task is")
+        return
+    n = meta["counts"]
+    print(
+        f"prepared {n['train']:,} train + {n['eval']:,} held-out instances from {n['documents']:,} "
+        f"documents ({n['tokens']:,} tokens, {len(meta['shards'])} shards) in {FLAGS.output_dir}"
+    )
