@@ -50,6 +50,13 @@ class Options:
     nsp: bool = True
     eval_fraction: float = 0.0
 
+    @classmethod
+    def from_flags(cls, flag_values) -> Options:
+        """From the absl flags of the same names (`prepare-data`, `create-data`); options
+        without such a flag keep their defaults."""
+        names = [f.name for f in dataclasses.fields(cls) if f.name in flag_values]
+        return cls(**{n: flag_values[n].value for n in names})
+
     def resolved(self) -> Options:
         if self.tokenizer == "wordpiece" and not self.vocab_file:
             return dataclasses.replace(self, vocab_file=tokenization.default_vocab_file())

@@ -55,12 +55,14 @@ def file_sha256(path: str) -> str:
 def encode(instances: list, max_seq_length: int, pad_id: int, dtype: np.dtype) -> np.ndarray:
     """Instances (`pretraining_data.Instance`) → records ``[n, max_seq_length + 3]``."""
     out = np.full((len(instances), record_width(max_seq_length)), pad_id, dtype)
-    for row, inst in zip(out, instances, strict=True):
-        n = len(inst.tokens)
-        row[:n] = inst.tokens
-        row[-3] = n
-        row[-2] = n - int(inst.segment_ids.sum())  # [CLS] A [SEP]
-        row[-1] = int(inst.is_random_next)
+    if not instances:
+        return out
+    lengths = np.array([len(i.tokens) for i in instances])
+    filled = np.arange(max_seq_length)[None] < lengths[:, None]
+    out[:, :max_seq_length][filled] = np.concatenate([i.tokens for i in instances])
+    out[:, -3] = lengths
+    out[:, -2] = [i.num_a for i in instances]  # [CLS] A [SEP]
+    out[:, -1] = [i.is_random_next for i in instances]
     return out
 
 

@@ -16,6 +16,7 @@ Everything draws from an explicit `np.random.Generator`, so an instance is a fun
 from __future__ import annotations
 
 import dataclasses
+from itertools import chain
 
 import numpy as np
 
@@ -27,8 +28,12 @@ TokenDoc = list[list[int]]  # a document: sentences of token ids
 @dataclasses.dataclass(frozen=True)
 class Instance:
     tokens: np.ndarray  # [CLS] A [SEP] B [SEP], int32, unpadded
-    segment_ids: np.ndarray
+    num_a: int  # length of [CLS] A [SEP]: segment 0; the rest is segment 1
     is_random_next: bool
+
+    @property
+    def segment_ids(self) -> np.ndarray:
+        return (np.arange(len(self.tokens)) >= self.num_a).astype(np.int32)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -98,14 +103,12 @@ def create_instances_from_document(
         if i == len(document) - 1 or length >= target:
             if chunk:
                 if not nsp:
-                    a = [t for s in chunk for t in s][:max_tokens]
+                    a = list(chain.from_iterable(chunk))[:max_tokens]
                     tokens = [special.cls, *a, special.sep]
-                    instances.append(
-                        Instance(np.array(tokens, np.int32), np.zeros(len(tokens), np.int32), False)
-                    )
+                    instances.append(Instance(np.array(tokens, np.int32), len(tokens), False))
                 else:
                     a_end = int(rng.integers(1, len(chunk))) if len(chunk) >= 2 else 1
-                    a = [t for s in chunk[:a_end] for t in s]
+                    a = list(chain.from_iterable(chunk[:a_end]))
                     b: list[int] = []
                     is_random_next = len(chunk) == 1 or rng.random() < 0.5
                     if is_random_next and len(docs) > 1:
@@ -123,14 +126,11 @@ def create_instances_from_document(
                         i -= len(chunk) - a_end
                     else:
                         is_random_next = False
-                        b = [t for s in chunk[a_end:] for t in s]
+                        b = list(chain.from_iterable(chunk[a_end:]))
                     _truncate_pair(a, b, max_tokens, rng)
                     if a and b:
                         tokens = [special.cls, *a, special.sep, *b, special.sep]
-                        segments = [0] * (len(a) + 2) + [1] * (len(b) + 1)
-                        instances.append(
-                            Instance(np.array(tokens, np.int32), np.array(segments, np.int32), is_random_next)
-                        )
+                        instances.append(Instance(np.array(tokens, np.int32), len(a) + 2, is_random_next))
             chunk, length = [], 0
         i += 1
     return instances

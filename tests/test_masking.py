@@ -94,7 +94,7 @@ def test_device_masking_matches_the_reference_statistics(wwm) -> None:
 
 def test_whole_word_masking_masks_all_pieces_of_a_word_alike() -> None:
     tokens = np.array([2] + [10, 600, 601, 11, 602, 12, 13, 603, 604, 605] * 4 + [3], np.int32)
-    inst = pretraining_data.Instance(tokens, np.zeros(len(tokens), np.int32), False)
+    inst = pretraining_data.Instance(tokens, len(tokens), False)
     spec = _spec(masked_lm_prob=0.5, max_predictions_per_seq=30, whole_word_masking=True)
     out = _mask(_rows([inst] * 200, seq=64), spec)
     words = mixed = 0

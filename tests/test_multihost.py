@@ -21,11 +21,11 @@ def _result(out: str) -> dict:
     return json.loads(next(ln for ln in out.splitlines() if ln.startswith("RESULT "))[7:])
 
 
-def test_two_processes_match_one_process() -> None:
+def test_two_processes_match_one_process(tmp_path) -> None:
     port = _free_port()
     procs = [
         subprocess.Popen(
-            [sys.executable, str(WORKER), str(i), "2", str(port)],
+            [sys.executable, str(WORKER), str(i), "2", str(port), str(tmp_path)],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -37,7 +37,10 @@ def test_two_processes_match_one_process() -> None:
         assert p.returncode == 0, err[-3000:]
     multi = [_result(out) for out, _ in outs]
     single = subprocess.run(
-        [sys.executable, str(WORKER), "0", "1", "0"], capture_output=True, text=True, timeout=600
+        [sys.executable, str(WORKER), "0", "1", "0", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert single.returncode == 0, single.stderr[-3000:]
     reference = _result(single.stdout)
@@ -45,3 +48,6 @@ def test_two_processes_match_one_process() -> None:
     assert sorted(m["process"] for m in multi) == [0, 1]
     for m in multi:
         assert m["losses"] == pytest.approx(reference["losses"], rel=1e-5)
+        # Prepared data, masked on the devices: every host drew the same masks as one host.
+        assert m["wiki_targets"] == reference["wiki_targets"]
+        assert m["wiki_losses"] == pytest.approx(reference["wiki_losses"], rel=1e-5)

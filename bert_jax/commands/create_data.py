@@ -44,14 +44,7 @@ def main(argv: list[str]) -> None:
     from bert_jax import prepare_data, pretraining_data, tfrecords
 
     inputs = prepare_data.list_inputs(FLAGS.input_file)
-    opts = prepare_data.Options(
-        vocab_file=FLAGS.vocab_file,
-        do_lower_case=FLAGS.do_lower_case,
-        max_seq_length=FLAGS.max_seq_length,
-        dupe_factor=FLAGS.dupe_factor,
-        short_seq_prob=FLAGS.short_seq_prob,
-        random_seed=FLAGS.random_seed,
-    ).resolved()
+    opts = prepare_data.Options.from_flags(FLAGS).resolved()
     tok = prepare_data.load_tokenizer(opts)
     masking = pretraining_data.MaskingConfig(
         masked_lm_prob=FLAGS.masked_lm_prob,

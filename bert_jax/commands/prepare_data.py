@@ -53,21 +53,10 @@ def main(argv: list[str]) -> None:
     inputs = prepare_data.list_inputs(
         FLAGS.input_file or "", FLAGS.tfds_name, FLAGS.tfds_split, FLAGS.tfds_num_shards
     )
-    opts = prepare_data.Options(
-        vocab_file=FLAGS.vocab_file,
-        do_lower_case=FLAGS.do_lower_case,
-        tokenizer=FLAGS.tokenizer,
-        max_seq_length=FLAGS.max_seq_length,
-        dupe_factor=FLAGS.dupe_factor,
-        short_seq_prob=FLAGS.short_seq_prob,
-        random_seed=FLAGS.random_seed,
-        nsp=FLAGS.nsp,
-        eval_fraction=FLAGS.eval_fraction,
-    )
     meta = prepare_data.prepare(
         inputs,
         FLAGS.output_dir,
-        opts,
+        prepare_data.Options.from_flags(FLAGS),
         num_workers=FLAGS.num_workers,
         task_index=FLAGS.task_index,
         num_tasks=FLAGS.num_tasks,

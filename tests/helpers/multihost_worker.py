@@ -1,7 +1,9 @@
 """Subprocess body of the multi-host test: one of 2 processes (or the 1-process reference).
 
 Each process feeds only its own rows of every global batch, as a host of a pod would.
-Prints the losses of a few train steps as JSON.
+Prints the losses of a few train steps as JSON: on synthetic (pre-masked) batches, and on
+the Wikipedia excerpt prepared in the cache folder given as the 4th argument (unmasked
+rows, masks drawn on the devices), with the masked targets gathered from every host.
 """
 
 import json
@@ -13,11 +15,11 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 
 import jax
 
-from bert_jax import sharding, synthetic_data, train
+from bert_jax import sharding, synthetic_data, train, trainer
 from configs import pretrain
 
 
-def main(process_id: int, num_processes: int, port: int) -> None:
+def main(process_id: int, num_processes: int, port: int, cache_dir: str) -> None:
     if num_processes > 1:
         jax.distributed.initialize(
             coordinator_address=f"127.0.0.1:{port}",
@@ -47,12 +49,29 @@ def main(process_id: int, num_processes: int, port: int) -> None:
             assert local["input_ids"].shape[0] == 8 // num_processes
             state, metrics = setup.train_step(state, setup.global_batch(local))
             losses.append(float(metrics["loss"]))
-    print(
-        "RESULT "
-        + json.dumps({"losses": losses, "devices": jax.device_count(), "process": jax.process_index()}),
-        flush=True,
-    )
+    c.data = pretrain.get_config("demo").data
+    c.data.cache_dir, c.data.dupe_factor = cache_dir, 1
+    setup = train.Setup(c, mesh)
+    wiki_losses, targets = [], []
+    with jax.set_mesh(mesh):
+        state = setup.init_state(c.seed)
+        it = trainer.data_iterator(c, split="train", max_seq_length=32, max_predictions_per_seq=5)
+        for _ in range(3):
+            local = next(it)
+            assert local["input_ids"].shape[0] == 8 // num_processes
+            batch = setup.global_batch(local, 5)
+            targets.append(int(trainer.masked_targets(batch).sum()))
+            state, metrics = setup.train_step(state, batch)
+            wiki_losses.append(float(metrics["loss"]))
+    result = {
+        "losses": losses,
+        "wiki_losses": wiki_losses,
+        "wiki_targets": targets,
+        "devices": jax.device_count(),
+        "process": jax.process_index(),
+    }
+    print("RESULT " + json.dumps(result), flush=True)
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]))
+    main(int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4])
