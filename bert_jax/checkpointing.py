@@ -5,6 +5,7 @@ Layout of a workdir::
     WORKDIR/checkpoints/<step>/   the last `keep_checkpoints` train states (async saves)
     WORKDIR/best/<step>/          the one with the best eval metric so far
     WORKDIR/bert_config.json      the model shape, checked before any restore
+    WORKDIR/checkpoints_damaged/  steps that failed to restore, set aside (never deleted)
 
 A train state is params + optimizer state + step + RNG; the data position is the step
 (the input pipeline resumes from it), so a restore reproduces an uninterrupted run.
@@ -20,13 +21,18 @@ another.
 from __future__ import annotations
 
 import json
+import logging
 import os
+import time
 from typing import Any
 
 import jax
 import orbax.checkpoint as ocp
+from etils import epath
 
 from bert_jax.config import SHAPE_KEYS, BertConfig
+
+log = logging.getLogger(__name__)
 
 
 class CheckpointMismatchError(ValueError):
@@ -46,27 +52,41 @@ def _path_str(path: tuple[Any, ...]) -> str:
 
 
 def check_model_config(workdir: str, config: BertConfig) -> None:
-    """Writes `bert_config.json` on first use; afterwards requires the same model shape."""
+    """Requires the model shape of the workdir's `bert_config.json`, if there is one.
+
+    Only reads: a refused run leaves the workdir as it was (`write_model_config` follows
+    once the run is accepted)."""
     path = os.path.join(workdir, "bert_config.json")
+    if not os.path.exists(path):
+        return
     current = config.to_dict()
+    with open(path) as f:
+        saved = json.load(f)
+    diffs = [
+        f"{k}: checkpoint {saved.get(k)} vs config {current[k]}"
+        for k in SHAPE_KEYS
+        if saved.get(k) != current[k]
+    ]
+    if diffs:
+        raise CheckpointMismatchError(
+            f"workdir {workdir} holds a checkpoint of another model: " + "; ".join(diffs)
+        )
+
+
+def write_model_config(workdir: str, config: BertConfig) -> None:
+    """Writes `bert_config.json` (atomically) unless the workdir has one."""
+    path = os.path.join(workdir, "bert_config.json")
     if os.path.exists(path):
-        with open(path) as f:
-            saved = json.load(f)
-        diffs = [
-            f"{k}: checkpoint {saved.get(k)} vs config {current[k]}"
-            for k in SHAPE_KEYS
-            if saved.get(k) != current[k]
-        ]
-        if diffs:
-            raise CheckpointMismatchError(
-                f"workdir {workdir} holds a checkpoint of another model: " + "; ".join(diffs)
-            )
         return
     os.makedirs(workdir, exist_ok=True)
-    tmp = path + ".tmp"
+    tmp = f"{path}.tmp{os.getpid()}"
     with open(tmp, "w") as f:
-        json.dump(current, f, indent=2)
+        json.dump(config.to_dict(), f, indent=2)
     os.replace(tmp, path)
+
+
+class CheckpointDamagedError(RuntimeError):
+    """Checkpoints exist but none of them restores."""
 
 
 class Checkpointer:
@@ -82,8 +102,10 @@ class Checkpointer:
         best_mode: str = "max",
     ) -> None:
         self.workdir = workdir
+        # Folders are made at the first save, not here: a run refused after opening its
+        # checkpoints leaves the workdir as it was.
         options = ocp.CheckpointManagerOptions(
-            max_to_keep=keep, enable_async_checkpointing=async_save, create=True
+            max_to_keep=keep, enable_async_checkpointing=async_save, create=False
         )
         # The handler is named up front so that a fresh process can read metadata (shapes)
         # of existing checkpoints before restoring.
@@ -95,7 +117,7 @@ class Checkpointer:
         self.best_manager = ocp.CheckpointManager(
             os.path.join(workdir, "best"),
             options=ocp.CheckpointManagerOptions(
-                max_to_keep=1, enable_async_checkpointing=async_save, create=True
+                max_to_keep=1, enable_async_checkpointing=async_save, create=False
             ),
             item_handlers=ocp.StandardCheckpointHandler(),
         )
@@ -104,6 +126,7 @@ class Checkpointer:
 
     # ---------------------------------------------------------------- saving
     def save(self, step: int, state: Any, *, force: bool = False) -> bool:
+        _mkdir(self.manager.directory)
         return self.manager.save(step, args=ocp.args.StandardSave(state), force=force)
 
     def maybe_save_best(self, step: int, state: Any, metrics: dict[str, float]) -> bool:
@@ -113,6 +136,7 @@ class Checkpointer:
         better = self._best is None or (value > self._best if self.best_mode == "max" else value < self._best)
         if not better:
             return False
+        _mkdir(self.best_manager.directory)
         self.best_manager.save(step, args=ocp.args.StandardSave(state), force=True)
         self._best = float(value)
         if jax.process_index() == 0:
@@ -140,6 +164,53 @@ class Checkpointer:
     def latest_step(self) -> int | None:
         return self.manager.latest_step()
 
+    def restore_latest(self, abstract_state: Any) -> tuple[Any, int] | None:
+        """The newest checkpoint that restores, and its step; None if there are none.
+
+        A step that fails to restore (a truncated data file, a missing `_METADATA` or
+        manifest) while an older one restores is damaged: it is moved, never deleted, to
+        ``WORKDIR/checkpoints_damaged/`` and named in a warning. If none restores, the
+        error names every step's reason (a model of another size first) and nothing moves.
+        """
+        failures: list[tuple[int, Exception]] = []
+        for step in sorted(self.manager.all_steps(), reverse=True):
+            try:
+                state = self.restore(abstract_state, step)
+            except Exception as e:
+                failures.append((step, e))
+                continue
+            for bad, error in failures:
+                self._set_aside(bad, error)
+            return state, step
+        if not failures:
+            return None
+        for _, error in failures:
+            if isinstance(error, CheckpointMismatchError) and "shape mismatch" in str(error):
+                raise error  # the same mismatch everywhere: the config, not the files
+        reasons = "; ".join(f"step {s}: {_first_line(e)}" for s, e in failures)
+        raise CheckpointDamagedError(
+            f"no checkpoint in {self.manager.directory} restores ({reasons}); nothing was moved or "
+            "deleted: repair or move them away to start afresh"
+        )
+
+    def _set_aside(self, step: int, error: Exception) -> None:
+        src = os.path.join(str(self.manager.directory), str(step))
+        dst_dir = os.path.join(self.workdir, "checkpoints_damaged")
+        dst = os.path.join(dst_dir, f"{step}-{int(time.time())}")
+        if jax.process_index() == 0:
+            _mkdir(dst_dir)
+            epath.Path(src).rename(epath.Path(dst))
+            log.warning("checkpoint step %d is damaged (%s): moved to %s", step, _first_line(error), dst)
+            print(
+                f"warning: checkpoint step {step} is damaged ({_first_line(error)}); moved to {dst}",
+                flush=True,
+            )
+        if jax.process_count() > 1:
+            from jax.experimental import multihost_utils
+
+            multihost_utils.sync_global_devices(f"set aside checkpoint {step}")
+        self.manager.reload()
+
     def restore(self, abstract_state: Any, step: int | None = None) -> Any:
         """The state at `step` (default: latest), placed with `abstract_state`'s shardings."""
         step = self.latest_step() if step is None else step
@@ -148,6 +219,15 @@ class Checkpointer:
         metadata = self.manager.item_metadata(step)
         check_shapes(getattr(metadata, "tree", metadata), abstract_state, f"step {step}")
         return self.manager.restore(step, args=ocp.args.StandardRestore(abstract_state))
+
+
+def _mkdir(path: Any) -> None:
+    epath.Path(str(path)).mkdir(parents=True, exist_ok=True)
+
+
+def _first_line(error: Exception) -> str:
+    text = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {text[0][:200] if text else ''}"
 
 
 def check_shapes(metadata: Any, abstract_state: Any, where: str) -> None:

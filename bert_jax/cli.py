@@ -2,13 +2,19 @@
 
 Each subcommand lives in `bert_jax/commands/<name>.py` and exposes `define_flags()` and
 `main(argv)`. Only the chosen subcommand's flags are defined, so `bert-jax SUB --help`
-lists exactly that subcommand's flags (plus absl's own).
+lists exactly that subcommand's flags (plus absl's own). Errors a user's input causes
+(files, flags, config keys, data, checkpoints) print one line and exit with 1, here and
+nowhere else; ``BERT_JAX_DEBUG=1`` shows their traceback.
 """
 
 from __future__ import annotations
 
 import importlib
+import os
+import re
 import sys
+from collections.abc import Callable
+from typing import Any, NoReturn
 
 from absl import app, flags
 
@@ -61,6 +67,52 @@ def usage() -> str:
     return "\n".join(lines)
 
 
+DEBUG_ENV = "BERT_JAX_DEBUG"  # =1: errors show their traceback instead of one line
+
+# What a user's input can cause (files, flags, configs, data, checkpoints): reported as one
+# line and exit code 1. Anything else is a bug and keeps its traceback.
+USER_ERRORS = (ValueError, OSError)
+
+
+def fail(name: str, message: str) -> NoReturn:
+    text = " ".join(message.split())
+    print(f"bert-jax {name}: error: {text}  [{DEBUG_ENV}=1 for the traceback]", file=sys.stderr)
+    sys.exit(1)
+
+
+def flag_error_message(error: Exception, args: list[str]) -> str:
+    """One line for a flag or config error, naming the flag, the config key or the file."""
+    text = str(error).strip()
+    missing_file = re.search(r"No such file or directory: '([^']+)'", text)
+    if missing_file:
+        return f"config file {missing_file.group(1)} does not exist"
+    if isinstance(error, AttributeError):  # ml_collections: an override of a key it lacks
+        key = text.strip("\"'")
+        for arg in args:
+            name = arg.lstrip("-").split("=", 1)[0]
+            flag, _, path = name.partition(".")
+            if path and key in path.split("."):
+                return f"unknown config key {path!r} (from {arg}): --{flag} has no such field"
+        return f"unknown config key {key!r}"
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    last = lines[-1] if lines else text  # a config file's own error is the last line
+    return re.sub(r"^\w+(Error|Exception): ", "", last)
+
+
+def guarded(name: str, main: Callable[[list[str]], Any]) -> Callable[[list[str]], Any]:
+    """`main` with the user errors it raises turned into one line (see USER_ERRORS)."""
+
+    def run_main(argv: list[str]) -> Any:
+        try:
+            return main(argv)
+        except USER_ERRORS as e:
+            if os.environ.get(DEBUG_ENV):
+                raise
+            fail(name, str(e) or type(e).__name__)
+
+    return run_main
+
+
 def run(argv: list[str] | None = None) -> None:
     argv = list(sys.argv if argv is None else argv)
     if len(argv) < 2 or argv[1] in ("-h", "--help", "help"):
@@ -77,8 +129,19 @@ def run(argv: list[str] | None = None) -> None:
         doc = (module.__doc__ or "").strip()
         print(f"usage: bert-jax {name} [--flag=value ...]\n\n{doc}\n\nflags:")
         print(flags.FLAGS.module_help(module.__name__))
+        print(f"\nErrors print one line; {DEBUG_ENV}=1 shows their traceback.")
         sys.exit(0)
-    app.run(module.main, argv=[f"bert-jax {name}", *argv[2:]])
+    args = [f"bert-jax {name}", *argv[2:]]
+    if os.environ.get(DEBUG_ENV):
+        app.run(module.main, argv=args)
+        return
+    try:  # parse (and load config files) here, so that their errors are one line too
+        remaining = flags.FLAGS(args)
+        for flag in flags.FLAGS:  # a config file that failed to load raises on first use
+            getattr(flags.FLAGS[flag].value, "keys", None)
+    except Exception as e:  # flag values, config files (they run user code), config keys
+        fail(name, flag_error_message(e, args))
+    app.run(guarded(name, module.main), argv=args, flags_parser=lambda _: remaining)
 
 
 if __name__ == "__main__":

@@ -619,10 +619,41 @@ def load_checkpoint(path: str, expected: BertConfig | None = None) -> tuple[Para
     return {"hf": load_hf, "tf": load_tf, "bert_jax": load_bert_jax}[fmt](path, expected)
 
 
-def save_checkpoint(path: str, params: Params, config: BertConfig, fmt: str) -> None:
+def save_checkpoint(path: str, params: Params, config: BertConfig, fmt: str) -> str:
+    """Writes the checkpoint; returns the folder it is in."""
     savers = {"hf": save_hf, "tf": save_tf, "bert_jax": save_bert_jax}
     if fmt not in savers:
         raise ValueError(f"unknown format {fmt!r}: bert_jax, hf or tf")
     if fmt == "tf" and "ckpt" not in os.path.basename(path.rstrip(os.sep)):
         path = os.path.join(path, "bert_model.ckpt")  # a folder, as the original release
     savers[fmt](path, params, config)
+    return os.path.dirname(path) if fmt == "tf" else path
+
+
+def source_casing(src: str) -> bool | None:
+    """``do_lower_case`` of a checkpoint's `tokenizer_config.json`, if it has one."""
+    folder = src if os.path.isdir(src) else os.path.dirname(src)
+    path = os.path.join(folder, "tokenizer_config.json")
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        value = json.load(f).get("do_lower_case")
+    return None if value is None else bool(value)
+
+
+def write_tokenizer_files(folder: str, vocab_file: str, do_lower_case: bool, config: BertConfig) -> None:
+    """The vocabulary and its casing beside a checkpoint, in every format: `vocab.txt` and
+    a `tokenizer_config.json` that `transformers.AutoTokenizer` reads as a BertTokenizer."""
+    import shutil
+
+    dst = os.path.join(folder, "vocab.txt")
+    if os.path.abspath(vocab_file) != os.path.abspath(dst):
+        shutil.copyfile(vocab_file, dst)
+    tokenizer_config = {
+        "tokenizer_class": "BertTokenizer",
+        "do_lower_case": do_lower_case,
+        "model_max_length": config.max_position_embeddings,
+        **{f"{t}_token": f"[{t.upper()}]" for t in ("unk", "sep", "pad", "cls", "mask")},
+    }
+    with open(os.path.join(folder, "tokenizer_config.json"), "w") as f:
+        json.dump(tokenizer_config, f, indent=2)

@@ -24,18 +24,17 @@ from bert_jax.config import BertConfig
 from bert_jax.modeling import BertModel
 
 
-def read_examples(path: str) -> tuple[list[str], list[str] | None]:
-    """One example per line; a tab separates sentence A from sentence B."""
+def read_examples(path: str) -> tuple[list[str], list[str | None] | None]:
+    """One example per line, each taken as it is: a tab separates sentence A from sentence
+    B, a line without one is a single sentence (B is None); no B anywhere gives None."""
     with open(path, encoding="utf-8", errors="replace") as f:
         lines = [ln.rstrip("\n") for ln in f if ln.strip()]
     if not lines:
         raise ValueError(f"{path} has no non-empty lines")
     parts = [ln.split("\t", 1) for ln in lines]
-    has_b = [len(p) == 2 for p in parts]
-    if any(has_b) and not all(has_b):
-        bad = has_b.index(False) if any(has_b) else 0
-        raise ValueError(f"{path}: line {bad + 1} has no tab but others have sentence pairs")
-    return [p[0] for p in parts], ([p[1] for p in parts] if all(has_b) else None)
+    if not any(len(p) == 2 for p in parts):
+        return [p[0] for p in parts], None
+    return [p[0] for p in parts], [p[1] if len(p) == 2 else None for p in parts]
 
 
 def parse_layers(spec: Sequence[str], num_layers: int) -> list[int]:

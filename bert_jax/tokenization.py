@@ -98,12 +98,17 @@ class _PairEncoder:
         return [[self.vocab[i] for i in ids] for ids in self.tokenize(texts)]
 
     def encode_pairs(
-        self, texts_a: list[str], texts_b: list[str] | None, max_seq_length: int
+        self, texts_a: list[str], texts_b: list[str | None] | None, max_seq_length: int
     ) -> dict[str, np.ndarray]:
         """``[CLS] A [SEP] (B [SEP])`` padded to `max_seq_length`, the longer segment
-        truncated first (as the original `_truncate_seq_pair`)."""
+        truncated first (as the original `_truncate_seq_pair`); a row whose B is None (or
+        every row, with ``texts_b=None``) is a single segment."""
         a_ids = self.tokenize(texts_a)
-        b_ids = self.tokenize(texts_b) if texts_b is not None else [None] * len(a_ids)
+        b_ids: list[list[int] | None] = [None] * len(a_ids)
+        if texts_b is not None:
+            present = [i for i, t in enumerate(texts_b) if t is not None]
+            for i, ids in zip(present, self.tokenize([texts_b[i] for i in present]), strict=True):
+                b_ids[i] = ids
         n = len(a_ids)
         ids = np.full((n, max_seq_length), self.special.pad, np.int32)
         segments = np.zeros((n, max_seq_length), np.int32)

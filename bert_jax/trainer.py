@@ -188,6 +188,24 @@ def evaluate(
     return metrics, np.concatenate(targets) if targets else np.zeros((0,), np.int32)
 
 
+def check_data(config: ml_collections.ConfigDict) -> None:
+    """Opens the train and held-out data of every phase (preparing a built-in source on
+    first use), so that a run whose data cannot serve it is refused before it starts."""
+    for phase in phases(config):
+        for split in ("train", "eval"):
+            it = data_iterator(
+                config,
+                split=split,
+                max_seq_length=phase.max_seq_length,
+                max_predictions_per_seq=phase.max_predictions_per_seq,
+                global_batch_size=int(config.get("eval_batch_size", 0) or config.global_batch_size)
+                if split == "eval"
+                else None,
+            )
+            next(iter(it))
+            getattr(it, "close", lambda: None)()
+
+
 def masked_targets(batch: train.Batch) -> np.ndarray:
     """The masked target ids of a global batch (every host gets all of them)."""
     from jax.experimental import multihost_utils
@@ -245,18 +263,19 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
     """Trains (or resumes) to `config.num_train_steps`; returns the final eval metrics."""
     if "://" not in workdir:  # orbax wants absolute paths; gs:// and the like stay as they are
         workdir = os.path.abspath(workdir)
+    # Everything that can refuse the run comes before anything is written to the workdir.
     check_vocab(config)
     mesh = sharding.make_mesh(tuple(config.mesh_shape))
     setup = train.Setup(config, mesh)
     checkpointing.check_model_config(workdir, setup.model_config)
-    keep_vocab(config, workdir)
+    check_data(config)
     ckpt = checkpointing.Checkpointer(
         workdir,
         keep=int(config.keep_checkpoints),
         async_save=bool(config.get("async_checkpointing", True)),
     )
     total = int(config.num_train_steps)
-    logger = MetricsLogger(workdir, total)
+    logger: MetricsLogger | None = None
     preemption = _Preemption()
     peak = device_peak_flops() * jax.device_count()
     eval_every = int(config.eval_every_steps)
@@ -267,12 +286,16 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
     stop_after = int(config.get("stop_after_step", 0)) or -1
     try:
         with jax.set_mesh(mesh):
-            latest = ckpt.latest_step()
-            if latest is not None:
-                state = ckpt.restore(setup.abstract_state)
+            restored = ckpt.restore_latest(setup.abstract_state)
+            if restored is not None:
+                state, latest = restored
                 print(f"resumed from {workdir}/checkpoints/{latest}", flush=True)
             else:
-                state = setup.init_state(int(config.seed))
+                state, latest = setup.init_state(int(config.seed)), None
+            # The run is accepted: from here on it writes to the workdir.
+            checkpointing.write_model_config(workdir, setup.model_config)
+            keep_vocab(config, workdir)
+            logger = MetricsLogger(workdir, total)
             step = int(jax.device_get(state.step))
             last_saved = latest
             for phase in phases(config):
@@ -340,7 +363,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
     finally:
         preemption.restore()
         ckpt.close()
-        logger.close()
+        if logger is not None:
+            logger.close()
     baseline_batches = int(config.get("baseline_batches", 0))
     if baseline_batches:
         with jax.set_mesh(mesh):

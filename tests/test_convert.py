@@ -1,5 +1,6 @@
 """Checkpoint conversion and numerical parity with the reference `transformers` BERT."""
 
+import json
 import os
 import subprocess
 import sys
@@ -11,7 +12,7 @@ import pytest
 import torch
 import transformers
 
-from bert_jax import convert
+from bert_jax import convert, tokenization
 from bert_jax.config import BertConfig
 from bert_jax.heads import BertForPreTraining
 from bert_jax.modeling import BertModel
@@ -92,6 +93,8 @@ def hf_pretraining(tmp_path_factory):
             p.add_(0.02 * torch.randn_like(p))
     folder = tmp_path_factory.mktemp("hf")
     model.save_pretrained(folder)
+    words = tokenization.load_vocab(tokenization.default_vocab_file())[:300]  # has the specials
+    (folder / "vocab.txt").write_text("\n".join(words) + "\n")
     rng = np.random.default_rng(0)
     ids = rng.integers(5, 300, (3, 20)).astype(np.int64)
     mask = np.ones_like(ids)
@@ -194,6 +197,29 @@ def test_convert_command(hf_pretraining, tmp_path) -> None:
     a, b = convert.flatten(original), convert.flatten(converted)
     assert a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
     assert config.hidden_size == SMALL["hidden_size"]
+    assert (tmp_path / "tf" / "vocab.txt").read_text() == (folder / "vocab.txt").read_text()
+
+
+def test_converted_folders_carry_the_vocab_and_casing(tmp_path) -> None:
+    """HF → bert_jax → HF: each output has vocab.txt and tokenizer_config.json, so
+    `transformers.AutoTokenizer` on the last one gives bert_jax's ids."""
+
+    def run(src, dst, fmt):
+        proc = subprocess.run(
+            [sys.executable, "-m", "bert_jax", "convert", f"--src={src}", f"--dst={dst}",
+             f"--dst_format={fmt}"],
+            capture_output=True, text=True, cwd=ROOT, timeout=300,
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stderr[-2000:]
+
+    run(MINILM, tmp_path / "bj", "bert_jax")
+    run(tmp_path / "bj", tmp_path / "hf", "hf")
+    assert tokenization.vocab_beside(str(tmp_path / "bj")) == str(tmp_path / "bj" / "vocab.txt")
+    texts = ["Hello world!", "Unaffable naïve café, 1984."]
+    ours = tokenization.load_tokenizer(str(tmp_path / "bj" / "vocab.txt")).tokenize(texts)
+    theirs = transformers.AutoTokenizer.from_pretrained(str(tmp_path / "hf"))(texts, add_special_tokens=False)
+    assert theirs["input_ids"] == ours and all(len(row) > 2 for row in ours)
+    assert json.loads((tmp_path / "hf" / "tokenizer_config.json").read_text())["do_lower_case"] is True
 
 
 def test_pretraining_workdir_with_scanned_layers_converts(hf_pretraining, tmp_path) -> None:
@@ -211,7 +237,7 @@ def test_pretraining_workdir_with_scanned_layers_converts(hf_pretraining, tmp_pa
     stacked = jax.tree.map(jnp.asarray, stack_layers(params, config.num_hidden_layers))
     tx = optax.adamw(1e-3)
     workdir = str(tmp_path / "workdir")
-    checkpointing.check_model_config(workdir, scanned_config)
+    checkpointing.write_model_config(workdir, scanned_config)
     ckpt = checkpointing.Checkpointer(workdir, async_save=False)
     for step in (3, 7):  # the latest step is the one converted
         scale = 1.0 if step == 7 else 0.5

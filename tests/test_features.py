@@ -56,11 +56,20 @@ def test_features_command_matches_transformers(tmp_path) -> None:
     assert (got[mask[..., 0] == 0] == 0).all()  # padding zeroed
 
 
-def test_mixed_pairs_and_singles_are_refused(tmp_path) -> None:
-    path = tmp_path / "bad.txt"
-    path.write_text("a\tb\nno tab here\n")
-    with pytest.raises(ValueError, match="line 2 has no tab"):
-        features.read_examples(str(path))
+def test_mixed_pairs_and_singles_are_taken_line_by_line(tmp_path) -> None:
+    from bert_jax import tokenization
+
+    path = tmp_path / "mixed.txt"
+    path.write_text("a first\tand second\nno tab here\n")
+    texts_a, texts_b = features.read_examples(str(path))
+    assert texts_a == ["a first", "no tab here"] and texts_b == ["and second", None]
+    tok = tokenization.load_tokenizer(os.path.join(MINILM, "vocab.txt"), True)
+    mixed = tok.encode_pairs(texts_a, texts_b, 16)
+    pair = tok.encode_pairs(texts_a[:1], texts_b[:1], 16)
+    single = tok.encode_pairs(texts_a[1:], None, 16)
+    for k in mixed:  # each row as if it were alone
+        assert np.array_equal(mixed[k], np.concatenate([pair[k], single[k]]))
+    assert mixed["segment_ids"][0].max() == 1 and mixed["segment_ids"][1].max() == 0
 
 
 def test_table7_combinations_agree_with_each_other() -> None:

@@ -1,5 +1,6 @@
 """`prepare-data`: the original's instances, parallel = serial, resumable, pods, refusals."""
 
+import json
 import os
 import subprocess
 import sys
@@ -132,13 +133,23 @@ def test_cli_prepares_with_progress_and_pretrain_streams_it(corpus, tmp_path) ->
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "tokens/s" in proc.stderr and "3 shards" in proc.stdout
+    # The two-phase schedule takes the folder prepared for each phase's sequence length.
+    short = tmp_path / "prepared32"
+    inputs = prepare_data.list_inputs(str(corpus / "wiki-*.txt"))
+    opts = prepare_data.Options(max_seq_length=32, dupe_factor=1, eval_fraction=0.2)
+    prepare_data.prepare(inputs, str(short), opts, progress=False)
     work = tmp_path / "run"
     proc = subprocess.run(
         [sys.executable, "-m", "bert_jax", "pretrain", "--config=configs/pretrain.py:tiny",
-         "--config.data.source=prepared", f"--config.data.input_files={out}",
-         "--config.max_seq_length=64", "--config.num_train_steps=4", "--config.eval_every_steps=0",
+         "--config.data.source=prepared", f"--config.data.input_files={short},{out}",
+         "--config.max_seq_length=32", "--config.phase2_fraction=0.5",
+         "--config.phase2_max_seq_length=64", "--config.phase2_max_predictions_per_seq=10",
+         "--config.num_train_steps=4", "--config.eval_every_steps=0", "--config.log_every_steps=1",
          "--config.checkpoint_every_steps=4", "--config.global_batch_size=8", f"--workdir={work}"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "held-out MLM accuracy" in proc.stdout and (work / "checkpoints" / "4").is_dir()
+    logged = [json.loads(line) for line in (work / "metrics.jsonl").read_text().splitlines()]
+    lengths = {r["step"]: r["max_seq_length"] for r in logged if r.get("split", "train") == "train"}
+    assert lengths == {1: 32, 2: 32, 3: 64, 4: 64}

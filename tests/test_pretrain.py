@@ -83,12 +83,79 @@ def test_checkpoint_of_another_model_size_is_refused(tmp_path) -> None:
         trainer.train_and_evaluate(bigger, str(tmp_path))
     # Without the config file the shapes themselves are compared, naming the parameter.
     (tmp_path / "bert_config.json").unlink()
+    before = _snapshot(tmp_path)
     with pytest.raises(
         checkpointing.CheckpointMismatchError,
         match=r"word_embeddings/embedding: checkpoint \(30522, 128\) vs model \(30522, 256\)",
     ):
         trainer.train_and_evaluate(bigger, str(tmp_path))
-    assert (tmp_path / "checkpoints" / "2").is_dir()  # nothing was lost
+    assert _snapshot(tmp_path) == before  # a refused run leaves the workdir byte-identical
+    # ... so the right run is not refused afterwards.
+    trainer.train_and_evaluate(tiny_config(num_train_steps=4, eval_every_steps=0), str(tmp_path))
+    assert (tmp_path / "checkpoints" / "4").is_dir() and (tmp_path / "bert_config.json").exists()
+
+
+def _snapshot(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_a_run_refused_for_its_data_creates_nothing(tmp_path) -> None:
+    empty = tmp_path / "empty.txt"
+    empty.write_text("")
+    c = tiny_config()
+    c.data = pretrain.get_config("tiny").data
+    c.data.source, c.data.input_files, c.data.cache_dir = "text", str(empty), str(tmp_path / "cache")
+    with pytest.raises(ValueError, match=r"empty\.txt is empty"):
+        trainer.train_and_evaluate(c, str(tmp_path / "run"))
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory) -> dict[int, dict]:
+    workdir = tmp_path_factory.mktemp("uninterrupted")
+    trainer.train_and_evaluate(tiny_config(eval_every_steps=0), str(workdir))
+    return rows(workdir)
+
+
+def _damage(step_dir: Path, how: str) -> None:
+    if how == "truncated data file":
+        largest = max((p for p in step_dir.rglob("*") if p.is_file()), key=lambda p: p.stat().st_size)
+        largest.write_bytes(largest.read_bytes()[: largest.stat().st_size // 2])
+    elif how == "no _METADATA":
+        (step_dir / "default" / "_METADATA").unlink()
+    else:
+        (step_dir / "default" / "manifest.ocdbt").unlink()
+
+
+@pytest.mark.parametrize("how", ["truncated data file", "no _METADATA", "no manifest"])
+def test_a_damaged_latest_checkpoint_is_set_aside_and_the_previous_one_restored(
+    tmp_path, uninterrupted, how, capsys
+) -> None:
+    config = tiny_config(eval_every_steps=0)
+    trainer.train_and_evaluate(tiny_config(eval_every_steps=0, stop_after_step=4), str(tmp_path))
+    _damage(tmp_path / "checkpoints" / "4", how)
+    capsys.readouterr()
+    trainer.train_and_evaluate(config, str(tmp_path))
+    out = capsys.readouterr().out
+    assert "checkpoint step 4 is damaged" in out and "resumed from" in out and "checkpoints/2" in out
+    (aside,) = (tmp_path / "checkpoints_damaged").iterdir()
+    assert aside.name.startswith("4-") and any(aside.rglob("*"))  # moved, not deleted
+    resumed = rows(tmp_path)
+    assert sorted(resumed) == [1, 2, 3, 4, 5, 6]
+    for step in resumed:  # steps 3 and 4 redone from step 2: the same losses
+        assert resumed[step]["loss"] == uninterrupted[step]["loss"], step
+
+
+def test_no_intact_checkpoint_is_an_error_not_a_fresh_start(tmp_path) -> None:
+    trainer.train_and_evaluate(tiny_config(eval_every_steps=0, stop_after_step=4), str(tmp_path))
+    for step in (2, 4):
+        _damage(tmp_path / "checkpoints" / str(step), "no manifest")
+    with pytest.raises(
+        checkpointing.CheckpointDamagedError, match=r"no checkpoint in .* restores \(step 4: "
+    ):
+        trainer.train_and_evaluate(tiny_config(eval_every_steps=0), str(tmp_path))
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["2", "4"]
+    assert not (tmp_path / "checkpoints_damaged").exists()
 
 
 def _cli(workdir: Path, *extra: str) -> list[str]:

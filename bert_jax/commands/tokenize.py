@@ -21,14 +21,24 @@ def define_flags() -> None:
     flags.mark_flags_as_required(["input", "output"])
 
 
+def read_lines(text: str) -> list[str]:
+    """Lines ended by "\n" (or "\r\n") only: form feeds, U+2028, U+0085 or a lone "\r"
+    inside a line stay in it (`str.splitlines` would split there), so output row i is
+    always input line i."""
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    return [ln[:-1] if ln.endswith("\r") else ln for ln in lines]
+
+
 def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise SystemExit(f"unexpected arguments: {argv[1:]}")
     from bert_jax import tokenization
 
     tok = tokenization.load_tokenizer(FLAGS.vocab_file or "", FLAGS.do_lower_case)
-    with open(FLAGS.input, encoding="utf-8", errors="replace") as f:
-        lines = f.read().splitlines()
+    with open(FLAGS.input, encoding="utf-8", errors="replace", newline="") as f:
+        lines = read_lines(f.read())
     ids = tok.tokenize(lines)
     with open(FLAGS.output, "w") as f:
         for row in ids:

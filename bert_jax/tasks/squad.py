@@ -131,16 +131,6 @@ def read_examples(path: str, version_2: bool) -> tuple[list[dict[str, Any]], lis
     return data, examples
 
 
-def check_answers(path: str, data: list[dict[str, Any]]) -> None:
-    """Every answer (and v2.0 plausible answer) must be the context's text at its
-    `answer_start`; the error names the file and the question."""
-    for article in data:
-        for paragraph in article.get("paragraphs", []):
-            for qa in paragraph.get("qas", []):
-                for a in [*qa.get("answers", []), *qa.get("plausible_answers", [])]:
-                    _check_answer(path, qa.get("id"), paragraph.get("context", ""), a)
-
-
 def restrict(data: list[dict[str, Any]], qids: set[str]) -> list[dict[str, Any]]:
     """The ``data`` list with only the questions in `qids` (for scoring a subset)."""
     out = []
