@@ -140,8 +140,10 @@ class Checkpointer:
         self.best_manager.save(step, args=ocp.args.StandardSave(state), force=True)
         self._best = float(value)
         if jax.process_index() == 0:
-            with open(os.path.join(self.workdir, "best_metric.json"), "w") as f:
+            path = os.path.join(self.workdir, "best_metric.json")
+            with open(f"{path}.tmp{os.getpid()}", "w") as f:
                 json.dump({"step": step, self.best_metric: self._best}, f)
+            os.replace(f"{path}.tmp{os.getpid()}", path)
         return True
 
     def _load_best(self) -> float | None:

@@ -256,7 +256,8 @@ def keep_vocab(config: ml_collections.ConfigDict, workdir: str) -> None:
     dst = os.path.join(workdir, name)
     if not tf.io.gfile.exists(dst):
         tf.io.gfile.makedirs(workdir)
-        tf.io.gfile.copy(src, dst)
+        tf.io.gfile.copy(src, f"{dst}.tmp", overwrite=True)
+        tf.io.gfile.rename(f"{dst}.tmp", dst, overwrite=True)  # readers never see half a vocab
 
 
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
