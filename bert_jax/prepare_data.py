@@ -1,8 +1,8 @@
 """`prepare-data`: text → unmasked NSP instances on disk, once, in parallel, bounded memory.
 
 One shard per input (a text file, a wiki dump, or one of ``tfds_num_shards`` even parts
-of a TFDS split). A worker reads one input, tokenizes it with tensorflow-text inside
-`tf.data` (`tokenization.WordPieceTokenizer.tokenize`), holds out ``eval_fraction`` of its
+of a TFDS split). A worker reads one input, tokenizes it with tensorflow-text's
+FastBertTokenizer (`tokenization.WordPieceTokenizer.tokenize`), holds out ``eval_fraction`` of its
 documents, pairs the rest ``dupe_factor`` times exactly as the original
 `create_pretraining_data.py` (`pretraining_data.create_instances`, NotNext segments drawn
 from the same input), and writes the records. Memory is bounded by one input, not the

@@ -2,7 +2,7 @@
 
 `FastBertTokenizer` runs the BERT basic tokenizer (lower-casing and accent stripping for
 uncased vocabularies, punctuation and CJK splitting) and greedy longest-match-first
-WordPiece inside TensorFlow, so the same object tokenizes in `tf.data` and eagerly.
+WordPiece inside TensorFlow (C++), called eagerly on batches of sentences.
 Special-token ids are looked up in the vocabulary, never hard-coded.
 """
 
