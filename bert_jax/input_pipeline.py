@@ -32,7 +32,7 @@ import numpy as np
 from bert_jax import masking, prepared_data, sampler, tokenization
 from bert_jax.prepare_data import EVAL_SEED
 
-# The held-out split is read in this order, with masks from EVAL_SEED, in every run.
+# EVAL_SEED (re-exported): the held-out split's masks never depend on the training seed.
 __all__ = ["EVAL_SEED", "create_pretrain_iterator", "default_config"]
 
 

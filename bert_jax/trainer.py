@@ -174,7 +174,7 @@ def evaluate(
         split="eval",
         max_seq_length=phase.max_seq_length,
         max_predictions_per_seq=phase.max_predictions_per_seq,
-        global_batch_size=int(config.get("eval_batch_size", 0) or config.global_batch_size),
+        global_batch_size=eval_batch_size(config),
     ):
         batch = setup.global_batch(local, phase.max_predictions_per_seq)
         out = setup.eval_step(state.params, batch)
@@ -188,6 +188,10 @@ def evaluate(
     return metrics, np.concatenate(targets) if targets else np.zeros((0,), np.int32)
 
 
+def eval_batch_size(config: ml_collections.ConfigDict) -> int:
+    return int(config.get("eval_batch_size", 0) or config.global_batch_size)
+
+
 def check_data(config: ml_collections.ConfigDict) -> None:
     """Opens the train and held-out data of every phase (preparing a built-in source on
     first use), so that a run whose data cannot serve it is refused before it starts."""
@@ -198,9 +202,7 @@ def check_data(config: ml_collections.ConfigDict) -> None:
                 split=split,
                 max_seq_length=phase.max_seq_length,
                 max_predictions_per_seq=phase.max_predictions_per_seq,
-                global_batch_size=int(config.get("eval_batch_size", 0) or config.global_batch_size)
-                if split == "eval"
-                else None,
+                global_batch_size=eval_batch_size(config) if split == "eval" else None,
             )
             next(iter(it))
             getattr(it, "close", lambda: None)()
