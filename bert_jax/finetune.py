@@ -29,7 +29,7 @@ import ml_collections
 import numpy as np
 import optax
 from flax import traverse_util
-from jax.sharding import Mesh, NamedSharding, PartitionSpec
+from jax.sharding import Mesh, NamedSharding
 
 from bert_jax import convert, optim, sharding, tokenization
 from bert_jax.tasks import MODEL_INPUTS, Split, Task, get_task
@@ -122,7 +122,7 @@ def make_steps(
     as the logical-axis rules place them, the batch over (data, fsdp); the old parameters
     and optimizer state are donated."""
     rules = list(sharding.LOGICAL_AXIS_RULES)
-    batch_sharding = NamedSharding(mesh, PartitionSpec(("data", "fsdp")))
+    batch_sharding = sharding.batch_sharding(mesh, 1)
     replicated = sharding.replicated(mesh)
 
     def apply(params: Any, batch: dict[str, Any], **kw: Any) -> Any:

@@ -22,7 +22,7 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 import optax
-from jax.sharding import Mesh, NamedSharding, PartitionSpec
+from jax.sharding import Mesh, NamedSharding
 
 from bert_jax import ops, optim, sharding
 from bert_jax.config import BertConfig
@@ -259,7 +259,7 @@ class Setup:
             return fn(jax.random.key(seed))
 
     def batch_shardings(self, batch_like: dict[str, Any]) -> dict[str, NamedSharding]:
-        return {k: self.batch_spec(v.ndim) for k, v in batch_like.items()}
+        return {k: sharding.batch_sharding(self.mesh, v.ndim) for k, v in batch_like.items()}
 
     def abstract_batch(
         self, global_batch_size: int, max_seq_length: int, max_predictions: int
@@ -289,7 +289,7 @@ class Setup:
             grad_accum_steps=int(self.config.get("grad_accum_steps", 1)),
             nsp=self.nsp,
         )
-        batch_spec = NamedSharding(self.mesh, PartitionSpec(("data", "fsdp")))
+        batch_spec = sharding.batch_sharding(self.mesh, 1)  # a prefix for every feature
         rules = self.rules
 
         def step_with_rules(state: TrainState, batch: Batch) -> Any:
@@ -299,7 +299,7 @@ class Setup:
         return jax.jit(
             step_with_rules,
             in_shardings=(self.state_shardings, batch_spec),
-            out_shardings=(self.state_shardings, NamedSharding(self.mesh, PartitionSpec())),
+            out_shardings=(self.state_shardings, sharding.replicated(self.mesh)),
             donate_argnums=(0,),
         )
 
@@ -316,14 +316,10 @@ class Setup:
             step,
             in_shardings=(
                 self.state_shardings.params,
-                NamedSharding(self.mesh, PartitionSpec(("data", "fsdp"))),
+                sharding.batch_sharding(self.mesh, 1),
             ),
-            out_shardings=NamedSharding(self.mesh, PartitionSpec()),
+            out_shardings=sharding.replicated(self.mesh),
         )
-
-    def batch_spec(self, ndim: int) -> NamedSharding:
-        """Rows over the (data, fsdp) axes, the rest replicated."""
-        return NamedSharding(self.mesh, PartitionSpec(("data", "fsdp"), *[None] * (ndim - 1)))
 
     def masker(self, max_predictions: int) -> Any:
         """The data config's masking, jitted over the mesh (one per prediction count)."""
@@ -335,7 +331,8 @@ class Setup:
             self._maskers[max_predictions] = jax.jit(
                 fn,
                 out_shardings={
-                    k: self.batch_spec(1 if k == "next_sentence_labels" else 2) for k in BATCH_KEYS
+                    k: sharding.batch_sharding(self.mesh, 1 if k == "next_sentence_labels" else 2)
+                    for k in BATCH_KEYS
                 },
             )
         return self._maskers[max_predictions]
@@ -354,7 +351,9 @@ class Setup:
         for k in masking.RAW_KEYS if raw else BATCH_KEYS:
             v = np.asarray(local[k])
             global_shape = (v.shape[0] * process_count, *v.shape[1:])
-            out[k] = jax.make_array_from_process_local_data(self.batch_spec(v.ndim), v, global_shape)
+            out[k] = jax.make_array_from_process_local_data(
+                sharding.batch_sharding(self.mesh, v.ndim), v, global_shape
+            )
         if not raw:
             return out
         if max_predictions is None:
