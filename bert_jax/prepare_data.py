@@ -255,6 +255,11 @@ def prepare(
         for i in range(task_index, count, num_tasks)
         if _done(out_dir, prepared_data.shard_stem(i, count), opts) is None
     ]
+    for i in todo:  # leftovers of a killed worker (each shard belongs to one task only)
+        for stale in glob.glob(
+            os.path.join(glob.escape(out_dir), f"{prepared_data.shard_stem(i, count)}.*.tmp*")
+        ):
+            os.remove(stale)
     by_bytes = not inputs[0].tfds_split
     bar = _progress(
         sum(inputs[i].size() for i in todo) if by_bytes else len(todo), "B" if by_bytes else "shard"
