@@ -21,7 +21,6 @@ another.
 from __future__ import annotations
 
 import json
-import logging
 import os
 import time
 from typing import Any
@@ -31,8 +30,6 @@ import orbax.checkpoint as ocp
 from etils import epath
 
 from bert_jax.config import SHAPE_KEYS, BertConfig
-
-log = logging.getLogger(__name__)
 
 
 class CheckpointMismatchError(ValueError):
@@ -85,8 +82,8 @@ def write_model_config(workdir: str, config: BertConfig) -> None:
     os.replace(tmp, path)
 
 
-class CheckpointDamagedError(RuntimeError):
-    """Checkpoints exist but none of them restores."""
+class CheckpointDamagedError(ValueError):
+    """Checkpoints exist but none of them restores (a user-facing error: one line in the CLI)."""
 
 
 class Checkpointer:
@@ -202,7 +199,6 @@ class Checkpointer:
         if jax.process_index() == 0:
             _mkdir(dst_dir)
             epath.Path(src).rename(epath.Path(dst))
-            log.warning("checkpoint step %d is damaged (%s): moved to %s", step, _first_line(error), dst)
             print(
                 f"warning: checkpoint step {step} is damaged ({_first_line(error)}); moved to {dst}",
                 flush=True,

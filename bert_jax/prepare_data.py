@@ -24,6 +24,7 @@ import concurrent.futures
 import dataclasses
 import functools
 import glob
+import json
 import multiprocessing
 import os
 import sys
@@ -144,9 +145,9 @@ def split_held_out(docs: list, eval_fraction: float, shard: int) -> tuple[list, 
     return [d for i, d in enumerate(docs) if i not in held], [d for i, d in enumerate(docs) if i in held]
 
 
-def shard_instances(docs: list, opts: Options, special, shard: int, pairing: int) -> list:
-    """Pairing `pairing` of one shard's training documents (the original's logic)."""
-    rng = np.random.default_rng([opts.random_seed, shard, pairing])
+def shard_instances(docs: list, opts: Options, special, seed: list[int]) -> list:
+    """One pairing of a shard's documents (the original's logic), from ``default_rng(seed)``."""
+    rng = np.random.default_rng(seed)
     return pretraining_data.create_instances(
         docs, opts.max_seq_length, opts.short_seq_prob, rng, special, nsp=opts.nsp
     )
@@ -159,21 +160,19 @@ def prepare_shard(item: Input, index: int, count: int, out_dir: str, opts: Optio
     dtype = prepared_data.token_dtype(tok.vocab_size)
     docs = tokenize_documents(tok, item.documents())
     train, held_out = split_held_out(docs, opts.eval_fraction, index)
+    # (documents, seed) of each pairing: dupe_factor of the training documents, one of the
+    # held-out ones; paired one at a time as they are written.
+    pairings = {
+        "train": [(train, [opts.random_seed, index, d]) for d in range(opts.dupe_factor)],
+        "eval": [(held_out, [EVAL_SEED, index, 1])] if held_out else [],
+    }
     counts = {"train": 0, "eval": 0}
     for split in prepared_data.SPLITS:
         final = os.path.join(out_dir, f"{stem}.{split}.bin")
         tmp = f"{final}.tmp{os.getpid()}"
         with open(tmp, "wb") as f:
-            if split == "train":
-                batches = (
-                    shard_instances(train, opts, tok.special, index, d) for d in range(opts.dupe_factor)
-                )
-            else:
-                rng = np.random.default_rng([EVAL_SEED, index, 1])
-                batches = iter([pretraining_data.create_instances(
-                    held_out, opts.max_seq_length, opts.short_seq_prob, rng, tok.special, nsp=opts.nsp
-                )] if held_out else [])  # fmt: skip
-            for instances in batches:
+            for split_docs, seed in pairings[split]:
+                instances = shard_instances(split_docs, opts, tok.special, seed)
                 prepared_data.encode(instances, opts.max_seq_length, tok.special.pad, dtype).tofile(f)
                 counts[split] += len(instances)
         os.replace(tmp, final)
@@ -191,8 +190,6 @@ def prepare_shard(item: Input, index: int, count: int, out_dir: str, opts: Optio
 
 def _done(out_dir: str, stem: str, opts: Options) -> dict | None:
     """The counts of a finished shard (None if it is not finished)."""
-    import json
-
     path = os.path.join(out_dir, f"{stem}.json")
     if not os.path.exists(path):
         return None

@@ -59,7 +59,9 @@ def main(argv: list[str]) -> None:
         documents += len(docs)
         for dupe in range(opts.dupe_factor):
             rng = np.random.default_rng([opts.random_seed, index, dupe, 1])  # the masks
-            for inst in prepare_data.shard_instances(docs, opts, tok.special, index, dupe):
+            for inst in prepare_data.shard_instances(
+                docs, opts, tok.special, [opts.random_seed, index, dupe]
+            ):
                 feats = pretraining_data.to_features(
                     inst,
                     rng,
