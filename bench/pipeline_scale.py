@@ -112,6 +112,70 @@ def reader(directory: str) -> dict:
             "late_step": late}  # fmt: skip
 
 
+TARGETS = {
+    "rss_40x_over_1x": ("<=", 1.15),
+    "first_batch_40x_over_1x": ("<=", 1.3),
+    "resume_max_s": ("<=", 2.0),
+    "epoch_boundary_stall_max_s": ("<=", 1.0),
+    "steady_over_50k": (">=", 1.0),
+    "prepare_2_workers_over_1M": (">=", 1.0),
+}
+
+
+def reader_in_fresh_process(directory: str) -> dict:
+    """`reader(directory)` run by this script in a new Python process (its own peak RSS)."""
+    proc = subprocess.run(
+        [sys.executable, os.path.abspath(__file__), "--reader", directory],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def measure(files: list[str], k: int, workdir: str, dupe_factor: int, rates: dict[int, float]) -> dict:
+    """Prepares the first `k` files with 2 workers (the 40x corpus with 1 worker first; the
+    tokens/s go into `rates` by worker count), reads them back and prints both."""
+    out = os.path.join(workdir, f"p{k}")
+    if k == 40:  # the largest corpus, where worker start-up (~4 s) matters least
+        rates[1], _ = prepare(files, out, 1, dupe_factor)
+    rate, meta = prepare(files[:k], out, 2, dupe_factor)
+    rates[2] = rate
+    # The largest process of all preparations so far (workers hold one input file each).
+    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    print(f"prepare-data, {k}x ({k} files): 2 workers {rate:,.0f} tokens/s, largest process {peak:,.0f} MB")
+    size = sum(os.path.getsize(os.path.join(out, n)) for n in os.listdir(out))
+    r = reader_in_fresh_process(out)
+    print(
+        f"{k:>2}x: {meta['counts']['tokens'] / 1e6:.1f}M tokens, {r['examples']:,} instances, "
+        f"{size / 2**20:,.0f} MiB on disk ({size / meta['counts']['tokens'] * 1e9 / 2**30:.1f} GiB per "
+        f"billion tokens at dupe_factor {dupe_factor}) | first batch {r['first_batch_s']:.2f} s | "
+        f"peak RSS {r['peak_rss_mb']:.0f} MB | resume at step {r['late_step']:,} {r['resume_s']:.2f} s | "
+        f"slowest batch across the epoch boundary {r['boundary_max_batch_s'] * 1e3:.1f} ms | "
+        f"steady {r['steady_examples_per_s']:,.0f} examples/s"
+    )
+    return r
+
+
+def ratios(results: dict[int, dict], rates: dict[int, float]) -> dict[str, float]:
+    """The measured figures `TARGETS` bounds, from the results per corpus size."""
+    return {
+        "rss_40x_over_1x": results[40]["peak_rss_mb"] / results[1]["peak_rss_mb"],
+        "first_batch_40x_over_1x": results[40]["first_batch_s"] / results[1]["first_batch_s"],
+        "resume_max_s": max(r["resume_s"] for r in results.values()),
+        "epoch_boundary_stall_max_s": max(r["boundary_max_batch_s"] for r in results.values()),
+        "steady_over_50k": min(r["steady_examples_per_s"] for r in results.values()) / 50_000,
+        "prepare_2_workers_over_1M": rates[2] / 1e6,
+    }
+
+
+def print_targets(values: dict[str, float]) -> None:
+    for name, value in values.items():
+        op, bound = TARGETS[name]
+        ok = value <= bound if op == "<=" else value >= bound
+        print(f"{name}={value:.3f} (target {op} {bound}: {'met' if ok else 'NOT met'})")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--workdir", default="/tmp/bert_jax_scale")
@@ -129,54 +193,9 @@ def main() -> None:
     )
     results, rates = {}, {}
     for k in (1, 10, 40):
-        out = os.path.join(args.workdir, f"p{k}")
-        if k == 40:  # the largest corpus, where worker start-up (~4 s) matters least
-            rates[1], _ = prepare(files, out, 1, args.dupe_factor)
-        rate, meta = prepare(files[:k], out, 2, args.dupe_factor)
-        rates[2] = rate
-        # The largest process of all preparations so far (workers hold one input file each).
-        peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
-        print(
-            f"prepare-data, {k}x ({k} files): 2 workers {rate:,.0f} tokens/s, largest process {peak:,.0f} MB"
-        )
-        size = sum(os.path.getsize(os.path.join(out, n)) for n in os.listdir(out))
-        proc = subprocess.run(
-            [sys.executable, os.path.abspath(__file__), "--reader", out],
-            check=True,
-            capture_output=True,
-            text=True,
-        )
-        r = json.loads(proc.stdout.strip().splitlines()[-1])
-        results[k] = r
-        print(
-            f"{k:>2}x: {meta['counts']['tokens'] / 1e6:.1f}M tokens, {r['examples']:,} instances, "
-            f"{size / 2**20:,.0f} MiB on disk ({size / meta['counts']['tokens'] * 1e9 / 2**30:.1f} GiB per "
-            f"billion tokens at dupe_factor {args.dupe_factor}) | first batch {r['first_batch_s']:.2f} s | "
-            f"peak RSS {r['peak_rss_mb']:.0f} MB | resume at step {r['late_step']:,} {r['resume_s']:.2f} s | "
-            f"slowest batch across the epoch boundary {r['boundary_max_batch_s'] * 1e3:.1f} ms | "
-            f"steady {r['steady_examples_per_s']:,.0f} examples/s"
-        )
+        results[k] = measure(files, k, args.workdir, args.dupe_factor, rates)
     print(f"prepare-data, 40x: 1 worker {rates[1]:,.0f} tokens/s, 2 workers {rates[2]:,.0f} tokens/s")
-    ratios = {
-        "rss_40x_over_1x": results[40]["peak_rss_mb"] / results[1]["peak_rss_mb"],
-        "first_batch_40x_over_1x": results[40]["first_batch_s"] / results[1]["first_batch_s"],
-        "resume_max_s": max(r["resume_s"] for r in results.values()),
-        "epoch_boundary_stall_max_s": max(r["boundary_max_batch_s"] for r in results.values()),
-        "steady_over_50k": min(r["steady_examples_per_s"] for r in results.values()) / 50_000,
-        "prepare_2_workers_over_1M": rates[2] / 1e6,
-    }
-    targets = {
-        "rss_40x_over_1x": ("<=", 1.15),
-        "first_batch_40x_over_1x": ("<=", 1.3),
-        "resume_max_s": ("<=", 2.0),
-        "epoch_boundary_stall_max_s": ("<=", 1.0),
-        "steady_over_50k": (">=", 1.0),
-        "prepare_2_workers_over_1M": (">=", 1.0),
-    }
-    for name, value in ratios.items():
-        op, bound = targets[name]
-        ok = value <= bound if op == "<=" else value >= bound
-        print(f"{name}={value:.3f} (target {op} {bound}: {'met' if ok else 'NOT met'})")
+    print_targets(ratios(results, rates))
 
 
 if __name__ == "__main__":

@@ -107,96 +107,160 @@ def _mesh_devices(config: ml_collections.ConfigDict, devices: list[jax.Device]) 
     return devices[:wanted]
 
 
-def plan(config: ml_collections.ConfigDict, topology_name: str, mfu_assumed: float = 0.45) -> PlanReport:
-    """Compiles `config`'s pre-training step for `topology_name` and estimates its cost."""
-    import time
+@dataclasses.dataclass(frozen=True)
+class _Placement:
+    """Where the step runs: the devices of the mesh on one topology."""
 
-    from bert_jax import train
+    topology_name: str
+    topo: Any  # hardware.parse_topology's description
+    devices: list  # the devices of the mesh
+    devices_per_chip: int
+    mesh: Any
+    chips_used: int
 
+
+@dataclasses.dataclass(frozen=True)
+class _StepMemory:
+    """Per-device bytes of one step as compiled (or as the TPU compiler refused it)."""
+
+    argument_bytes: int
+    output_bytes: int
+    temp_bytes: int
+    peak_bytes: int
+    xla_flops: float  # the TPU compiler's figure x devices; 0 when it did not compile
+    param_shardings: Any  # the parameters' shardings (a tree like the params)
+
+
+def _placement(config: ml_collections.ConfigDict, topology_name: str) -> _Placement:
     topo = hardware.parse_topology(topology_name)
     all_devices = topology_devices(topology_name)
     devices = _mesh_devices(config, all_devices)
     devices_per_chip = len(all_devices) // topo.num_chips
     mesh = sharding.make_mesh(config.mesh_shape, devices)
     chips_used = max(1, len(devices) // devices_per_chip)
+    return _Placement(topology_name, topo, devices, devices_per_chip, mesh, chips_used)
 
-    setup = train.Setup(config, mesh)
-    batch = setup.abstract_batch(
-        int(config.global_batch_size),
-        int(config.max_seq_length),
-        int(config.max_predictions_per_seq),
-    )
+
+def _setup(config: ml_collections.ConfigDict, mesh: Any) -> Any:
+    """The pre-training step's model, state and shardings on `mesh` (abstract until run)."""
+    from bert_jax import train
+
+    return train.Setup(config, mesh)
+
+
+def _batch_shape(config: ml_collections.ConfigDict) -> tuple[int, int, int]:
+    return int(config.global_batch_size), int(config.max_seq_length), int(config.max_predictions_per_seq)
+
+
+def _compile_step(setup: Any, config: ml_collections.ConfigDict) -> tuple[Any, int | None, float]:
+    """(the compiled step, or None with the temporaries' bytes XLA said it needed when the
+    TPU compiler refused it for running out of memory; compile seconds)."""
+    import time
+
     start = time.perf_counter()
     try:
-        compiled = setup.compile_train_step(
-            int(config.global_batch_size),
-            int(config.max_seq_length),
-            int(config.max_predictions_per_seq),
-        )
+        compiled, oom_temp_bytes = setup.compile_train_step(*_batch_shape(config)), None
     except Exception as e:  # the TPU compiler refuses programs that OOM
-        required = _required_bytes_from_oom(str(e))
-        if required is None:
+        oom_temp_bytes = _required_bytes_from_oom(str(e))
+        if oom_temp_bytes is None:
             raise
-        compiled, oom_temp_bytes = None, required
-    compile_time = time.perf_counter() - start
-    abstract_state = setup.abstract_state
-    params, opt_state = abstract_state.params, abstract_state.opt_state
+        compiled = None
+    return compiled, oom_temp_bytes, time.perf_counter() - start
 
-    if compiled is not None:
-        mem = compiled.memory_analysis()
-        cost = compiled.cost_analysis()
-        if isinstance(cost, list):  # older jax returned one dict per program
-            cost = cost[0]
-        xla_flops = float(cost.get("flops", 0.0)) * len(devices)
-        argument_bytes, output_bytes = mem.argument_size_in_bytes, mem.output_size_in_bytes
-        temp_bytes = mem.temp_size_in_bytes
-        peak_bytes = argument_bytes + output_bytes - mem.alias_size_in_bytes + temp_bytes
+
+def _compiled_memory(compiled: Any, n_devices: int) -> _StepMemory:
+    mem = compiled.memory_analysis()
+    cost = compiled.cost_analysis()
+    if isinstance(cost, list):  # older jax returned one dict per program
+        cost = cost[0]
+    argument_bytes, output_bytes = mem.argument_size_in_bytes, mem.output_size_in_bytes
+    temp_bytes = mem.temp_size_in_bytes
+    return _StepMemory(
+        argument_bytes=argument_bytes,
+        output_bytes=output_bytes,
+        temp_bytes=temp_bytes,
+        peak_bytes=argument_bytes + output_bytes - mem.alias_size_in_bytes + temp_bytes,
+        xla_flops=float(cost.get("flops", 0.0)) * n_devices,
         # The shardings the compiled program takes its parameters with, as XLA settled them.
-        param_shardings = compiled.input_shardings[0][0].params
-    else:
-        # Did not fit: XLA named the temporaries it needed; state and batch come on top.
-        xla_flops = 0.0
-        argument_bytes = _per_device_bytes(abstract_state) + _per_device_bytes(batch)
-        output_bytes, temp_bytes = 0, oom_temp_bytes
-        peak_bytes = argument_bytes + temp_bytes
-        param_shardings = setup.state_shardings.params
-    flops_per_step = step_flops(config)
-    flops_source = "xla cost_analysis of the same step (layers unrolled, one device)"
-    hbm_per_device = topo.generation.hbm_bytes // devices_per_chip
-    chip_flops = topo.generation.peak_bf16_flops
-    step_time = flops_per_step / (chips_used * chip_flops * mfu_assumed)
-    tokens = config.global_batch_size * config.max_seq_length
-    specs = {
+        param_shardings=compiled.input_shardings[0][0].params,
+    )
+
+
+def _oom_memory(setup: Any, batch: Any, temp_bytes: int) -> _StepMemory:
+    """Did not fit: XLA named the temporaries it needed; state and batch come on top."""
+    argument_bytes = _per_device_bytes(setup.abstract_state) + _per_device_bytes(batch)
+    return _StepMemory(
+        argument_bytes=argument_bytes,
+        output_bytes=0,
+        temp_bytes=temp_bytes,
+        peak_bytes=argument_bytes + temp_bytes,
+        xla_flops=0.0,
+        param_shardings=setup.state_shardings.params,
+    )
+
+
+def _param_specs(param_shardings: Any) -> dict[str, list]:
+    """Parameter path ("bert/encoder/...") -> mesh axis per dimension."""
+    return {
         "/".join(str(k.key) for k in path if hasattr(k, "key")): list(s.spec)
         for path, s in jax.tree_util.tree_flatten_with_path(param_shardings)[0]
     }
+
+
+def _report(
+    config: ml_collections.ConfigDict,
+    where: _Placement,
+    state: Any,
+    mem: _StepMemory,
+    compile_time: float,
+    mfu_assumed: float,
+) -> PlanReport:
+    """`mem` (per device) scaled to chips, and the step time at `mfu_assumed` of the peak."""
+    per_chip = where.devices_per_chip
+    generation = where.topo.generation
+    flops_per_step = step_flops(config)
+    step_time = flops_per_step / (where.chips_used * generation.peak_bf16_flops * mfu_assumed)
+    tokens = config.global_batch_size * config.max_seq_length
     return PlanReport(
-        topology=topology_name,
-        num_chips=chips_used,
-        devices_used=len(devices),
-        device_kind=devices[0].device_kind,
-        mesh_shape=dict(mesh.shape),
+        topology=where.topology_name,
+        num_chips=where.chips_used,
+        devices_used=len(where.devices),
+        device_kind=where.devices[0].device_kind,
+        mesh_shape=dict(where.mesh.shape),
         global_batch_size=int(config.global_batch_size),
         max_seq_length=int(config.max_seq_length),
         num_train_steps=int(config.num_train_steps),
-        param_bytes=_per_device_bytes(params) * devices_per_chip,
-        opt_state_bytes=_per_device_bytes(opt_state) * devices_per_chip,
-        argument_bytes=argument_bytes * devices_per_chip,
-        output_bytes=output_bytes * devices_per_chip,
-        temp_bytes=temp_bytes * devices_per_chip,
-        hbm_per_chip_bytes=peak_bytes * devices_per_chip,
-        hbm_capacity_bytes=topo.generation.hbm_bytes,
-        fits=peak_bytes <= hbm_per_device,
+        param_bytes=_per_device_bytes(state.params) * per_chip,
+        opt_state_bytes=_per_device_bytes(state.opt_state) * per_chip,
+        argument_bytes=mem.argument_bytes * per_chip,
+        output_bytes=mem.output_bytes * per_chip,
+        temp_bytes=mem.temp_bytes * per_chip,
+        hbm_per_chip_bytes=mem.peak_bytes * per_chip,
+        hbm_capacity_bytes=generation.hbm_bytes,
+        fits=mem.peak_bytes <= generation.hbm_bytes // per_chip,
         flops_per_step=flops_per_step,
-        flops_source=flops_source,
-        xla_cost_analysis_flops=xla_flops,
+        flops_source="xla cost_analysis of the same step (layers unrolled, one device)",
+        xla_cost_analysis_flops=mem.xla_flops,
         mfu_assumed=mfu_assumed,
         est_step_time_s=step_time,
         est_tokens_per_sec=tokens / step_time,
         est_total_time_s=step_time * int(config.num_train_steps),
         compile_time_s=compile_time,
-        param_shardings=specs,
+        param_shardings=_param_specs(mem.param_shardings),
     )
+
+
+def plan(config: ml_collections.ConfigDict, topology_name: str, mfu_assumed: float = 0.45) -> PlanReport:
+    """Compiles `config`'s pre-training step for `topology_name` and estimates its cost."""
+    where = _placement(config, topology_name)
+    setup = _setup(config, where.mesh)
+    batch = setup.abstract_batch(*_batch_shape(config))
+    compiled, oom_temp_bytes, compile_time = _compile_step(setup, config)
+    if compiled is not None:
+        mem = _compiled_memory(compiled, len(where.devices))
+    else:
+        mem = _oom_memory(setup, batch, oom_temp_bytes)
+    return _report(config, where, setup.abstract_state, mem, compile_time, mfu_assumed)
 
 
 def step_flops(config: ml_collections.ConfigDict) -> float:
@@ -206,19 +270,13 @@ def step_flops(config: ml_collections.ConfigDict) -> float:
     XLA's analysis of a compiled scan counts the loop body once, not once per layer, and
     the TPU compiler's own figure is per chip after partitioning. Lowering takes seconds.
     """
-    from bert_jax import train
-
     config = config.copy_and_resolve_references()
     with config.unlocked():
         config.model.scan_layers = False
         config.mesh_shape = (1, 1, 1)
     mesh = sharding.make_mesh((1, 1, 1), jax.devices("cpu")[:1])
-    setup = train.Setup(config, mesh)
-    batch = setup.abstract_batch(
-        int(config.global_batch_size),
-        int(config.max_seq_length),
-        int(config.max_predictions_per_seq),
-    )
+    setup = _setup(config, mesh)
+    batch = setup.abstract_batch(*_batch_shape(config))
     with jax.set_mesh(mesh):
         cost = setup.train_step.lower(setup.abstract_state, batch).cost_analysis()
     if isinstance(cost, list):
