@@ -13,9 +13,11 @@ Orbax writes each save to a temporary directory and renames it when complete, so
 process killed mid-save leaves the previous checkpoint as the latest one.
 
 Restoring reads the saved shapes first and fails with the parameter path and both shapes
-when they differ from the model being trained (another model size, another vocab), and
-restores onto the *current* shardings, so a checkpoint written on one mesh restores on
-another.
+when they differ from the model being trained (another model size, another vocab;
+`param_shapes.check`), and restores onto the *current* shardings, so a checkpoint written
+on one mesh restores on another. Vocabulary padding (`BertConfig.vocab_pad_multiple`) may
+differ: a checkpoint saved unpadded restores into a padded model (padding rows zero) and
+back, the real rows unchanged.
 """
 
 from __future__ import annotations
@@ -26,26 +28,17 @@ import time
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import orbax.checkpoint as ocp
 from etils import epath
+from jax.sharding import NamedSharding, PartitionSpec
 
+from bert_jax import param_shapes, vocab_padding
 from bert_jax.config import SHAPE_KEYS, BertConfig
 
 
 class CheckpointMismatchError(ValueError):
     """The checkpoint does not belong to the model being restored."""
-
-
-def _path_str(path: tuple[Any, ...]) -> str:
-    parts = []
-    for k in path:
-        for attr in ("key", "name", "idx"):
-            if hasattr(k, attr):
-                parts.append(str(getattr(k, attr)))
-                break
-        else:
-            parts.append(str(k))
-    return "/".join(parts)
 
 
 def check_model_config(workdir: str, config: BertConfig) -> None:
@@ -215,8 +208,24 @@ class Checkpointer:
         if step is None:
             raise FileNotFoundError(f"no checkpoint in {self.workdir}/checkpoints")
         metadata = self.manager.item_metadata(step)
-        check_shapes(getattr(metadata, "tree", metadata), abstract_state, f"step {step}")
-        return self.manager.restore(step, args=ocp.args.StandardRestore(abstract_state))
+        metadata = getattr(metadata, "tree", metadata)
+        vocab_size = _saved_vocab_size(self.workdir)
+        saved = param_shapes.shapes(metadata)
+        resized = _vocab_resizes(saved, param_shapes.shapes(abstract_state), vocab_size)
+        check_shapes(metadata, abstract_state, f"step {step}", skip=resized)
+        if not resized:
+            return self.manager.restore(step, args=ocp.args.StandardRestore(abstract_state))
+        # A checkpoint with other vocabulary padding (one saved before the model padded
+        # its vocabulary, say): restored as saved, then resized to the model's rows.
+        is_resized = lambda path: param_shapes.path_str(path) in resized
+        target = jax.tree_util.tree_map_with_path(
+            lambda p, x: _as_saved(x, saved[param_shapes.path_str(p)]) if is_resized(p) else x,
+            abstract_state,
+        )
+        state = self.manager.restore(step, args=ocp.args.StandardRestore(target))
+        return jax.tree_util.tree_map_with_path(
+            lambda p, x, t: _resize_rows(x, t, vocab_size) if is_resized(p) else x, state, abstract_state
+        )
 
 
 def _mkdir(path: Any) -> None:
@@ -228,30 +237,50 @@ def _first_line(error: Exception) -> str:
     return f"{type(error).__name__}: {text[0][:200] if text else ''}"
 
 
-def check_shapes(metadata: Any, abstract_state: Any, where: str) -> None:
-    """Compares saved array shapes with the target's, naming every mismatching path."""
-    saved = {
-        _path_str(p): tuple(getattr(m, "shape", ()) or ())
-        for p, m in jax.tree_util.tree_flatten_with_path(metadata)[0]
+def check_shapes(metadata: Any, abstract_state: Any, where: str, skip: Any = ()) -> None:
+    """Saved array shapes against the target's (`param_shapes.check`), naming the path."""
+    param_shapes.check(
+        abstract_state, metadata, f"checkpoint {where}", skip=skip, error=CheckpointMismatchError
+    )
+
+
+def _saved_vocab_size(workdir: str) -> int | None:
+    path = os.path.join(workdir, "bert_config.json")
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        return json.load(f).get("vocab_size")
+
+
+def _vocab_resizes(saved: dict[str, tuple], wanted: dict[str, tuple], vocab_size: int | None) -> set[str]:
+    """Paths whose saved and wanted shapes differ only in vocabulary padding rows: the
+    same real rows (`vocab_size`, from the workdir's `bert_config.json`), padded to
+    another multiple (`BertConfig.vocab_pad_multiple`) or not at all."""
+    if vocab_size is None:
+        return set()
+    return {
+        k
+        for k in saved.keys() & wanted.keys()
+        if vocab_padding.is_vocab_param(k)
+        and len(saved[k]) == len(wanted[k]) > 0
+        and saved[k] != wanted[k]
+        and saved[k][1:] == wanted[k][1:]
+        and min(saved[k][0], wanted[k][0]) >= vocab_size
     }
-    wanted = {
-        _path_str(p): tuple(x.shape) for p, x in jax.tree_util.tree_flatten_with_path(abstract_state)[0]
-    }
-    missing = sorted(set(wanted) - set(saved))
-    extra = sorted(set(saved) - set(wanted))
-    diffs = [
-        f"{k}: checkpoint {saved[k]} vs model {wanted[k]}"
-        for k in sorted(set(saved) & set(wanted))
-        if saved[k] != wanted[k]
-    ]
-    problems = []
-    if diffs:
-        problems.append("shape mismatch " + "; ".join(diffs[:8]) + (" ..." if len(diffs) > 8 else ""))
-    if missing:
-        problems.append("missing in checkpoint: " + ", ".join(missing[:8]))
-    if extra:
-        problems.append("not in model: " + ", ".join(extra[:8]))
-    if problems:
-        raise CheckpointMismatchError(
-            f"checkpoint {where} does not match the model being restored — " + " | ".join(problems)
-        )
+
+
+def _as_saved(target: Any, shape: tuple[int, ...]) -> jax.ShapeDtypeStruct:
+    """A restore target of the saved shape, its vocabulary axis unsharded (it may not divide)."""
+    s = getattr(target, "sharding", None)
+    if isinstance(s, NamedSharding):
+        spec = tuple(s.spec) + (None,) * (len(shape) - len(s.spec))
+        s = NamedSharding(s.mesh, PartitionSpec(None, *spec[1:]))
+    return jax.ShapeDtypeStruct(shape, target.dtype, sharding=s)
+
+
+def _resize_rows(x: jax.Array, target: Any, vocab_size: int) -> jax.Array:
+    """The first `vocab_size` rows of `x`, zero-filled to `target`'s rows, in its sharding."""
+    pad = [(0, target.shape[0] - vocab_size)] + [(0, 0)] * (x.ndim - 1)
+    fn = lambda a: jnp.pad(a[:vocab_size], pad)
+    s = getattr(target, "sharding", None)
+    return (jax.jit(fn, out_shardings=s) if s is not None else jax.jit(fn))(x)

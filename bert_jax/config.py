@@ -75,6 +75,13 @@ class BertConfig:
     # on AVX-512 hosts with full-width FMA units that is half the speed for a third of the
     # training FLOPs. TPUs and GPUs read transposed operands natively: no copy there.
     weight_grad_matmul: str = "auto"
+    # The word-embedding rows and the MLM output bias are padded to a multiple of this, so
+    # that tensor parallelism can split the vocabulary (30522 divides by 2 only; 128, as in
+    # MaxText and levanter, suits every tensor size up to 128). Padded ids are never
+    # inputs and their MLM logits are masked to the float32 minimum: no loss, gradient or
+    # prediction changes. Conversion adds the padding on load and removes it on export;
+    # 1 (no padding) is what a config without this key (an older checkpoint) means.
+    vocab_pad_multiple: int = 1
 
     def __post_init__(self) -> None:
         if self.hidden_size % self.num_attention_heads:
@@ -90,12 +97,21 @@ class BertConfig:
             raise ValueError(f"dropout_rng={self.dropout_rng!r} must be 'hash' or 'threefry'")
         if self.weight_grad_matmul not in WEIGHT_GRAD_MATMULS:
             raise ValueError(f"weight_grad_matmul={self.weight_grad_matmul!r} not in {WEIGHT_GRAD_MATMULS}")
+        if not isinstance(self.vocab_pad_multiple, int) or self.vocab_pad_multiple < 1:
+            raise ValueError(f"vocab_pad_multiple={self.vocab_pad_multiple!r} must be an integer >= 1")
         if self.dtype not in ("float32", "bfloat16", "float16"):
             raise ValueError(f"dtype={self.dtype!r} must be float32, bfloat16 or float16")
 
     @property
     def head_dim(self) -> int:
         return self.hidden_size // self.num_attention_heads
+
+    @property
+    def padded_vocab_size(self) -> int:
+        """Rows of the word-embedding table (and MLM logits): `vocab_size` rounded up to a
+        multiple of `vocab_pad_multiple`."""
+        m = self.vocab_pad_multiple
+        return -(-self.vocab_size // m) * m
 
     @classmethod
     def from_dict(cls, values: Mapping[str, Any] | ml_collections.ConfigDict) -> BertConfig:

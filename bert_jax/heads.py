@@ -36,17 +36,27 @@ class MaskedLMHead(nn.Module):
         h = dense(c, c.hidden_size, ("embed", "dense_out"), "transform")(hidden)
         h = activation(c.hidden_act)(h)
         h = layer_norm(c, "transform_LayerNorm")(h)
-        bias = self.param("bias", _zeros(("vocab",)), (c.vocab_size,), jnp.float32)
+        bias = self.param("bias", _zeros(("vocab",)), (c.padded_vocab_size,), jnp.float32)
         logits = bert.attend(h.astype(_dtype(c)), bias)  # [..., V] float32
         return nn.with_logical_constraint(
-            logits, ("activation_batch", "activation_length", "activation_vocab")
+            mask_padded_vocab(logits, c), ("activation_batch", "activation_length", "activation_vocab")
         )
+
+
+def mask_padded_vocab(logits: Array, config: BertConfig) -> Array:
+    """The logits of padding rows (ids >= vocab_size) set to the float32 minimum: they get
+    no probability, are never the argmax and pass no gradient. A no-op without padding."""
+    if config.padded_vocab_size == config.vocab_size:
+        return logits
+    real = jnp.arange(config.padded_vocab_size) < config.vocab_size
+    return jnp.where(real, logits, jnp.finfo(logits.dtype).min)
 
 
 class BertForPreTraining(nn.Module):
     """Encoder + masked-LM head (at the masked positions) + next-sentence head.
 
-    Returns ``(mlm_logits [B, P, V], nsp_logits [B, 2])``. With ``masked_lm_positions``
+    Returns ``(mlm_logits [B, P, V], nsp_logits [B, 2])``, V the padded vocabulary
+    (`BertConfig.padded_vocab_size`; padding logits masked). With ``masked_lm_positions``
     omitted the MLM logits cover every position (for inspection, not for training).
     """
 

@@ -152,7 +152,7 @@ class BertEmbeddings(nn.Module):
     def setup(self) -> None:
         c = self.config
         self.word_embeddings = nn.Embed(
-            c.vocab_size,
+            c.padded_vocab_size,  # rows past vocab_size: padding (`BertConfig.vocab_pad_multiple`)
             c.hidden_size,
             dtype=_dtype(c),
             param_dtype=jnp.float32,

@@ -204,15 +204,16 @@ def test_converted_folders_carry_the_vocab_and_casing(tmp_path) -> None:
     """HF → bert_jax → HF: each output has vocab.txt and tokenizer_config.json, so
     `transformers.AutoTokenizer` on the last one gives bert_jax's ids."""
 
-    def run(src, dst, fmt):
+    def run(src, dst, fmt, *more):
         proc = subprocess.run(
             [sys.executable, "-m", "bert_jax", "convert", f"--src={src}", f"--dst={dst}",
-             f"--dst_format={fmt}"],
+             f"--dst_format={fmt}", *more],
             capture_output=True, text=True, cwd=ROOT, timeout=300,
         )  # fmt: skip
         assert proc.returncode == 0, proc.stderr[-2000:]
 
-    run(MINILM, tmp_path / "bj", "bert_jax")
+    run(MINILM, tmp_path / "bj", "bert_jax", "--vocab_pad_multiple=128")
+    assert json.loads((tmp_path / "bj" / "bert_config.json").read_text())["vocab_pad_multiple"] == 128
     run(tmp_path / "bj", tmp_path / "hf", "hf")
     assert tokenization.vocab_beside(str(tmp_path / "bj")) == str(tmp_path / "bj" / "vocab.txt")
     texts = ["Hello world!", "Unaffable naïve café, 1984."]
@@ -220,6 +221,13 @@ def test_converted_folders_carry_the_vocab_and_casing(tmp_path) -> None:
     theirs = transformers.AutoTokenizer.from_pretrained(str(tmp_path / "hf"))(texts, add_special_tokens=False)
     assert theirs["input_ids"] == ours and all(len(row) > 2 for row in ours)
     assert json.loads((tmp_path / "hf" / "tokenizer_config.json").read_text())["do_lower_case"] is True
+    # The HF output is unpadded and equals the source; the bert_jax one loads padded.
+    source, _ = convert.load_checkpoint(MINILM)
+    back, back_config = convert.load_checkpoint(str(tmp_path / "hf"))
+    a, b = convert.flatten(source), convert.flatten(back)
+    assert back_config.vocab_pad_multiple == 1 and all(np.array_equal(a[k], b[k]) for k in a)
+    padded, _ = convert.load_checkpoint(str(tmp_path / "bj"))
+    assert padded["bert"]["embeddings"]["word_embeddings"]["embedding"].shape == (30592, 384)
 
 
 def test_pretraining_workdir_with_scanned_layers_converts(hf_pretraining, tmp_path) -> None:
@@ -228,8 +236,8 @@ def test_pretraining_workdir_with_scanned_layers_converts(hf_pretraining, tmp_pa
     import optax
 
     from bert_jax import checkpointing
+    from bert_jax.engine import TrainState
     from bert_jax.modeling import stack_layers
-    from bert_jax.train import TrainState
 
     _, folder, batch, mlm_ref, nsp_ref = hf_pretraining
     params, config = convert.load_checkpoint(str(folder))
@@ -268,7 +276,7 @@ def test_wrong_checkpoints_fail_naming_the_problem(hf_pretraining, tmp_path) -> 
         convert.load_checkpoint(str(folder), expected=other)
     state = convert.to_hf_state_dict(params, config)
     del state["bert.encoder.layer.1.output.dense.weight"]
-    with pytest.raises(ValueError, match="missing tensors: bert/encoder/layer_1/output/kernel"):
+    with pytest.raises(ValueError, match="missing from the checkpoint: bert/encoder/layer_1/output/kernel"):
         convert.from_hf_state_dict(state, config)
     state = convert.to_hf_state_dict(params, config)
     with pytest.raises(ValueError, match=r"query\.weight has shape \(64, 64\), which does not fit"):
@@ -321,5 +329,139 @@ def test_wrong_tf_checkpoints_fail_naming_the_problem(hf_pretraining, tmp_path) 
     (tmp_path / "partial" / "bert_config.json").write_text(
         (tmp_path / "unused" / "bert_config.json").read_text()
     )
-    with pytest.raises(ValueError, match="missing tensors: bert/pooler/dense/kernel"):
+    with pytest.raises(ValueError, match="missing from the checkpoint: bert/pooler/dense/kernel"):
         convert.load_checkpoint(str(tmp_path / "partial"))
+
+
+def test_padded_vocabulary_loads_exactly_and_exports_unpadded(hf_pretraining, tmp_path) -> None:
+    """`vocab_pad_multiple` pads on load (HF parity on the real ids unchanged, padding never
+    predicted); every export holds the 300 real rows and a round trip is exact."""
+    import orbax.checkpoint as ocp
+
+    _, folder, batch, mlm_ref, nsp_ref = hf_pretraining
+    plain, plain_config = convert.load_checkpoint(str(folder))
+    assert plain_config.vocab_pad_multiple == 1  # an HF config has no padding
+    params, config = convert.load_checkpoint(str(folder), vocab_pad_multiple=128)
+    assert (config.vocab_pad_multiple, config.padded_vocab_size) == (128, 384)
+    word = params["bert"]["embeddings"]["word_embeddings"]["embedding"]
+    assert word.shape == (384, 64) and params["mlm"]["bias"].shape == (384,) and not word[300:].any()
+    mlm, nsp = _ours(params, config, batch)
+    assert np.max(np.abs(mlm[..., :300] - mlm_ref)) <= 1e-4 and np.max(np.abs(nsp - nsp_ref)) <= 1e-4
+    assert (mlm[..., 300:] == np.finfo(np.float32).min).all() and (mlm.argmax(-1) < 300).all()
+    a = convert.flatten(plain)
+    for fmt in ("hf", "tf"):
+        convert.save_checkpoint(str(tmp_path / fmt), params, config, fmt)
+        back, back_config = convert.load_checkpoint(str(tmp_path / fmt))
+        b = convert.flatten(back)
+        assert back_config.vocab_pad_multiple == 1 and a.keys() == b.keys()
+        assert all(np.array_equal(a[k], b[k]) for k in a), fmt
+    assert convert.to_hf_state_dict(params, config)["cls.predictions.bias"].shape == (300,)
+    # bert_jax: the tensors unpadded on disk, the padding in bert_config.json.
+    convert.save_checkpoint(str(tmp_path / "bj"), params, config, "bert_jax")
+    saved = ocp.StandardCheckpointer().restore(str(tmp_path / "bj" / "params"))
+    assert saved["bert"]["embeddings"]["word_embeddings"]["embedding"].shape == (300, 64)
+    values = json.loads((tmp_path / "bj" / "bert_config.json").read_text())
+    assert values["vocab_pad_multiple"] == 128
+    back, back_config = convert.load_checkpoint(str(tmp_path / "bj"))
+    b, p = convert.flatten(back), convert.flatten(params)
+    assert back_config == config and all(np.array_equal(p[k], b[k]) for k in p)
+    # An export written before the key existed loads as it was saved: unpadded.
+    del values["vocab_pad_multiple"]
+    (tmp_path / "bj" / "bert_config.json").write_text(json.dumps(values))
+    old, old_config = convert.load_checkpoint(str(tmp_path / "bj"))
+    b = convert.flatten(old)
+    assert old_config.vocab_pad_multiple == 1 and all(np.array_equal(a[k], b[k]) for k in a)
+
+
+def test_one_shape_check_names_source_path_and_both_shapes() -> None:
+    from bert_jax import param_shapes
+
+    init = {
+        "embeddings": {"word_embeddings": {"embedding": np.zeros((30522, 64), np.float32)}},
+        "encoder": {"layer_0": {"output": {"kernel": np.zeros((64, 64), np.float32)}}},
+    }
+    loaded = {
+        "embeddings": {"word_embeddings": {"embedding": np.ones((30522, 64), np.float64)}},
+        "encoder": {"layer_0": {"output": {"kernel": np.ones((64, 64), np.float64)}}},
+        "pooler": {"dense": {"kernel": np.ones((64, 64))}},
+    }
+    merged = param_shapes.merge_params(init, loaded, "ckpt")
+    assert set(merged) == {"embeddings", "encoder"}  # the extra pooler is ignored
+    kernel = merged["encoder"]["layer_0"]["output"]["kernel"]
+    assert kernel.dtype == np.float32 and (kernel == 1).all()
+    wrong = {**loaded, "embeddings": {"word_embeddings": {"embedding": np.zeros((30522, 32))}}}
+    with pytest.raises(
+        ValueError,
+        match=r"^ckpt: shape mismatch at embeddings/word_embeddings/embedding: checkpoint \(30522, 32\) "
+        r"vs model \(30522, 64\)$",
+    ):
+        param_shapes.merge_params(init, wrong, "ckpt")
+    with pytest.raises(
+        ValueError, match=r"^ckpt: missing from the checkpoint: encoder/layer_0/output/kernel"
+    ):
+        param_shapes.merge_params(init, {"embeddings": loaded["embeddings"]}, "ckpt")
+    with pytest.raises(
+        ValueError, match=r"^src: not in the model: pooler/dense/kernel \(checkpoint \(64, 64\)\)$"
+    ):
+        param_shapes.check(init, loaded, "src")
+    many = {f"p{i}": np.zeros(i + 1) for i in range(12)}
+    with pytest.raises(ValueError, match=r"p6: checkpoint \(1,\) vs model \(7,\) \(and 3 more\)$") as e:
+        param_shapes.check(many, {k: np.zeros(1) for k in many}, "src")
+    assert "\n" not in str(e.value)
+
+
+def _state(rows: int, fill: float) -> dict:
+    """A train state's tree with vocabulary axes in the params and in an Adam moment."""
+    word = np.arange(rows * 4, dtype=np.float32).reshape(rows, 4) + fill
+    return {
+        "step": np.int32(3),
+        "params": {
+            "bert": {"embeddings": {"word_embeddings": {"embedding": word}}},
+            "mlm": {"bias": word[:, 0]},
+        },
+        "opt_state": {"mu": {"mlm": {"bias": np.full(rows, fill, np.float32)}}},
+    }
+
+
+def test_checkpoints_restore_across_vocabulary_padding(tmp_path) -> None:
+    """A workdir saved unpadded (its bert_config.json without vocab_pad_multiple) restores
+    into a padded model, padding rows zero, and a padded one into an unpadded model."""
+    import jax
+    from jax.sharding import NamedSharding, PartitionSpec
+
+    from bert_jax import checkpointing, sharding
+
+    mesh = sharding.make_mesh((1, 1, 1), jax.devices()[:1])
+    replicated = NamedSharding(mesh, PartitionSpec())
+    abstract = lambda tree: jax.tree.map(
+        lambda x: jax.ShapeDtypeStruct(np.shape(x), np.asarray(x).dtype, sharding=replicated), tree
+    )
+    workdir = tmp_path / "old"
+    workdir.mkdir()
+    (workdir / "bert_config.json").write_text(json.dumps({"vocab_size": 10, "hidden_size": 4}))
+    ckpt = checkpointing.Checkpointer(str(workdir), async_save=False)
+    ckpt.save(3, _state(10, 0.5), force=True)
+    ckpt.close()
+    ckpt = checkpointing.Checkpointer(str(workdir), async_save=False)
+    restored, step = ckpt.restore_latest(abstract(_state(16, 0.0)))
+    word = np.asarray(restored["params"]["bert"]["embeddings"]["word_embeddings"]["embedding"])
+    assert step == 3 and word.shape == (16, 4) and not word[10:].any()
+    saved = _state(10, 0.5)["params"]
+    assert np.array_equal(word[:10], saved["bert"]["embeddings"]["word_embeddings"]["embedding"])
+    mu = np.asarray(restored["opt_state"]["mu"]["mlm"]["bias"])
+    assert np.array_equal(mu, np.r_[np.full(10, 0.5), np.zeros(6)])
+    assert np.array_equal(restored["params"]["mlm"]["bias"], np.r_[saved["mlm"]["bias"], np.zeros(6)])
+    ckpt.save(4, _state(16, 1.0), force=True)  # padded now; back to an unpadded model
+    ckpt.wait()
+    back = ckpt.restore(abstract(_state(10, 0.0)), 4)
+    assert np.array_equal(back["opt_state"]["mu"]["mlm"]["bias"], np.full(10, 1.0))
+    # Another hidden size is still refused, naming the parameter and both shapes.
+    with pytest.raises(
+        checkpointing.CheckpointMismatchError,
+        match=r"step 4: shape mismatch at params/bert/embeddings/word_embeddings/embedding: "
+        r"checkpoint \(16, 4\) vs model \(16, 8\)",
+    ):
+        wider = _state(16, 0.0)
+        wider["params"]["bert"]["embeddings"]["word_embeddings"]["embedding"] = np.zeros((16, 8), np.float32)
+        ckpt.restore(abstract(wider), 4)
+    ckpt.close()

@@ -93,6 +93,10 @@ def test_table7_combinations_agree_with_each_other() -> None:
     want = np.tensordot(np.asarray([0.4, 0.3, 0.2, 0.1], np.float32), np.moveaxis(stack, 2, 0), axes=1)
     np.testing.assert_allclose(weighted, want, atol=1e-5)
     assert np.abs(stack[:, :, 0] - stack[:, :, 1]).max() > 1e-2  # different layers really
+    # A padded vocabulary (for tensor parallelism) changes no feature.
+    padded, padded_config = convert.load_checkpoint(MINILM, vocab_pad_multiple=128)
+    assert padded["bert"]["embeddings"]["word_embeddings"]["embedding"].shape == (30592, 384)
+    np.testing.assert_array_equal(features.extract(padded["bert"], padded_config, batch, layers), concat)
     assert features.parse_layers(["all"], 6) == [1, 2, 3, 4, 5, 6]
     with pytest.raises(ValueError, match="3 layer weights given"):
         features.extract(params["bert"], config, batch, layers, combine="sum", weights=[1, 1, 1])

@@ -1,11 +1,17 @@
 """Model shapes and parameter counts against the published BERT sizes."""
 
+import json
+import math
+import os
+from pathlib import Path
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import numpy as np
 import pytest
 
-from bert_jax import heads
+from bert_jax import heads, param_shapes
 from bert_jax.config import MODEL_PRESETS, BertConfig
 from bert_jax.modeling import BertModel
 
@@ -99,3 +105,85 @@ def test_ltr_data_needs_a_causal_model() -> None:
     c.data.objective = "ltr"
     with pytest.raises(ValueError, match="causal_attention=True"):
         trainer.check_vocab(c)
+
+
+GOLDEN = Path(__file__).parent / "testdata" / "bert_base_param_shapes.json"
+
+
+def _pretraining_shapes(config: BertConfig) -> dict[str, list[int]]:
+    """Path → shape of `BertForPreTraining(config)` from `jax.eval_shape` (nothing allocated)."""
+    ids = jnp.zeros((1, 8), jnp.int32)
+    init = lambda: heads.BertForPreTraining(config).init(jax.random.key(0), ids, ids, ids, ids[:, :2])
+    return {k: list(v) for k, v in param_shapes.shapes(jax.eval_shape(init)["params"]).items()}
+
+
+def _golden_text(shapes: dict[str, list[int]]) -> str:
+    lines = [f"  {json.dumps(k)}: {json.dumps(v)}" for k, v in sorted(shapes.items())]
+    return "{\n" + ",\n".join(lines) + "\n}\n"
+
+
+def test_bert_base_parameters_match_the_golden_file() -> None:
+    """Every parameter name and shape of BERT-Base pre-training, as checkpoints and
+    conversion rely on them. After an intended change: BERT_JAX_WRITE_GOLDEN=1 pytest -k golden."""
+    shapes = _pretraining_shapes(MODEL_PRESETS["base"])
+    if os.environ.get("BERT_JAX_WRITE_GOLDEN"):
+        GOLDEN.write_text(_golden_text(shapes))
+    golden = json.loads(GOLDEN.read_text())
+    diff = [f"- {k} {golden[k]}" for k in sorted(golden.keys() - shapes.keys())]
+    diff += [f"+ {k} {shapes[k]}" for k in sorted(shapes.keys() - golden.keys())]
+    same = sorted(golden.keys() & shapes.keys())
+    diff += [f"~ {k} {golden[k]} -> {shapes[k]}" for k in same if golden[k] != shapes[k]]
+    assert not diff, f"BERT-Base parameters differ from {GOLDEN.name}:\n" + "\n".join(diff)
+    assert len(golden) == 206 and sum(math.prod(s) for s in golden.values()) == 110_106_428
+
+
+def test_vocabulary_padding_changes_only_the_vocabulary_rows() -> None:
+    config = MODEL_PRESETS["base"]
+    padded = _pretraining_shapes(config.replace(vocab_pad_multiple=128))
+    plain = _pretraining_shapes(config)
+    changed = {k: (plain[k], padded[k]) for k in plain if plain[k] != padded[k]}
+    assert changed == {
+        "bert/embeddings/word_embeddings/embedding": ([30522, 768], [30592, 768]),
+        "mlm/bias": ([30522], [30592]),
+    }
+    assert config.replace(vocab_pad_multiple=128).padded_vocab_size == 30592 == 239 * 128
+    assert config.padded_vocab_size == 30522  # the default pads nothing
+    with pytest.raises(ValueError, match="vocab_pad_multiple=0"):
+        config.replace(vocab_pad_multiple=0)
+
+
+def test_padded_vocabulary_gives_the_same_logits_and_loss() -> None:
+    """The same weights with 212 padding rows: equal logits on the real ids, padding logits
+    never predicted, equal MLM loss and gradients of the real rows."""
+    from bert_jax import ops, vocab_padding
+
+    config = MODEL_PRESETS["tiny"].replace(vocab_size=300)
+    padded_config = config.replace(vocab_pad_multiple=512)
+    rng = np.random.default_rng(0)
+    ids = jnp.asarray(rng.integers(5, 300, (2, 16)), jnp.int32)
+    mask, seg = jnp.ones_like(ids), jnp.zeros_like(ids)
+    pos = jnp.array([[1, 2, 3], [4, 5, 9]])
+    labels = jnp.asarray(rng.integers(0, 300, (2, 3)), jnp.int32)
+    params = heads.BertForPreTraining(config).init(jax.random.key(3), ids, mask, seg, pos)["params"]
+    params = nn.meta.unbox(params)
+    padded = vocab_padding.resize_vocab(jax.device_get(params), 300, 512)
+    # Nonzero padding rows: even then nothing changes.
+    word = padded["bert"]["embeddings"]["word_embeddings"]["embedding"]
+    word[300:] = rng.normal(size=word[300:].shape)
+    padded["mlm"]["bias"][300:] = 5.0
+
+    def loss(p, c):
+        mlm, _ = heads.BertForPreTraining(c).apply({"params": p}, ids, mask, seg, pos)
+        return jnp.mean(ops.softmax_cross_entropy(mlm, labels)[0]), mlm
+
+    (loss_a, mlm_a), grads_a = jax.value_and_grad(loss, has_aux=True)(params, config)
+    (loss_b, mlm_b), grads_b = jax.value_and_grad(loss, has_aux=True)(padded, padded_config)
+    assert mlm_b.shape == (2, 3, 512)
+    np.testing.assert_allclose(mlm_b[..., :300], mlm_a, rtol=1e-6, atol=1e-6)
+    assert bool(jnp.all(mlm_b[..., 300:] == jnp.finfo(jnp.float32).min))
+    assert bool(jnp.all(jnp.argmax(mlm_b, -1) < 300))
+    np.testing.assert_allclose(loss_b, loss_a, rtol=1e-6)
+    real = vocab_padding.resize_vocab(jax.device_get(grads_b), 300, 300)
+    for (path, a), b in zip(jax.tree_util.tree_leaves_with_path(grads_a), jax.tree.leaves(real), strict=True):
+        np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-7, err_msg=jax.tree_util.keystr(path))
+    assert not np.any(grads_b["mlm"]["bias"][300:])

@@ -27,6 +27,14 @@ def define_flags() -> None:
         ["auto", "true", "false"],
         "Casing recorded with the output (auto: --src's tokenizer_config.json, else true).",
     )
+    flags.DEFINE_integer(
+        "vocab_pad_multiple",
+        0,
+        "Vocabulary padding a bert_jax output records, so that loading it pads the word "
+        "embeddings to this multiple (128 for tensor parallelism of 4 or 8); the tensors on "
+        "disk are never padded. 0 keeps the source's.",
+        lower_bound=0,
+    )
     flags.mark_flags_as_required(["src", "dst"])
 
 
@@ -36,7 +44,7 @@ def main(argv: list[str]) -> None:
     logging.set_verbosity(logging.WARNING)
     from bert_jax import convert, tokenization
 
-    params, config = convert.load_checkpoint(FLAGS.src)
+    params, config = convert.load_checkpoint(FLAGS.src, vocab_pad_multiple=FLAGS.vocab_pad_multiple or None)
     vocab = FLAGS.vocab_file or tokenization.vocab_beside(FLAGS.src)  # refuses before writing
     tokenization.load_vocab(vocab)
     casing = (
@@ -45,6 +53,8 @@ def main(argv: list[str]) -> None:
     folder = convert.save_checkpoint(FLAGS.dst, params, config, FLAGS.dst_format)
     convert.write_tokenizer_files(folder, vocab, True if casing is None else casing, config)
     heads = " with MLM/NSP heads" if "mlm" in params else ""
+    if FLAGS.dst_format == "bert_jax" and config.vocab_pad_multiple > 1:
+        heads += f", vocabulary padded to {config.padded_vocab_size} on load"
     print(
         f"{convert.detect_format(FLAGS.src)} {FLAGS.src} → {FLAGS.dst_format} {FLAGS.dst} "
         f"(L={config.num_hidden_layers} H={config.hidden_size}{heads})"

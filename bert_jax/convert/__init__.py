@@ -1,0 +1,98 @@
+"""Checkpoint conversion: Hugging Face ⇄ bert_jax ⇄ the original google-research TF release.
+
+One module per format (`hf_format`, `tf_format`, `bert_jax_format`), one table of names
+as data (`names`: each bert_jax parameter's Hugging Face and TF names and how the array
+is laid out in each) and one in-memory layout with its checks (`layout`). Every load is
+checked against the shapes the model expects (`param_shapes.check`): a missing tensor, an
+unexpected one, or a shape from another model size fails naming it, and nothing is ever
+loaded in part.
+
+Formats on disk:
+- ``hf``: a folder with ``config.json`` and ``model.safetensors`` (or ``pytorch_model.bin``);
+- ``tf``: an original TF checkpoint (``bert_model.ckpt.*``) with ``bert_config.json`` beside it;
+- ``bert_jax``: a folder with ``bert_config.json`` and an orbax checkpoint of the params
+  under ``params/``; a pre-training workdir (``checkpoints/<step>/``) is read as well.
+
+All three hold exactly `vocab_size` vocabulary rows: loads pad them for the config's
+`vocab_pad_multiple` (`load_checkpoint(..., vocab_pad_multiple=128)` asks for padding
+whatever the source says), exports drop the padding.
+"""
+
+from __future__ import annotations
+
+import os
+
+from bert_jax.config import BertConfig
+from bert_jax.convert.bert_jax_format import load_bert_jax, save_bert_jax
+from bert_jax.convert.hf_format import from_hf_state_dict, hf_config_dict, load_hf, save_hf, to_hf_state_dict
+from bert_jax.convert.layout import Params, canonical, expected_shapes, flatten, for_config, validate
+from bert_jax.convert.tf_format import load_tf, save_tf
+from bert_jax.convert.tokenizer_files import source_casing, write_tokenizer_files
+
+__all__ = [
+    "Params",
+    "canonical",
+    "detect_format",
+    "expected_shapes",
+    "flatten",
+    "from_hf_state_dict",
+    "hf_config_dict",
+    "load_bert_jax",
+    "load_checkpoint",
+    "load_hf",
+    "load_tf",
+    "save_bert_jax",
+    "save_checkpoint",
+    "save_hf",
+    "save_tf",
+    "source_casing",
+    "to_hf_state_dict",
+    "validate",
+    "write_tokenizer_files",
+]
+
+
+def detect_format(path: str) -> str:
+    if os.path.isdir(path):
+        names = set(os.listdir(path))
+        if "bert_config.json" in names and ({"params", "checkpoints"} & names):
+            return "bert_jax"
+        if "config.json" in names and ({"model.safetensors", "pytorch_model.bin"} & names):
+            return "hf"
+        if any(n.endswith(".index") for n in names):
+            return "tf"
+    elif os.path.exists(path + ".index") or path.endswith(".index"):
+        return "tf"
+    raise ValueError(
+        f"{path} is not a checkpoint: expected a Hugging Face folder (config.json + "
+        "model.safetensors/pytorch_model.bin), an original TF checkpoint (*.index + "
+        "bert_config.json) or a bert_jax folder (bert_config.json + params/ or checkpoints/)"
+    )
+
+
+def load_checkpoint(
+    path: str, expected: BertConfig | None = None, vocab_pad_multiple: int | None = None
+) -> tuple[Params, BertConfig]:
+    """Params (``{"bert": ...}`` plus ``mlm``/``nsp`` when present) and the model config,
+    the params padded for that config's vocabulary.
+
+    `vocab_pad_multiple` (e.g. 128, for tensor parallelism over the vocabulary) replaces
+    the source's own (1 for Hugging Face and TF checkpoints, whatever a bert_jax export
+    recorded)."""
+    fmt = detect_format(path)
+    params, config = {"hf": load_hf, "tf": load_tf, "bert_jax": load_bert_jax}[fmt](path, expected)
+    if vocab_pad_multiple is not None and vocab_pad_multiple != config.vocab_pad_multiple:
+        config = config.replace(vocab_pad_multiple=vocab_pad_multiple)
+        params = for_config(params, config)
+    return params, config
+
+
+def save_checkpoint(path: str, params: Params, config: BertConfig, fmt: str) -> str:
+    """Writes the checkpoint (the vocabulary unpadded); returns the folder it is in."""
+    savers = {"hf": save_hf, "tf": save_tf, "bert_jax": save_bert_jax}
+    if fmt not in savers:
+        raise ValueError(f"unknown format {fmt!r}: bert_jax, hf or tf")
+    if fmt == "tf" and "ckpt" not in os.path.basename(path.rstrip(os.sep)):
+        path = os.path.join(path, "bert_model.ckpt")  # a folder, as the original release
+    savers[fmt](path, params, config)
+    return os.path.dirname(path) if fmt == "tf" else path

@@ -1,0 +1,134 @@
+"""The Hugging Face format: a folder with ``config.json`` and ``model.safetensors`` (or
+``pytorch_model.bin``), encoder tensors with or without the ``bert.`` prefix, with or
+without the ``cls.*`` pre-training heads."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+
+from bert_jax.config import BertConfig
+from bert_jax.convert import layout, names
+from bert_jax.convert.layout import Params
+
+# Tied or bookkeeping tensors that carry no parameters of their own.
+_IGNORABLE = (
+    "cls.predictions.decoder.weight",
+    "cls.predictions.decoder.bias",
+    "bert.embeddings.position_ids",
+)
+
+
+def from_hf_state_dict(
+    state: dict[str, np.ndarray], config: BertConfig, source: str = "state dict"
+) -> Params:
+    """A Hugging Face BERT state dict (with or without the ``bert.`` prefix) → params,
+    the vocabulary padded for `config`."""
+    state = {k: np.asarray(v, np.float32) for k, v in state.items()}
+    if not any(k.startswith("bert.") for k in state):
+        state = {(k if k.startswith("cls.") else f"bert.{k}"): v for k, v in state.items()}
+    heads = any(k.startswith("cls.predictions.transform") for k in state)
+    flat, used = {}, set()
+    for entry in names.entries(config, heads):
+        found = next((name for name in entry.hf if name in state), None)
+        if found is None:
+            continue  # reported as missing by `validate`
+        used.add(found)
+        flat[entry.path] = layout.relayout(state[found], entry.hf_layout, found, source, config)
+    decoder = state.get("cls.predictions.decoder.weight")
+    word = state.get("bert.embeddings.word_embeddings.weight")
+    if decoder is not None and word is not None and not np.array_equal(decoder, word):
+        raise ValueError(f"{source}: the MLM decoder is not tied to the word embeddings")
+    extra = sorted(k for k in state if k not in used and k not in _IGNORABLE)
+    if extra:
+        raise ValueError(f"{source}: unexpected tensors not in a BERT model: {', '.join(extra[:10])}")
+    params = layout.nest(flat)
+    layout.validate(params, config, source)
+    return layout.for_config(params, config)
+
+
+def to_hf_state_dict(params: Params, config: BertConfig) -> dict[str, np.ndarray]:
+    """Params → a `transformers` BertForPreTraining (or BertModel, without heads) state dict.
+
+    The tied decoder weight (and its bias alias) are written too: `from_pretrained`
+    then reports no missing keys, and the tie makes them the same tensors again.
+    """
+    params = layout.canonical(params, config)
+    layout.validate(params, config, "params to export")
+    heads = "mlm" in params
+    flat = layout.flatten(params)
+    out = {
+        entry.hf[0]: names.from_jax(np.asarray(flat[entry.path], np.float32), entry.hf_layout)
+        for entry in names.entries(config, heads)
+    }
+    if heads:
+        out["cls.predictions.decoder.weight"] = out["bert.embeddings.word_embeddings.weight"]
+        out["cls.predictions.decoder.bias"] = out["cls.predictions.bias"]
+    return out
+
+
+def hf_config_dict(config: BertConfig) -> dict[str, Any]:
+    """`config.json` of `transformers.BertConfig` (the vocabulary unpadded, as the weights)."""
+    return {
+        "architectures": ["BertForPreTraining"],
+        "model_type": "bert",
+        "vocab_size": config.vocab_size,
+        "hidden_size": config.hidden_size,
+        "num_hidden_layers": config.num_hidden_layers,
+        "num_attention_heads": config.num_attention_heads,
+        "intermediate_size": config.intermediate_size,
+        "hidden_act": "gelu_new" if config.hidden_act == "gelu_tanh" else config.hidden_act,
+        "hidden_dropout_prob": config.hidden_dropout_prob,
+        "attention_probs_dropout_prob": config.attention_probs_dropout_prob,
+        "max_position_embeddings": config.max_position_embeddings,
+        "type_vocab_size": config.type_vocab_size,
+        "initializer_range": config.initializer_range,
+        "layer_norm_eps": config.layer_norm_eps,
+        "pad_token_id": 0,
+    }
+
+
+def _read_state(folder: str) -> dict[str, np.ndarray]:
+    st = os.path.join(folder, "model.safetensors")
+    pt = os.path.join(folder, "pytorch_model.bin")
+    if os.path.exists(st):
+        from safetensors.numpy import load_file
+
+        try:
+            return load_file(st)
+        except Exception as e:
+            raise ValueError(f"{st} is not a readable safetensors file: {e}") from e
+    if os.path.exists(pt):
+        import torch
+
+        try:
+            raw = torch.load(pt, map_location="cpu", weights_only=True)
+        except Exception as e:
+            raise ValueError(f"{pt} is not a readable PyTorch checkpoint: {e}") from e
+        return {k: v.float().numpy() for k, v in raw.items()}
+    raise FileNotFoundError(f"{folder}: neither model.safetensors nor pytorch_model.bin")
+
+
+def load_hf(folder: str, expected: BertConfig | None = None) -> tuple[Params, BertConfig]:
+    config = layout.read_config(os.path.join(folder, "config.json"), folder)
+    layout.check_expected(config, expected, folder)
+    return from_hf_state_dict(_read_state(folder), config, folder), config
+
+
+def save_hf(folder: str, params: Params, config: BertConfig) -> None:
+    import json
+
+    from safetensors.numpy import save_file
+
+    os.makedirs(folder, exist_ok=True)
+    state = to_hf_state_dict(params, config)
+    # safetensors refuses shared memory: the tied decoder is written as its own copy.
+    save_file(
+        {k: np.array(v, copy=True) for k, v in state.items()},
+        os.path.join(folder, "model.safetensors"),
+        metadata={"format": "pt"},
+    )
+    with open(os.path.join(folder, "config.json"), "w") as f:
+        json.dump(hf_config_dict(config), f, indent=2)

@@ -1,0 +1,140 @@
+"""The one in-memory layout every format reads into and writes from, and its checks.
+
+Readers produce nested numpy params with per-layer names (``bert/encoder/layer_i/...``)
+and exactly `vocab_size` vocabulary rows, `validate` them against the model's own shapes
+(`param_shapes.check`: nothing is loaded in part), then pad the vocabulary for the config
+(`for_config`). Writers start from `canonical`, which undoes scanning and padding.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+import numpy as np
+
+from bert_jax import param_shapes, vocab_padding
+from bert_jax.config import SHAPE_KEYS, BertConfig
+from bert_jax.convert import names
+
+Params = dict[str, Any]
+
+
+def flatten(params: Params, prefix: tuple[str, ...] = ()) -> dict[tuple[str, ...], Any]:
+    out: dict[tuple[str, ...], Any] = {}
+    for k, v in params.items():
+        if isinstance(v, dict):
+            out.update(flatten(v, (*prefix, k)))
+        else:
+            out[(*prefix, k)] = v
+    return out
+
+
+def nest(flat: dict[tuple[str, ...], Any]) -> Params:
+    out: Params = {}
+    for path, value in flat.items():
+        node = out
+        for k in path[:-1]:
+            node = node.setdefault(k, {})
+        node[path[-1]] = value
+    return out
+
+
+def unpadded(config: BertConfig) -> BertConfig:
+    """The config of the on-disk layout: per-layer names, no vocabulary padding."""
+    return config.replace(scan_layers=False, vocab_pad_multiple=1)
+
+
+def expected_tree(config: BertConfig, heads: bool) -> Params:
+    """Abstract params of `BertForPreTraining` (or, without `heads`, ``{"bert": encoder}``)
+    for `config`, from the model itself (`jax.eval_shape`: nothing is allocated)."""
+    import flax.linen as nn
+    import jax
+    import jax.numpy as jnp
+
+    from bert_jax.heads import BertForPreTraining
+    from bert_jax.modeling import BertModel
+
+    config = config.replace(scan_layers=False)
+    ids = jnp.zeros((1, 4), jnp.int32)
+    if heads:
+        model = BertForPreTraining(config)
+        init = lambda: model.init(jax.random.key(0), ids, ids, ids, jnp.zeros((1, 1), jnp.int32))
+        return nn.meta.unbox(jax.eval_shape(init)["params"])
+    init = lambda: BertModel(config).init(jax.random.key(0), ids)
+    return {"bert": nn.meta.unbox(jax.eval_shape(init)["params"])}
+
+
+def expected_shapes(config: BertConfig, heads: bool) -> dict[tuple[str, ...], tuple[int, ...]]:
+    """Parameter path → shape of the model for `config` (see `expected_tree`)."""
+    return {p: tuple(x.shape) for p, x in flatten(expected_tree(config, heads)).items()}
+
+
+def validate(params: Params, config: BertConfig, source: str) -> None:
+    """Every tensor of the on-disk layout (`unpadded`) present with its shape, nothing else."""
+    heads = "mlm" in params or "nsp" in params
+    expected = expected_tree(unpadded(config), heads)
+    param_shapes.check(expected, params, f"{source} ({describe(config)})")
+
+
+def canonical(params: Params, config: BertConfig) -> Params:
+    """Per-layer, unpadded numpy params: the one layout every saver writes.
+
+    A model trained with ``scan_layers=True`` holds ``encoder/layers/layer/...`` with a
+    leading [L] axis; checkpoints on disk always use ``encoder/layer_i`` names so that a
+    scanned and an unscanned run share them. Vocabulary padding rows are dropped.
+    """
+    from bert_jax.modeling import unstack_layers
+
+    params = unstack_layers(params, config.num_hidden_layers)
+    params = nest({p: np.asarray(v) for p, v in flatten(params).items()})
+    return vocab_padding.resize_vocab(params, config.vocab_size, config.vocab_size)
+
+
+def for_config(params: Params, config: BertConfig) -> Params:
+    """Validated on-disk params with the vocabulary padded for `config`."""
+    return vocab_padding.resize_vocab(params, config.vocab_size, config.padded_vocab_size)
+
+
+def describe(c: BertConfig) -> str:
+    return f"L={c.num_hidden_layers} H={c.hidden_size} A={c.num_attention_heads} vocab={c.vocab_size}"
+
+
+def check_expected(config: BertConfig, expected: BertConfig | None, source: str) -> None:
+    """The checkpoint's config has `expected`'s shape (`SHAPE_KEYS`), if one is given."""
+    if expected is None:
+        return
+    diffs = [
+        f"{k}={getattr(config, k)} (expected {getattr(expected, k)})"
+        for k in SHAPE_KEYS
+        if getattr(config, k) != getattr(expected, k)
+    ]
+    if diffs:
+        raise ValueError(f"{source} is a different model: " + ", ".join(diffs))
+
+
+def read_config(path: str, source: str) -> BertConfig:
+    """A `config.json` / `bert_config.json` beside the weights (a BERT, or an error)."""
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"{source}: no {os.path.basename(path)} beside the weights")
+    with open(path) as f:
+        values = json.load(f)
+    model_type = values.get("model_type", "bert")
+    if model_type != "bert":
+        raise ValueError(f"{path}: model_type {model_type!r} is not a BERT")
+    return BertConfig.from_dict(values)
+
+
+def relayout(
+    value: np.ndarray, layout: tuple[str, ...], name: str, source: str, config: BertConfig
+) -> np.ndarray:
+    """One foreign tensor into bert_jax's layout (`names.to_jax`); a reshape that cannot
+    fit names the tensor."""
+    try:
+        return names.to_jax(np.asarray(value, np.float32), layout, config)
+    except ValueError as e:
+        raise ValueError(
+            f"{source}: tensor {name} has shape {value.shape}, which does not fit the "
+            f"model config ({describe(config)})"
+        ) from e
