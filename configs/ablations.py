@@ -1,82 +1,307 @@
-"""The paper's ablations, one pre-training config per table row.
+"""The paper's ablations (§5, Appendix C): every table's rows, its columns and the
+published numbers.
 
-`--config=configs/ablations.py:TABLE[.PRESET]` gives a table: ``rows.<name>`` is each row's
-complete pre-training config (`configs/pretrain.py:PRESET` plus the row's changes), so any
-key of one row can be overridden (`--config.rows.no_nsp.learning_rate=2e-4`). PRESET is
-the scale every row runs at (default `base`, the paper's; `demo` or `tiny` on a CPU).
-`bert-jax ablate` pre-trains each row, optionally fine-tunes each on one task, and writes
-the report.
+`--config=configs/ablations.py:TABLE[.PRESET][+COLUMN...]` gives one table:
 
-- ``table5`` (§5.1, effect of the pre-training tasks): BERT with MLM + NSP, No NSP,
-  LTR & No NSP (a left-to-right LM with causal attention). The "+ BiLSTM" row needs a
-  BiLSTM head that is not built.
-- ``table6`` (§5.2, model size): the six (L, H, A) rows; H/4 per head, 4H feed-forward.
-  The sizes are the paper's at every PRESET.
-- ``table8`` (Appendix C.2, masking strategies): the MASK / SAME / RND proportions of
-  the chosen 15%.
+- ``rows.<row>``: the complete pre-training config of every row that pre-trains
+  (`configs/pretrain.py:PRESET` plus the row's changes), so any key of one row can be
+  overridden (`--config.rows.no_nsp.learning_rate=2e-4`);
+- ``row_settings.<row>``: for every row, whose pre-trained model it uses (``model_from``:
+  itself, or another row's, as "+ BiLSTM" uses the LTR model) and how it is fine-tuned
+  (``head``: "" or "bilstm"; ``approach``: "" for the column's, or "features";
+  ``layers``/``combine`` of the feature-based approach);
+- ``columns.<column>``: what a column measures: ``approach`` "finetune" (the fine-tuning
+  config under ``finetune`` and the dev ``metric`` of its results), "features" (a BiLSTM
+  trained on frozen features of ``layers``, combined by ``combine``, with the task data of
+  ``finetune``) or "lm_ppl" (exp of the held-out LM loss of pre-training);
+- ``finetune_seeds``: fine-tuning restarts per cell (seeds 0..n-1; mean, std and each kept);
+- ``paper.<row>.<column>``: the published dev figure (absent where the paper has none);
+- ``data_dirs``: task data per family (``glue``: "tfds" or the GLUE folder; ``squad``,
+  ``conll2003``, ``swag``: the original files' folder) used where a column's own
+  ``finetune.data_dir`` is empty.
+
+PRESET is the scale (default ``base``, the paper's): ``tiny`` (tests), ``demo`` (a CPU
+in minutes per row), ``base``. At ``tiny``/``demo`` the model sizes of Tables 6 and 7 are
+scaled down (hidden width / 8, same layers and heads), and fine-tuning runs on a subset.
+``+COLUMN`` adds a column from `COLUMNS` (e.g. ``table5.demo+bbc`` adds BBC News topics).
+
+Tables: ``table5`` (pre-training tasks), ``table6`` (model size), ``table7`` (feature-based
+vs fine-tuning, CoNLL-2003 NER), ``table8`` (masking mixes), ``figure5`` (MNLI-m against
+pre-training steps, MLM and LTR; ``steps`` are the step counts fine-tuned from).
 """
 
 from __future__ import annotations
 
-import importlib.util
-import os
 from typing import Any
 
 import ml_collections
 
+from bert_jax import run_config
 from bert_jax.ablations import set_keys
 
-# table -> row -> {dotted key: value} applied to the preset's pre-training config.
-TABLES: dict[str, dict[str, dict[str, Any]]] = {
-    "table5": {
-        "bert_base": {},
-        "no_nsp": {"data.nsp": False},
-        "ltr_no_nsp": {"data.nsp": False, "data.objective": "ltr", "model.causal_attention": True},
-    },
-    "table6": {
-        f"L{layers}_H{hidden}_A{heads}": {
-            "model.num_hidden_layers": layers,
-            "model.hidden_size": hidden,
-            "model.num_attention_heads": heads,
-            "model.intermediate_size": 4 * hidden,
-        }
-        for layers, hidden, heads in (
-            (3, 768, 12),
-            (6, 768, 3),
-            (6, 768, 12),
-            (12, 768, 12),
-            (12, 1024, 16),
-            (24, 1024, 16),
-        )
-    },
-    "table8": {
-        f"mask{round(100 * m)}_same{round(100 * (1 - m - r))}_rnd{round(100 * r)}": {
-            "data.mask_token_prob": m,
-            "data.random_token_prob": r,
-        }
-        for m, r in ((0.8, 0.1), (1.0, 0.0), (0.8, 0.2), (0.8, 0.0), (0.0, 0.8), (0.0, 1.0))
-    },
+# A known column: (config file and argument, dev metric in its results, label, approach).
+COLUMNS: dict[str, dict[str, Any]] = {
+    "mnli_m": dict(config=("glue", "mnli"), metric="accuracy", label="MNLI-m acc"),
+    "qnli": dict(config=("glue", "qnli"), metric="accuracy", label="QNLI acc"),
+    "mrpc": dict(config=("glue", "mrpc"), metric="accuracy", label="MRPC acc"),
+    "sst2": dict(config=("glue", "sst2"), metric="accuracy", label="SST-2 acc"),
+    "cola": dict(config=("glue", "cola"), metric="matthews_corr", label="CoLA MCC"),
+    "rte": dict(config=("glue", "rte"), metric="accuracy", label="RTE acc"),
+    "qqp": dict(config=("glue", "qqp"), metric="f1", label="QQP F1"),
+    "stsb": dict(config=("glue", "stsb"), metric="spearman", label="STS-B Spearman"),
+    "squad_f1": dict(config=("squad", "1.1"), metric="f1", label="SQuAD v1.1 F1"),
+    "squad2_f1": dict(config=("squad", "2.0"), metric="f1", label="SQuAD v2.0 F1"),
+    "swag": dict(config=("swag", None), metric="accuracy", label="SWAG acc"),
+    "bbc": dict(config=("bbc", None), metric="accuracy", label="BBC topics acc"),
+    "ner_f1": dict(config=("ner", None), metric="f1", label="CoNLL-2003 NER F1"),
+    "ner_finetune_f1": dict(config=("ner", None), metric="f1", label="NER fine-tune F1"),
+    "ner_feature_f1": dict(
+        config=("ner", None),
+        metric="f1",
+        label="NER feature-based F1",
+        approach="features",
+        layers="-1,-2,-3,-4",
+        combine="concat",
+    ),
+    "lm_ppl": dict(config=None, metric="perplexity", label="LM ppl", approach="lm_ppl", scale=1.0),
+}
+
+_TABLE6_SIZES = ((3, 768, 12), (6, 768, 3), (6, 768, 12), (12, 768, 12), (12, 1024, 16), (24, 1024, 16))
+_TABLE8_MIXES = ((0.8, 0.1), (1.0, 0.0), (0.8, 0.2), (0.8, 0.0), (0.0, 0.8), (0.0, 1.0))
+
+
+def _size(layers: int, hidden: int, heads: int) -> dict[str, Any]:
+    return {
+        "model.num_hidden_layers": layers,
+        "model.hidden_size": hidden,
+        "model.num_attention_heads": heads,
+        "model.intermediate_size": 4 * hidden,
+    }
+
+
+def _mix_name(m: float, r: float) -> str:
+    return f"mask{round(100 * m)}_same{round(100 * (1 - m - r))}_rnd{round(100 * r)}"
+
+
+# Each table: its columns, its rows (name -> pre-training changes, or None for a row that
+# uses another row's model), the rows' fine-tuning settings, and the paper's figures.
+_LTR = {"data.nsp": False, "data.objective": "ltr", "model.causal_attention": True}
+TABLES: dict[str, dict[str, Any]] = {
+    "table5": dict(
+        title="Table 5: ablation over the pre-training tasks (BERT-Base architecture)",
+        columns=("mnli_m", "qnli", "mrpc", "sst2", "squad_f1"),
+        rows={"bert_base": {}, "no_nsp": {"data.nsp": False}, "ltr_no_nsp": _LTR, "plus_bilstm": None},
+        settings={"plus_bilstm": dict(model_from="ltr_no_nsp", head="bilstm")},
+        paper={
+            "bert_base": (84.4, 88.4, 86.7, 92.7, 88.5),
+            "no_nsp": (83.9, 84.9, 86.5, 92.6, 87.9),
+            "ltr_no_nsp": (82.1, 84.3, 77.5, 92.1, 77.8),
+            "plus_bilstm": (82.1, 84.1, 75.7, 91.6, 84.9),
+        },
+    ),
+    "table6": dict(
+        title="Table 6: ablation over BERT model size (fine-tuning: mean of the restarts)",
+        columns=("lm_ppl", "mnli_m", "mrpc", "sst2"),
+        rows={f"L{a}_H{b}_A{c}": _size(a, b, c) for a, b, c in _TABLE6_SIZES},
+        scaled_sizes=True,
+        finetune_seeds=5,
+        paper={
+            f"L{a}_H{b}_A{c}": v
+            for (a, b, c), v in zip(
+                _TABLE6_SIZES,
+                (
+                    (5.84, 77.9, 79.8, 88.4),
+                    (5.24, 80.6, 82.2, 90.7),
+                    (4.68, 81.9, 84.8, 91.3),
+                    (3.99, 84.4, 86.7, 92.9),
+                    (3.54, 85.7, 86.9, 93.3),
+                    (3.23, 86.6, 87.8, 93.7),
+                ),
+                strict=True,
+            )
+        },
+    ),
+    "table7": dict(
+        title="Table 7: CoNLL-2003 NER, fine-tuning vs feature-based (BiLSTM on frozen BERT-Base)",
+        columns=("ner_f1",),
+        rows={
+            "finetune_large": _size(24, 1024, 16),
+            "finetune_base": {},
+            "embeddings": None,
+            "second_to_last_hidden": None,
+            "last_hidden": None,
+            "weighted_sum_last_four": None,
+            "concat_last_four": None,
+            "weighted_sum_all_12": None,
+        },
+        scaled_sizes=True,
+        settings={
+            row: dict(model_from="finetune_base", approach="features", layers=layers, combine=combine)
+            for row, layers, combine in (
+                ("embeddings", "0", "concat"),
+                ("second_to_last_hidden", "-2", "concat"),
+                ("last_hidden", "-1", "concat"),
+                ("weighted_sum_last_four", "-1,-2,-3,-4", "weighted"),
+                ("concat_last_four", "-1,-2,-3,-4", "concat"),
+                ("weighted_sum_all_12", "all", "weighted"),
+            )
+        },
+        paper={
+            "finetune_large": (96.6,),
+            "finetune_base": (96.4,),
+            "embeddings": (91.0,),
+            "second_to_last_hidden": (95.6,),
+            "last_hidden": (94.9,),
+            "weighted_sum_last_four": (95.9,),
+            "concat_last_four": (96.1,),
+            "weighted_sum_all_12": (95.5,),
+        },
+    ),
+    "table8": dict(
+        title="Table 8: ablation over the masking mixes (MASK/SAME/RND of the chosen 15%)",
+        columns=("mnli_m", "ner_finetune_f1", "ner_feature_f1"),
+        rows={
+            _mix_name(m, r): {"data.mask_token_prob": m, "data.random_token_prob": r}
+            for m, r in _TABLE8_MIXES
+        },
+        paper={
+            _mix_name(m, r): v
+            for (m, r), v in zip(
+                _TABLE8_MIXES,
+                (
+                    (84.2, 95.4, 94.9),
+                    (84.3, 94.9, 94.0),
+                    (84.1, 95.2, 94.6),
+                    (84.4, 95.2, 94.7),
+                    (83.7, 94.8, 94.6),
+                    (83.6, 94.9, 94.1),
+                ),
+                strict=True,
+            )
+        },
+    ),
+    "figure5": dict(
+        title="Figure 5: MNLI-m dev accuracy against pre-training steps, MLM and LTR",
+        columns=("mnli_m",),
+        rows={"mlm": {}, "ltr": _LTR},
+        paper={},  # published as a plot only
+    ),
+}
+
+# Step counts Figure 5 fine-tunes from, per preset (the paper: every 200k to 1M).
+FIGURE5_STEPS = {
+    "base": (200_000, 400_000, 600_000, 800_000, 1_000_000),
+    "tiny": (3, 6),
+    "demo": (250, 500, 1000),
+}
+
+# Fine-tuning at each scale: changes to every column's task config (base: the task file's).
+FINETUNE_PRESETS: dict[str, dict[str, Any]] = {
+    "tiny": dict(
+        max_seq_length=64,
+        batch_size=8,
+        eval_batch_size=16,
+        num_epochs=1,
+        max_train_examples=48,
+        max_eval_examples=32,
+        length_buckets=(32, 64),
+    ),
+    "demo": dict(
+        max_seq_length=128, batch_size=16, num_epochs=2, max_train_examples=2000, max_eval_examples=1000
+    ),
+    "base": {},
+}
+FINETUNE_SEEDS = {"tiny": 1, "demo": 3, "base": 5}
+
+# The BiLSTM of the feature-based approach (§5.3: two layers of 768 per direction).
+FEATURE_TAGGER = {
+    "tiny": dict(lstm_size=16, lstm_layers=2, learning_rate=1e-2, num_epochs=2, batch_size=8),
+    "demo": dict(lstm_size=128, lstm_layers=2, learning_rate=1e-3, num_epochs=4, batch_size=32),
+    "base": dict(lstm_size=768, lstm_layers=2, learning_rate=1e-3, num_epochs=4, batch_size=32),
 }
 
 
 def _pretrain_config(preset: str) -> ml_collections.ConfigDict:
-    """configs/pretrain.py loaded by path (config files need not be an importable package)."""
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "pretrain.py")
-    spec = importlib.util.spec_from_file_location("_ablation_pretrain_config", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.get_config(preset)
+    return run_config.sibling(__file__, "pretrain").get_config(preset)
+
+
+def _finetune_config(file_and_arg: tuple[str, str | None], preset: str) -> ml_collections.ConfigDict:
+    name, arg = file_and_arg
+    module = run_config.sibling(__file__, name)
+    c = module.get_config() if arg is None else module.get_config(arg)
+    for key, value in FINETUNE_PRESETS[preset].items():
+        c[key] = min(value, c[key]) if key == "max_seq_length" else value
+    if "doc_stride" in c:  # SQuAD windows at a shorter length
+        c.doc_stride = min(c.doc_stride, c.max_seq_length // 2)
+        c.max_query_length = min(c.max_query_length, c.max_seq_length // 4)
+    return c
+
+
+def _column(name: str, preset: str) -> ml_collections.ConfigDict:
+    if name not in COLUMNS:
+        raise ValueError(f"unknown column {name!r}; known: {', '.join(COLUMNS)}")
+    spec = COLUMNS[name]
+    c = ml_collections.ConfigDict()
+    c.label = spec["label"]
+    c.approach = spec.get("approach", "finetune")
+    c.metric = spec["metric"]
+    c.scale = float(spec.get("scale", 100.0))  # ours in the paper's units (percent)
+    c.layers = spec.get("layers", "-1,-2,-3,-4")
+    c.combine = spec.get("combine", "concat")
+    if spec["config"] is not None:
+        c.finetune = _finetune_config(spec["config"], preset)
+    return c
+
+
+def _scale_down(changes: dict[str, Any]) -> dict[str, Any]:
+    """The model sizes at a CPU scale: hidden width / 8, the same layers and heads."""
+    out = dict(changes)
+    if "model.hidden_size" in out:
+        out["model.hidden_size"] //= 8
+        out["model.intermediate_size"] = 4 * out["model.hidden_size"]
+    return out
 
 
 def get_config(spec: str = "table5") -> ml_collections.ConfigDict:
-    table, _, preset = spec.partition(".")
+    head, *extra = spec.split("+")
+    table, _, preset = head.partition(".")
     if table not in TABLES:
         raise ValueError(f"unknown ablation table {table!r}; choose from {', '.join(TABLES)}")
+    preset = preset or "base"
+    if preset not in FINETUNE_PRESETS:
+        raise ValueError(f"unknown ablation preset {preset!r}; choose from {', '.join(FINETUNE_PRESETS)}")
+    t = TABLES[table]
     c = ml_collections.ConfigDict()
     c.table = table
-    c.preset = preset or "base"
-    c.row_order = tuple(TABLES[table])  # the paper's order (ConfigDict keys iterate sorted)
+    c.title = t["title"]
+    c.preset = preset
+    c.row_order = tuple(t["rows"])  # the paper's order (ConfigDict keys iterate sorted)
+    c.column_order = tuple(t["columns"]) + tuple(x for x in extra if x not in t["columns"])
+    scaled = t.get("scaled_sizes") and preset in ("tiny", "demo")
     c.rows = ml_collections.ConfigDict(
-        {row: set_keys(_pretrain_config(c.preset), changes) for row, changes in TABLES[table].items()}
+        {
+            row: set_keys(_pretrain_config(preset), _scale_down(changes) if scaled else changes)
+            for row, changes in t["rows"].items()
+            if changes is not None
+        }
     )
+    settings = t.get("settings", {})
+    c.row_settings = ml_collections.ConfigDict(
+        {
+            row: {
+                **dict(model_from=row, head="", approach="", layers="", combine=""),
+                **settings.get(row, {}),
+            }
+            for row in t["rows"]
+        }
+    )
+    c.columns = ml_collections.ConfigDict({col: _column(col, preset) for col in c.column_order})
+    c.finetune_seeds = FINETUNE_SEEDS[preset] if preset != "base" else t.get("finetune_seeds", 5)
+    c.feature_tagger = ml_collections.ConfigDict(FEATURE_TAGGER[preset])
+    c.data_dirs = ml_collections.ConfigDict(dict(glue="tfds", squad="", conll2003="", swag="", bbc=""))
+    c.paper = ml_collections.ConfigDict(
+        {row: dict(zip(t["columns"], values, strict=True)) for row, values in t["paper"].items()}
+    )
+    if table == "figure5":
+        c.steps = FIGURE5_STEPS[preset]
     return c

@@ -1,65 +1,305 @@
-"""The ablation tables: rows as the paper's, and `bert-jax ablate` end to end on Table 5."""
+"""The ablation tables (rows, columns and the paper's figures), the report (ours beside the
+paper's, Kendall's tau), the BiLSTM heads, the feature-based NER tagger, and `bert-jax
+ablate` end to end on tiny models (Table 5's LTR row with and without the BiLSTM, and
+Figure 5's staged pre-training)."""
 
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
 
+import jax
+import jax.numpy as jnp
+import numpy as np
 import pytest
 
-from bert_jax import ablations
+from bert_jax import ablation_report, ablations, bilstm, feature_tagging, tokenization
+from bert_jax.tasks import bilstm as bilstm_tasks
 from configs import ablations as ablation_configs
-from tests.test_finetune import _sst2
+from configs import ner as ner_config
+from tests.helpers.task_data import TINY, bbc_sentences, write_sst2, write_tiny_checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
 
+COLUMNS = {
+    "table5": ["mnli_m", "qnli", "mrpc", "sst2", "squad_f1"],
+    "table6": ["lm_ppl", "mnli_m", "mrpc", "sst2"],
+    "table7": ["ner_f1"],
+    "table8": ["mnli_m", "ner_finetune_f1", "ner_feature_f1"],
+}
 
-def test_tables_hold_the_papers_rows() -> None:
-    t6 = ablation_configs.get_config("table6.tiny")
+
+def test_tables_hold_the_papers_rows_columns_and_figures() -> None:
+    t6 = ablation_configs.get_config("table6")
     sizes = [(r.model.num_hidden_layers, r.model.hidden_size, r.model.num_attention_heads) for r in
              (t6.rows[n] for n in t6.row_order)]  # fmt: skip
     assert sizes == [(3, 768, 12), (6, 768, 3), (6, 768, 12), (12, 768, 12), (12, 1024, 16), (24, 1024, 16)]
     assert all(t6.rows[n].model.intermediate_size == 4 * t6.rows[n].model.hidden_size for n in t6.row_order)
+    assert t6.finetune_seeds == 5 and t6.paper.L24_H1024_A16.lm_ppl == 3.23
+    # At a CPU scale the widths shrink by 8, layers and heads as the paper's.
+    tiny6 = ablation_configs.get_config("table6.tiny")
+    assert [
+        (tiny6.rows[n].model.num_hidden_layers, tiny6.rows[n].model.hidden_size) for n in tiny6.row_order
+    ][-1] == (24, 128)
     t8 = ablation_configs.get_config("table8")
     mixes = [(t8.rows[n].data.mask_token_prob, t8.rows[n].data.random_token_prob) for n in t8.row_order]
     assert mixes == [(0.8, 0.1), (1.0, 0.0), (0.8, 0.2), (0.8, 0.0), (0.0, 0.8), (0.0, 1.0)]
     assert t8.preset == "base" and t8.rows["mask100_same0_rnd0"].model.num_hidden_layers == 12
-    t5 = ablation_configs.get_config("table5.tiny").rows
-    assert t5.bert_base.data.nsp and not t5.no_nsp.data.nsp
-    assert t5.ltr_no_nsp.data.objective == "ltr" and t5.ltr_no_nsp.model.causal_attention
+    assert t8.paper.mask0_same20_rnd80.to_dict() == {
+        "mnli_m": 83.7,
+        "ner_finetune_f1": 94.8,
+        "ner_feature_f1": 94.6,
+    }
+    assert (
+        t8.columns.ner_feature_f1.approach == "features" and t8.columns.ner_feature_f1.layers == "-1,-2,-3,-4"
+    )
+    t5 = ablation_configs.get_config("table5.tiny")
+    assert t5.rows.bert_base.data.nsp and not t5.rows.no_nsp.data.nsp
+    assert t5.rows.ltr_no_nsp.data.objective == "ltr" and t5.rows.ltr_no_nsp.model.causal_attention
+    assert "plus_bilstm" not in t5.rows  # it fine-tunes the LTR model, with a BiLSTM
+    assert (
+        t5.row_settings.plus_bilstm.model_from == "ltr_no_nsp"
+        and t5.row_settings.plus_bilstm.head == "bilstm"
+    )
+    assert t5.paper.plus_bilstm.to_dict() == {"mnli_m": 82.1, "qnli": 84.1, "mrpc": 75.7, "sst2": 91.6,
+                                              "squad_f1": 84.9}  # fmt: skip
+    assert t5.columns.mrpc.metric == "accuracy" and t5.columns.squad_f1.finetune.task == "squad1.1"
+    t7 = ablation_configs.get_config("table7")
+    assert t7.row_order[:2] == ("finetune_large", "finetune_base")
+    assert t7.rows.finetune_large.model.num_hidden_layers == 24
+    assert {r: (t7.row_settings[r].layers, t7.row_settings[r].combine) for r in t7.row_order[2:]} == {
+        "embeddings": ("0", "concat"),
+        "second_to_last_hidden": ("-2", "concat"),
+        "last_hidden": ("-1", "concat"),
+        "weighted_sum_last_four": ("-1,-2,-3,-4", "weighted"),
+        "concat_last_four": ("-1,-2,-3,-4", "concat"),
+        "weighted_sum_all_12": ("all", "weighted"),
+    }  # fmt: skip
+    assert all(t7.row_settings[r].model_from == "finetune_base" for r in t7.row_order[2:])
+    for table, columns in COLUMNS.items():
+        assert list(ablation_configs.get_config(table).column_order) == columns
+    extra = ablation_configs.get_config("table5.demo+bbc")
+    assert extra.column_order[-1] == "bbc" and extra.columns.bbc.finetune.task == "bbc"
     with pytest.raises(ValueError, match="unknown ablation table 'table9'"):
         ablation_configs.get_config("table9")
+    with pytest.raises(ValueError, match="unknown column 'imdb'"):
+        ablation_configs.get_config("table5+imdb")
     with pytest.raises(KeyError, match=r"'data\.nsq'"):
-        ablations.set_keys(t5.bert_base, {"data.nsq": False})
+        ablations.set_keys(t5.rows.bert_base, {"data.nsq": False})
 
 
-def test_ablate_table5_pretrains_finetunes_and_reports(tmp_path) -> None:
-    data = _sst2(tmp_path / "glue")
+def test_kendall_tau_b_with_ties() -> None:
+    tau = ablation_report.kendall_tau
+    assert tau([1, 2, 3, 4], [10, 20, 30, 40]) == 1.0
+    assert tau([1, 2, 3, 4], [4, 3, 2, 1]) == -1.0
+    assert tau([1, 2], [2, 2]) is None and tau([1], [1]) is None and tau([], []) is None
+    # Ties as scipy's tau-b: x ties one pair, y another.
+    xs, ys = [1, 2, 2, 3, 5], [2, 1, 3, 3, 4]
+    scipy_stats = pytest.importorskip("scipy.stats")
+    assert tau(xs, ys) == pytest.approx(scipy_stats.kendalltau(xs, ys).statistic)
+    rng = np.random.default_rng(0)
+    for _ in range(5):
+        a, b = rng.integers(0, 4, 7).tolist(), rng.integers(0, 4, 7).tolist()
+        expected = scipy_stats.kendalltau(a, b).statistic
+        got = tau(a, b)
+        assert (got is None and math.isnan(expected)) or got == pytest.approx(expected)
+
+
+def _check_schema(report: dict, columns: list[str]) -> None:
+    assert report["columns"] == columns
+    assert set(report["rank_agreement"]) == set(columns)
+    for r in report["rows"]:
+        assert {"row", "ours", "paper", "seeds"} <= set(r)
+        assert set(r["ours"]) == set(r["paper"]) == set(r["seeds"]) == set(columns)
+
+
+@pytest.mark.parametrize("table", ["table5", "table6", "table7", "table8", "figure5"])
+def test_dry_run_reports_the_papers_figures_and_every_rows_config(tmp_path, table) -> None:
+    config = ablation_configs.get_config(table)
+    report = ablations.run_table(config, str(tmp_path), dry_run=True)
+    on_disk = json.loads((tmp_path / "report.json").read_text())
+    assert on_disk == json.loads(json.dumps(report))
+    columns = COLUMNS.get(table, ["mnli_m"])
+    _check_schema(on_disk, columns)
+    names = [r["row"] for r in on_disk["rows"]]
+    if table == "figure5":
+        assert names == [
+            f"{r}@{k}" for r in ("mlm", "ltr") for k in (200_000, 400_000, 600_000, 800_000, 1_000_000)
+        ]
+    else:
+        assert names == list(config.row_order)
+    for r in on_disk["rows"]:
+        assert all(v is None for v in r["ours"].values()) and all(s == [] for s in r["seeds"].values())
+        assert set(r["config"]["cells"]) == set(columns)
+    assert all(t is None for t in on_disk["rank_agreement"].values())
+    md = (tmp_path / "report.md").read_text()
+    assert "Kendall's τ" in md
+    assert not any(p.is_dir() for p in tmp_path.iterdir())  # nothing ran
+    if table == "table5":
+        rows = {r["row"]: r for r in on_disk["rows"]}
+        assert rows["bert_base"]["paper"] == dict(zip(columns, (84.4, 88.4, 86.7, 92.7, 88.5), strict=True))
+        cell = rows["plus_bilstm"]["config"]["cells"]["squad_f1"]
+        assert cell["model_from"] == "ltr_no_nsp" and cell["config"]["task"] == "squad1.1+bilstm"
+        assert rows["plus_bilstm"]["config"]["settings"]["head"] == "bilstm"
+        assert rows["bert_base"]["config"]["pretraining"]["data"]["nsp"] is True
+        assert "| bert_base | — | 84.4 | — | 88.4 |" in md
+    if table == "table7":
+        cell = {r["row"]: r for r in on_disk["rows"]}["weighted_sum_all_12"]["config"]["cells"]["ner_f1"]
+        assert (cell["approach"], cell["layers"], cell["combine"]) == ("features", "all", "weighted")
+
+
+def test_report_from_finished_cells_mean_std_seeds_and_tau(tmp_path) -> None:
+    config = ablation_configs.get_config("table6")
+    ours = {  # accuracy fractions per seed, and the held-out LM loss, per row
+        "L3_H768_A12": ([0.70, 0.72], [0.80, 0.78], 1.90),
+        "L6_H768_A3": ([0.74, 0.76], [0.79, 0.81], 1.70),
+        "L6_H768_A12": ([0.78], [0.82, 0.84], 1.50),
+    }
+    for row, (mnli, sst2, loss) in ours.items():
+        (tmp_path / row).mkdir()
+        (tmp_path / row / "pretraining.json").write_text(json.dumps({"num_train_steps": 10, "final": {
+            "mlm_loss": loss, "mlm_accuracy": 0.5, "nsp_accuracy": 0.9}}))  # fmt: skip
+        for column, values in (("mnli_m", mnli), ("sst2", sst2)):
+            for seed, v in enumerate(values):
+                folder = tmp_path / row / column / f"seed{seed}"
+                folder.mkdir(parents=True)
+                (folder / "results.json").write_text(
+                    json.dumps({"main_metric": "accuracy", "best": {"accuracy": v}})
+                )
+    report = ablations.run_table(config, str(tmp_path), dry_run=True)
+    _check_schema(report, COLUMNS["table6"])
+    rows = {r["row"]: r for r in report["rows"]}
+    assert rows["L3_H768_A12"]["seeds"]["mnli_m"] == pytest.approx([70.0, 72.0])
+    assert rows["L3_H768_A12"]["ours"]["mnli_m"] == pytest.approx(71.0)
+    assert rows["L3_H768_A12"]["std"]["mnli_m"] == pytest.approx(math.sqrt(2.0))
+    assert rows["L6_H768_A12"]["std"]["mnli_m"] is None  # one seed
+    assert rows["L6_H768_A3"]["ours"]["lm_ppl"] == pytest.approx(math.exp(1.70))
+    assert rows["L12_H768_A12"]["ours"]["mnli_m"] is None and rows["L12_H768_A12"]["paper"]["mnli_m"] == 84.4
+    # Ours rise with size as the paper's (ppl falls with both): tau 1 where 3 rows have both.
+    assert report["rank_agreement"] == {"lm_ppl": 1.0, "mnli_m": 1.0, "mrpc": None, "sst2": 1.0}
+    md = (tmp_path / "report.md").read_text()
+    assert "| L3_H768_A12 | 6.69 | 5.84 | 71.00 ± 1.41 (2) | 77.9 |" in md
+    assert "| Kendall's τ (ours vs paper) | +1.00 |  | +1.00 |  | — |  | +1.00 |  |" in md
+
+
+def test_bilstm_heads_keep_the_encoder_and_the_outputs_shapes() -> None:
+    ids = jnp.array([[101, 2054, 2003, 102, 0, 0], [101, 2023, 102, 0, 0, 0]], jnp.int32)
+    mask, seg = (ids > 0).astype(jnp.int32), jnp.zeros_like(ids)
+    for name, shape in (("sst2", (2, 2)), ("conll2003", (2, 6, 9)), ("squad1.1", ((2, 6), (2, 6)))):
+        task = bilstm_tasks.get_task(f"{name}+bilstm")
+        assert (
+            task.name == f"{name}+bilstm"
+            and task.main_metric == bilstm_tasks.tasks.get_task(name).main_metric
+        )
+        model = task.model(TINY)
+        params = model.init(jax.random.key(0), ids, mask, seg)["params"]
+        assert {"bert", "bilstm"} <= set(params) and "layer_1" not in params["bilstm"]
+        out = model.apply({"params": params}, ids, mask, seg)
+        got = tuple(o.shape for o in out) if isinstance(out, tuple) else out.shape
+        assert got == shape
+    # Padding is not read: a row's outputs do not change with more padding after it.
+    lstm = bilstm.BiLSTM(4, 2)
+    x = jax.random.normal(jax.random.key(1), (1, 5, 3))
+    p = lstm.init(jax.random.key(2), x, jnp.array([3]))
+    short = lstm.apply(p, x[:, :3], jnp.array([3]))
+    long = lstm.apply(p, x.at[:, 3:].set(9.0), jnp.array([3]))
+    np.testing.assert_allclose(long[:, :3], short, atol=1e-6)
+
+
+def _write_conll(folder: Path) -> Path:
+    """Real sentences; a capitalised word after the first is a person (B-PER/I-PER)."""
+    folder.mkdir(parents=True)
+    sentences = bbc_sentences(60, seed=3)
+    for name, chunk in (("train.txt", sentences[:40]), ("valid.txt", sentences[40:])):
+        lines = []
+        for s in chunk:
+            previous = "O"
+            for i, word in enumerate(s.split()[:20]):
+                tag = "O"
+                if i and word[:1].isupper():
+                    tag = "I-PER" if previous != "O" else "B-PER"
+                lines.append(f"{word} X X {tag}")
+                previous = tag
+            lines.append("")
+        (folder / name).write_text("-DOCSTART- -X- -X- O\n\n" + "\n".join(lines) + "\n")
+    return folder
+
+
+def test_feature_tagger_trains_a_bilstm_on_frozen_features(tmp_path) -> None:
+    checkpoint = write_tiny_checkpoint(tmp_path / "bert")
+    config = ner_config.get_config()
+    config.update(dict(data_dir=str(_write_conll(tmp_path / "conll")), init_checkpoint=checkpoint,
+                       vocab_file=tokenization.default_vocab_file(), do_lower_case=True, max_seq_length=32,
+                       eval_batch_size=16))  # fmt: skip
+    tagger = ablation_configs.get_config("table7.tiny").feature_tagger
+    before = feature_tagging.convert.load_checkpoint(checkpoint)[0]["bert"]
+    best = feature_tagging.train(config, tagger, "-1,-2", "weighted", str(tmp_path / "run"))
+    results = json.loads((tmp_path / "run" / "results.json").read_text())
+    assert results["main_metric"] == "f1" and results["best"] == best and len(results["epochs"]) == 2
+    assert (
+        0.0 <= best["f1"] <= 1.0 and results["epochs"][1]["train_loss"] < results["epochs"][0]["train_loss"]
+    )
+    assert (tmp_path / "run" / "eval" / "epoch2" / "dev" / "dev_predictions.txt").exists()
+    after = feature_tagging.convert.load_checkpoint(checkpoint)[0]["bert"]  # frozen: untouched
+    assert all(
+        np.array_equal(a, b) for a, b in zip(jax.tree.leaves(before), jax.tree.leaves(after), strict=True)
+    )
+    assert feature_tagging.layer_indices("0,-1,-2", 2) == [0, 2, 1]
+    assert feature_tagging.layer_indices("all", 2) == [1, 2]
+    with pytest.raises(ValueError, match="out of range"):
+        feature_tagging.layer_indices("-3,5", 2)
+
+
+def _ablate(tmp_path: Path, spec: str, *extra: str) -> subprocess.CompletedProcess:
+    data = write_sst2(tmp_path / "glue") if not (tmp_path / "glue").exists() else tmp_path / "glue"
     steps = "num_train_steps=6,checkpoint_every_steps=6,eval_every_steps=6,async_checkpointing=False"
     cmd = [
-        sys.executable, "-m", "bert_jax", "ablate", "--config=configs/ablations.py:table5.tiny",
-        f"--workdir={tmp_path / 'ablate'}", f"--set={steps}",
-        "--finetune_config=configs/glue.py:sst2", f"--finetune_config.data_dir={data}",
-        "--finetune_config.max_seq_length=48", "--finetune_config.batch_size=8",
-        "--finetune_config.num_epochs=1", "--finetune_config.max_train_examples=48",
+        sys.executable, "-m", "bert_jax", "ablate", f"--config=configs/ablations.py:{spec}",
+        f"--workdir={tmp_path / 'ablate'}", f"--set={steps}", "--columns=sst2",
+        f"--config.data_dirs.glue={data}", *extra,
     ]  # fmt: skip
-    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=900)
+    return subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=900)
+
+
+def test_ablate_table5_ltr_with_and_without_the_bilstm(tmp_path) -> None:
+    proc = _ablate(tmp_path, "table5.tiny", "--rows=ltr_no_nsp,plus_bilstm")
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads((tmp_path / "ablate" / "report.json").read_text())
+    _check_schema(report, ["sst2"])
     rows = {r["row"]: r for r in report["rows"]}
-    assert list(rows) == ["bert_base", "no_nsp", "ltr_no_nsp"]
-    assert rows["bert_base"]["nsp_accuracy"] is not None and rows["no_nsp"]["nsp_accuracy"] is None
-    assert rows["ltr_no_nsp"]["objective"] == "ltr"
+    assert list(rows) == ["ltr_no_nsp", "plus_bilstm"]
     for r in rows.values():
-        assert 0.0 <= r["lm_accuracy"] <= 1.0 and r["lm_loss"] > 0 and r["steps"] == 6
-        assert r["task"] == "sst2" and 0.0 <= r["dev_score"] <= 1.0
-        assert (Path(r["workdir"]) / "vocab.txt").exists()
-    md = (tmp_path / "ablate" / "report.md").read_text()
-    assert "| ltr_no_nsp | ltr | no |" in md and "sst2 dev accuracy" in md
-    # A rerun resumes: nothing is trained again, the report is the same.
-    again = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=900)
+        assert len(r["seeds"]["sst2"]) == 1 and 0.0 <= r["ours"]["sst2"] <= 100.0
+        assert r["pretraining"]["objective"] == "ltr" and r["pretraining"]["steps"] == 6
+        assert 0.0 <= r["pretraining"]["lm_accuracy"] <= 1.0
+    assert rows["plus_bilstm"]["paper"]["sst2"] == 91.6
+    results = json.loads(
+        (tmp_path / "ablate" / "plus_bilstm" / "sst2" / "seed0" / "results.json").read_text()
+    )
+    assert results["task"] == "sst2+bilstm" and results["checkpoint"] == str(
+        tmp_path / "ablate" / "ltr_no_nsp"
+    )
+    assert not (tmp_path / "ablate" / "plus_bilstm" / "checkpoints").exists()  # no pre-training of its own
+    assert "| plus_bilstm |" in proc.stdout
+    # A rerun finds every cell done: nothing is trained again, the report is the same.
+    again = _ablate(tmp_path, "table5.tiny", "--rows=ltr_no_nsp,plus_bilstm")
     assert again.returncode == 0, again.stderr[-3000:]
     assert json.loads((tmp_path / "ablate" / "report.json").read_text()) == report
-    assert "resumed from" in again.stdout
+    assert "pre-training in" not in again.stdout and "seed 0 in" not in again.stdout
+
+
+def test_figure5_pretrains_in_stages_and_finetunes_from_each(tmp_path) -> None:
+    proc = _ablate(tmp_path, "figure5.tiny+sst2", "--rows=mlm")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads((tmp_path / "ablate" / "report.json").read_text())
+    assert [(r["row"], r["step"]) for r in report["rows"]] == [("mlm@3", 3), ("mlm@6", 6)]
+    assert all(len(r["seeds"]["sst2"]) == 1 for r in report["rows"])
+    for step in (3, 6):
+        results = json.loads((tmp_path / "ablate" / "mlm" / f"step{step}" / "sst2" / "seed0" / "results.json")
+                             .read_text())  # fmt: skip
+        assert results["train_rows"] == 48
+    assert proc.stdout.count("pre-training to step") == 2
+    assert report["figure"] and Path(report["figure"]).exists()

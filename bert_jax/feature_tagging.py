@@ -1,0 +1,138 @@
+"""The feature-based approach of Table 7 (§5.3): CoNLL-2003 NER from frozen BERT features.
+
+The pre-trained encoder is not trained: each batch's hidden states of the chosen layers
+(``0`` the embeddings, ``-1`` the last layer, ``all`` every Transformer layer; counted as
+in `bert_jax.features`) are computed under `jax.lax.stop_gradient` and fed to
+`bilstm.FeatureTagger` (a two-layer BiLSTM and a classifier), which alone is trained
+(Adam). Tags are predicted at each word's first WordPiece and scored as entity F1 on dev
+every epoch, as the NER fine-tuning task does (`tasks.ner`). ``results.json`` has the
+fine-tuning job's shape (``main_metric``, ``best``, ``epochs``); a run whose
+``results.json`` exists is not repeated by the ablation runner.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import optax
+
+from bert_jax import convert, features, tokenization
+from bert_jax.bilstm import FeatureTagger
+from bert_jax.finetune import bucket_length, cut_to_length
+from bert_jax.modeling import BertModel
+from bert_jax.tasks import ner
+
+
+def layer_indices(spec: str, num_layers: int) -> list[int]:
+    """``"-1,-2"`` → hidden-state indices (0 the embeddings, L the last layer)."""
+    layers = features.parse_layers(spec.split(","), num_layers)
+    index = [layer if layer >= 0 else num_layers + 1 + layer for layer in layers]
+    if any(not 0 <= i <= num_layers for i in index):
+        raise ValueError(f"layers {spec} out of range for a {num_layers}-layer model")
+    return index
+
+
+def train(
+    config: ml_collections.ConfigDict,
+    tagger: ml_collections.ConfigDict,
+    layers: str,
+    combine: str,
+    workdir: str,
+) -> dict[str, Any]:
+    """Trains the tagger on the features of ``config.init_checkpoint`` (the NER task
+    config: data, lengths, casing, seed, subsets); returns and writes the results."""
+    os.makedirs(workdir, exist_ok=True)
+    checkpoint = config.init_checkpoint
+    loaded, bert_config = convert.load_checkpoint(checkpoint)
+    tok = tokenization.load_tokenizer(
+        config.vocab_file or tokenization.vocab_beside(checkpoint), config.do_lower_case
+    )
+    task = ner.NerTask()
+    train_split = task.load(config, tok, "train")
+    dev = task.load(config, tok, "dev")
+    index = layer_indices(layers, bert_config.num_hidden_layers)
+    encoder, bert_params = BertModel(bert_config, add_pooler=False), loaded["bert"]
+    model = FeatureTagger(len(ner.TAGS), int(tagger.lstm_size), int(tagger.lstm_layers), combine)
+
+    def states(ids: jax.Array, mask: jax.Array, seg: jax.Array) -> jax.Array:
+        _, _, hidden = encoder.apply({"params": bert_params}, ids, mask, seg, output_hidden_states=True)
+        return jax.lax.stop_gradient(jnp.stack([hidden[i].astype(jnp.float32) for i in index], axis=2))
+
+    def logits(params: Any, batch: dict[str, jax.Array]) -> jax.Array:
+        feats = states(batch["input_ids"], batch["input_mask"], batch["segment_ids"])
+        return model.apply({"params": params}, feats, batch["input_mask"])
+
+    def loss_fn(params: Any, batch: dict[str, jax.Array]) -> jax.Array:
+        return task.loss(logits(params, batch), batch)
+
+    rng = jax.random.key(int(config.seed))
+    sample = {k: jnp.asarray(v[:1]) for k, v in train_split.arrays.items()}
+    params = model.init(rng, states(sample["input_ids"], sample["input_mask"], sample["segment_ids"]),
+                        sample["input_mask"])["params"]  # fmt: skip
+    tx = optax.adam(float(tagger.learning_rate))
+    opt_state = tx.init(params)
+
+    @jax.jit
+    def step(params: Any, opt_state: Any, batch: dict[str, jax.Array]) -> tuple[Any, Any, jax.Array]:
+        loss, grads = jax.value_and_grad(loss_fn)(params, batch)
+        updates, opt_state = tx.update(grads, opt_state, params)
+        return optax.apply_updates(params, updates), opt_state, loss
+
+    predict = jax.jit(logits)
+    buckets, max_len = tuple(config.length_buckets), int(config.max_seq_length)
+    batch_size = min(int(tagger.batch_size), len(train_split))
+    epochs, best = [], None
+    for epoch in range(1, int(tagger.num_epochs) + 1):
+        start, losses = time.time(), []
+        order = np.random.default_rng([int(config.seed), epoch]).permutation(len(train_split))
+        for s in range(len(order) // batch_size):
+            idx = np.sort(order[s * batch_size : (s + 1) * batch_size])
+            rows = {k: v[idx] for k, v in train_split.arrays.items()}
+            rows = cut_to_length(rows, bucket_length(rows["input_mask"], buckets, max_len))
+            params, opt_state, loss = step(params, opt_state, rows)
+            losses.append(loss)
+        outputs = _predict(predict, params, dev, int(config.eval_batch_size))
+        scores = task.evaluate(outputs, dev, os.path.join(workdir, "eval", f"epoch{epoch}", "dev"))
+        entry = {"epoch": epoch, "train_loss": float(np.mean(jax.device_get(losses))),
+                 "seconds": time.time() - start, **scores}  # fmt: skip
+        epochs.append(entry)
+        print(f"features {layers} ({combine}) epoch {epoch}: f1 {scores['f1']:.4f}", flush=True)
+        if best is None or scores["f1"] >= best["f1"]:
+            best = {"epoch": epoch, **scores}
+    results = {
+        "task": task.name,
+        "approach": "features",
+        "checkpoint": checkpoint,
+        "layers": layers,
+        "combine": combine,
+        "seed": int(config.seed),
+        "tagger": tagger.to_dict(),
+        "train_rows": len(train_split),
+        "eval_rows": {"dev": len(dev)},
+        "main_metric": task.main_metric,
+        "epochs": epochs,
+        "best": best,
+    }
+    with open(os.path.join(workdir, "results.json.tmp"), "w") as f:
+        json.dump(results, f, indent=2)
+    os.replace(os.path.join(workdir, "results.json.tmp"), os.path.join(workdir, "results.json"))
+    return best
+
+
+def _predict(predict: Any, params: Any, split: Any, batch_size: int) -> np.ndarray:
+    """Logits of every row; the last batch padded so one compiled shape serves the split."""
+    arrays, n, chunks = split.arrays, len(split), []
+    for start in range(0, n, batch_size):
+        batch = {k: arrays[k][start : start + batch_size] for k in ("input_ids", "input_mask", "segment_ids")}
+        pad = batch_size - len(batch["input_ids"])
+        if pad:
+            batch = {k: np.concatenate([v, np.zeros((pad, *v.shape[1:]), v.dtype)]) for k, v in batch.items()}
+        chunks.append(np.asarray(predict(params, batch))[: batch_size - pad])
+    return np.concatenate(chunks)
