@@ -128,8 +128,8 @@ def markdown(report: dict[str, Any]) -> str:
             "## Pre-training",
             "",
             "| row | model from | objective | NSP | L | H | A | mask/same/rnd | steps "
-            "| held-out LM acc | LM loss | NSP acc |",
-            "|---|---|---|---|---:|---:|---:|---|---:|---:|---:|---:|",
+            "| held-out LM acc | LM loss | NSP acc | train FLOPs |",
+            "|---|---|---|---|---:|---:|---:|---|---:|---:|---:|---:|---:|",
         ]
         for r in details:
             p = r["pretraining"]
@@ -137,8 +137,15 @@ def markdown(report: dict[str, Any]) -> str:
             lines.append(
                 f"| {r['row']} | {p['model_from']} | {p['objective']} | {'yes' if p['nsp'] else 'no'} | "
                 f"{p['layers']} | {p['hidden']} | {p['heads']} | {p['mask/same/rnd']} | {p['steps']} | "
-                f"{fmt('lm_accuracy')} | {fmt('lm_loss')} | {fmt('nsp_accuracy')} |"
+                f"{fmt('lm_accuracy')} | {fmt('lm_loss')} | {fmt('nsp_accuracy')} | "
+                f"{p.get('pretraining_flops', 0):.2e} |"
             )
+        lines += [
+            "",
+            "Pre-training time on a slice: train FLOPs / (chips x peak FLOP/s x utilisation); "
+            "`bert-jax plan --config=configs/ablations.py:TABLE.PRESET/ROW --topology=...` compiles "
+            "one row's step for a TPU slice and estimates its time and memory.",
+        ]
     notes = report.get("notes")
     if notes:
         lines += ["", *notes]

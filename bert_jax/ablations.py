@@ -244,7 +244,29 @@ def pretraining_summary(
         "lm_loss": final.get("mlm_loss"),
         "nsp_accuracy": final.get("nsp_accuracy") if nsp else None,
         "done": done is not None,
+        "pretraining_flops": pretraining_flops(config),
+        "plan": f"bert-jax plan --config=configs/ablations.py:{table.table}.{table.preset}/{source} "
+        "--topology=TOPOLOGY",
     }
+
+
+def pretraining_flops(config: ml_collections.ConfigDict) -> float:
+    """Training FLOPs of the whole pre-training run (matmuls, as `bert-jax plan` counts
+    them; each phase at its own length): divided by a slice's sustained FLOP/s, its time."""
+    from bert_jax import run_config
+    from bert_jax.pretrain import phases
+    from bert_jax.pretraining_loss import model_flops_per_step
+
+    model, batch = run_config.bert_config(config), int(config.global_batch_size)
+    return float(
+        sum(
+            (p.end - p.start)
+            * model_flops_per_step(
+                model, batch, p.max_seq_length, p.max_predictions_per_seq, bool(config.data.nsp)
+            )
+            for p in phases(config)
+        )
+    )
 
 
 # --- cells ----------------------------------------------------------------------------

@@ -1,7 +1,8 @@
 """The paper's ablations (§5, Appendix C): every table's rows, its columns and the
 published numbers.
 
-`--config=configs/ablations.py:TABLE[.PRESET][+COLUMN...]` gives one table:
+`--config=configs/ablations.py:TABLE[.PRESET][+COLUMN...]` gives one table
+(`TABLE[.PRESET]/ROW` one row's pre-training config, e.g. for `bert-jax plan`):
 
 - ``rows.<row>``: the complete pre-training config of every row that pre-trains
   (`configs/pretrain.py:PRESET` plus the row's changes), so any key of one row can be
@@ -263,6 +264,14 @@ def _scale_down(changes: dict[str, Any]) -> dict[str, Any]:
 
 
 def get_config(spec: str = "table5") -> ml_collections.ConfigDict:
+    """``TABLE[.PRESET][+COLUMN...]``: the table; ``TABLE[.PRESET]/ROW``: that row's
+    pre-training config alone (for `bert-jax plan` and `bert-jax pretrain`)."""
+    spec, _, row = spec.partition("/")
+    if row:
+        table = get_config(spec)
+        if row not in table.rows:
+            raise ValueError(f"{table.table} has no pre-training row {row!r}; rows: {', '.join(table.rows)}")
+        return table.rows[row]
     head, *extra = spec.split("+")
     table, _, preset = head.partition(".")
     if table not in TABLES:
