@@ -32,7 +32,7 @@ from typing import Any
 
 import ml_collections
 
-from bert_jax import ablation_report
+from bert_jax import ablation_data, ablation_report
 
 # Task name → the family whose data folder ``data_dirs`` gives.
 _FAMILY = {"squad1.1": "squad", "squad2.0": "squad", "conll2003": "conll2003", "swag": "swag", "bbc": "bbc"}
@@ -45,10 +45,10 @@ def set_keys(config: ml_collections.ConfigDict, changes: dict[str, Any]) -> ml_c
         node = config
         for p in parents:
             if p not in node:
-                raise KeyError(f"{dotted!r}: the pre-training config has no {p!r}")
+                raise KeyError(f"{dotted!r}: the config has no {p!r}")
             node = node[p]
         if leaf not in node:
-            raise KeyError(f"{dotted!r}: the pre-training config has no such key")
+            raise KeyError(f"{dotted!r}: the config has no such key")
         node[leaf] = value
     return config
 
@@ -133,8 +133,8 @@ def run_table(
             if pretrained[source] is None:  # stopped (stop_after_step): a rerun continues
                 return state.write()
         for column in cols:
-            fill_cell(table, row, column, os.path.join(workdir, source), pretrained[source],
-                      os.path.join(workdir, row, column))  # fmt: skip
+            model_dir, cell_dir = os.path.join(workdir, source), os.path.join(workdir, row, column)
+            fill_cell(table, row, column, model_dir, cell_dir, data_cache=os.path.join(workdir, "data"))
             state.write()
     return state.write()
 
@@ -301,10 +301,11 @@ def fill_cell(
     row: str,
     column: str,
     model_dir: str,
-    pretraining: dict[str, Any] | None,
     cell_dir: str,
+    data_cache: str,
 ) -> None:
-    """Runs the seeds of one cell that have no ``results.json`` yet."""
+    """Runs the seeds of one cell that have no ``results.json`` yet (task data given by a
+    TFDS name that the task reads only from files is exported once under `data_cache`)."""
     plan = cell_plan(table, row, column)
     if plan["approach"] == "lm_ppl":
         return
@@ -313,6 +314,7 @@ def fill_cell(
             continue
         config = ml_collections.ConfigDict(plan["config"].to_dict())
         config.init_checkpoint, config.seed = model_dir, seed
+        config.data_dir = ablation_data.resolve(config.task, config.data_dir, data_cache)
         print(
             f"== {table.table} / {row} / {column}: {plan['approach']}, seed {seed} in {seed_dir}", flush=True
         )
@@ -399,7 +401,7 @@ def _run_figure5(
                 if latest_checkpoint_step(row_dir) != k:
                     raise RuntimeError(f"{row_dir}: pre-training did not stop at step {k}")
             for c in cols:
-                fill_cell(table, row, c, row_dir, None, os.path.join(cells, c))
+                fill_cell(table, row, c, row_dir, os.path.join(cells, c), os.path.join(workdir, "data"))
                 report()
     return report()
 

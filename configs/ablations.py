@@ -17,9 +17,10 @@ published numbers.
   ``finetune``) or "lm_ppl" (exp of the held-out LM loss of pre-training);
 - ``finetune_seeds``: fine-tuning restarts per cell (seeds 0..n-1; mean, std and each kept);
 - ``paper.<row>.<column>``: the published dev figure (absent where the paper has none);
-- ``data_dirs``: task data per family (``glue``: "tfds" or the GLUE folder; ``squad``,
-  ``conll2003``, ``swag``: the original files' folder) used where a column's own
-  ``finetune.data_dir`` is empty.
+- ``data_dirs``: task data per family, used where a column's own ``finetune.data_dir`` is
+  empty: ``glue``, ``squad``, ``conll2003``: "tfds" (default; ``tfds:<dir>`` for a TFDS
+  data folder: glue/<task>, squad/v1.1, conll2003) or the original files' folder;
+  ``swag``: the release's folder; ``bbc``: "" (bundled).
 
 PRESET is the scale (default ``base``, the paper's): ``tiny`` (tests), ``demo`` (a CPU
 in minutes per row), ``base``. At ``tiny``/``demo`` the model sizes of Tables 6 and 7 are
@@ -51,7 +52,7 @@ COLUMNS: dict[str, dict[str, Any]] = {
     "qqp": dict(config=("glue", "qqp"), metric="f1", label="QQP F1"),
     "stsb": dict(config=("glue", "stsb"), metric="spearman", label="STS-B Spearman"),
     "squad_f1": dict(config=("squad", "1.1"), metric="f1", label="SQuAD v1.1 F1"),
-    "squad2_f1": dict(config=("squad", "2.0"), metric="f1", label="SQuAD v2.0 F1"),
+    "squad2_f1": dict(config=("squad", "2.0"), metric="best_f1", label="SQuAD v2.0 F1"),
     "swag": dict(config=("swag", None), metric="accuracy", label="SWAG acc"),
     "bbc": dict(config=("bbc", None), metric="accuracy", label="BBC topics acc"),
     "ner_f1": dict(config=("ner", None), metric="f1", label="CoNLL-2003 NER F1"),
@@ -307,7 +308,9 @@ def get_config(spec: str = "table5") -> ml_collections.ConfigDict:
     c.columns = ml_collections.ConfigDict({col: _column(col, preset) for col in c.column_order})
     c.finetune_seeds = FINETUNE_SEEDS[preset] if preset != "base" else t.get("finetune_seeds", 5)
     c.feature_tagger = ml_collections.ConfigDict(FEATURE_TAGGER[preset])
-    c.data_dirs = ml_collections.ConfigDict(dict(glue="tfds", squad="", conll2003="", swag="", bbc=""))
+    c.data_dirs = ml_collections.ConfigDict(
+        dict(glue="tfds", squad="tfds", conll2003="tfds", swag="", bbc="")
+    )
     c.paper = ml_collections.ConfigDict(
         {row: dict(zip(t["columns"], values, strict=True)) for row, values in t["paper"].items()}
     )

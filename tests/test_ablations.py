@@ -1,6 +1,6 @@
 """The ablation tables (rows, columns and the paper's figures), the report (ours beside the
 paper's, Kendall's tau), the BiLSTM heads, the feature-based NER tagger, and `bert-jax
-ablate` end to end on tiny models (Table 5's LTR row with and without the BiLSTM on a
+ablate` end to end on tiny models (Table 5's "+ BiLSTM" row, from the LTR row's model, on a
 user-added column, and Figure 5's staged pre-training on MNLI from TFDS mock data)."""
 
 from __future__ import annotations
@@ -263,7 +263,7 @@ def _tiny_table(spec: str):
     return table
 
 
-def test_ablate_table5_ltr_with_and_without_the_bilstm_on_a_user_added_column(tmp_path, capsys) -> None:
+def test_ablate_table5_plus_bilstm_row_on_a_user_added_column(tmp_path, capsys) -> None:
     """The CLI on Table 5's "+ BiLSTM" row, fine-tuned on BBC News topics (a column the user
     adds) from the LTR row's model, which it pre-trains though that row is not asked for."""
     steps = ",".join(f"{k}={v}" for k, v in STEPS.items())
@@ -318,3 +318,60 @@ def test_figure5_pretrains_in_stages_and_finetunes_mnli_from_each(tmp_path) -> N
     # Nothing to redo: the stages are not pre-trained again.
     again = ablations.run_table(table, str(tmp_path), rows=["mlm"])
     assert again["rows"] == report["rows"]
+
+
+def test_squad_and_conll_by_tfds_name_are_written_in_the_original_format(tmp_path) -> None:
+    import tensorflow as tf
+    import tensorflow_datasets as tfds
+
+    from bert_jax import ablation_data
+    from bert_jax.tasks import ner, squad_examples
+    from tests.helpers.task_data import build_squad
+
+    sentences = [["EU", "rejects", "German", "call"], ["Peter", "Blackburn"], ["BRUSSELS"]]
+    ner_ids = [[3, 0, 7, 0], [1, 2], [5]]  # TFDS's order: O B-PER I-PER B-ORG I-ORG B-LOC I-LOC B-MISC I-MISC
+    release = build_squad(version_2=False, n_articles=2)
+    qas = [(a["title"], p["context"], q) for a in release["data"] for p in a["paragraphs"] for q in p["qas"]]
+
+    def as_dataset(self, split, **kwargs):
+        if self.name == "conll2003":
+            zeros = tf.ragged.constant([[0] * len(x) for x in ner_ids])
+            return tf.data.Dataset.from_tensor_slices(
+                {"tokens": tf.ragged.constant(sentences), "ner": tf.ragged.constant(ner_ids), "pos": zeros,
+                 "chunks": zeros}
+            )  # fmt: skip
+        return tf.data.Dataset.from_tensor_slices(
+            {
+                "id": [q["id"] for _, _, q in qas],
+                "title": [t for t, _, _ in qas],
+                "context": [c for _, c, _ in qas],
+                "question": [q["question"] for _, _, q in qas],
+                "answers": {
+                    "text": [[a["text"] for a in q["answers"]] for _, _, q in qas],
+                    "answer_start": [[a["answer_start"] for a in q["answers"]] for _, _, q in qas],
+                },
+            }
+        )
+
+    assert ablation_data.resolve("sst2", "tfds", str(tmp_path)) == "tfds"  # GLUE reads TFDS itself
+    assert ablation_data.resolve("conll2003", "/data/conll", str(tmp_path)) == "/data/conll"
+    with tfds.testing.mock_data(as_dataset_fn=as_dataset, policy=tfds.testing.MockPolicy.USE_CODE):
+        conll = ablation_data.resolve("conll2003", "tfds", str(tmp_path))
+        squad = ablation_data.resolve("squad1.1+bilstm", "tfds", str(tmp_path))
+    assert sorted(p.name for p in Path(conll).iterdir()) == [
+        ".complete",
+        "test.txt",
+        "train.txt",
+        "valid.txt",
+    ]
+    dev = ner.read_conll(ner.split_path(conll, "dev"))
+    assert [s.words for s in dev] == sentences
+    assert [s.tags for s in dev] == [["B-ORG", "O", "B-MISC", "O"], ["B-PER", "I-PER"], ["B-LOC"]]
+    assert json.loads((Path(squad) / "dev-v1.1.json").read_text()) == json.loads(json.dumps(release))
+    assert len(squad_examples.read_examples(str(Path(squad) / "train-v1.1.json"), version_2=False)[1]) == len(
+        qas
+    )
+    # Written once: a second call reads the folder as it is.
+    (Path(conll) / "train.txt").write_text("x X X O\n")
+    assert ablation_data.resolve("conll2003", "tfds", str(tmp_path)) == conll
+    assert (Path(conll) / "train.txt").read_text() == "x X X O\n"

@@ -1,5 +1,5 @@
 """`bert-jax ablate --config=configs/ablations.py:TABLE[.PRESET][+COLUMN...] --workdir=DIR
-[--rows=a,b] [--columns=c,d] [--set=key=value,...] [--dry_run]`.
+[--rows=a,b] [--columns=c,d] [--set=key=value,...] [--finetune_set=key=value,...] [--dry_run]`.
 
 Pre-trains the rows of one of the paper's ablation tables (5, 6, 7, 8 or Figure 5), fills
 every column (fine-tuning restarts, feature-based BiLSTMs, LM perplexity) and writes
@@ -27,6 +27,11 @@ def define_flags() -> None:
     flags.DEFINE_list("columns", None, "Only these columns (default: all of the table's).")
     flags.DEFINE_list(
         "set", None, "Overrides for every row's pre-training config, e.g. num_train_steps=200,seed=1."
+    )
+    flags.DEFINE_list(
+        "finetune_set",
+        None,
+        "Overrides for every column's fine-tuning config, e.g. num_epochs=2,batch_size=16.",
     )
     flags.DEFINE_bool(
         "dry_run", False, "Write the report (paper's figures, configs, cells done); run nothing."
@@ -58,6 +63,11 @@ def main(argv: list[str]) -> None:
         with table.unlocked():
             for row in table.rows.values():
                 ablations.set_keys(row, _overrides(FLAGS.set))
+    if FLAGS.finetune_set:
+        with table.unlocked():
+            for column in table.columns.values():
+                if "finetune" in column:
+                    ablations.set_keys(column.finetune, _overrides(FLAGS.finetune_set))
     ablations.run_table(table, FLAGS.workdir, FLAGS.rows, FLAGS.columns, dry_run=FLAGS.dry_run)
     with open(f"{FLAGS.workdir}/report.md") as f:
         print(f.read())
