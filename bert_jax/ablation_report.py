@@ -114,7 +114,9 @@ def markdown(report: dict[str, Any]) -> str:
         for c in cols:
             paper = r["paper"][c]
             cells.append(_cell(r["ours"][c], r["std"][c], len(r["seeds"][c])))
-            cells.append("—" if paper is None else f"{paper:g}")
+            cells.append(
+                "—" if paper is None else f"{paper:.2f}" if round(paper, 1) != paper else f"{paper:.1f}"
+            )
         lines.append(f"| {r['row']} | " + " | ".join(cells) + " |")
     cells = []
     for c in cols:

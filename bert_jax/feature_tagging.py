@@ -61,27 +61,32 @@ def train(
     encoder, bert_params = BertModel(bert_config, add_pooler=False), loaded["bert"]
     model = FeatureTagger(len(ner.TAGS), int(tagger.lstm_size), int(tagger.lstm_layers), combine)
 
-    def states(ids: jax.Array, mask: jax.Array, seg: jax.Array) -> jax.Array:
-        _, _, hidden = encoder.apply({"params": bert_params}, ids, mask, seg, output_hidden_states=True)
+    # The encoder's parameters are an argument of the compiled steps, not constants in them.
+    bert_params = jax.device_put(bert_params)
+
+    def states(bert: Any, ids: jax.Array, mask: jax.Array, seg: jax.Array) -> jax.Array:
+        _, _, hidden = encoder.apply({"params": bert}, ids, mask, seg, output_hidden_states=True)
         return jax.lax.stop_gradient(jnp.stack([hidden[i].astype(jnp.float32) for i in index], axis=2))
 
-    def logits(params: Any, batch: dict[str, jax.Array]) -> jax.Array:
-        feats = states(batch["input_ids"], batch["input_mask"], batch["segment_ids"])
+    def logits(params: Any, bert: Any, batch: dict[str, jax.Array]) -> jax.Array:
+        feats = states(bert, batch["input_ids"], batch["input_mask"], batch["segment_ids"])
         return model.apply({"params": params}, feats, batch["input_mask"])
 
-    def loss_fn(params: Any, batch: dict[str, jax.Array]) -> jax.Array:
-        return task.loss(logits(params, batch), batch)
+    def loss_fn(params: Any, bert: Any, batch: dict[str, jax.Array]) -> jax.Array:
+        return task.loss(logits(params, bert, batch), batch)
 
     rng = jax.random.key(int(config.seed))
     sample = {k: jnp.asarray(v[:1]) for k, v in train_split.arrays.items()}
-    params = model.init(rng, states(sample["input_ids"], sample["input_mask"], sample["segment_ids"]),
-                        sample["input_mask"])["params"]  # fmt: skip
+    feats = states(bert_params, sample["input_ids"], sample["input_mask"], sample["segment_ids"])
+    params = model.init(rng, feats, sample["input_mask"])["params"]
     tx = optax.adam(float(tagger.learning_rate))
     opt_state = tx.init(params)
 
     @jax.jit
-    def step(params: Any, opt_state: Any, batch: dict[str, jax.Array]) -> tuple[Any, Any, jax.Array]:
-        loss, grads = jax.value_and_grad(loss_fn)(params, batch)
+    def step(
+        params: Any, opt_state: Any, bert: Any, batch: dict[str, jax.Array]
+    ) -> tuple[Any, Any, jax.Array]:
+        loss, grads = jax.value_and_grad(loss_fn)(params, bert, batch)
         updates, opt_state = tx.update(grads, opt_state, params)
         return optax.apply_updates(params, updates), opt_state, loss
 
@@ -96,9 +101,9 @@ def train(
             idx = np.sort(order[s * batch_size : (s + 1) * batch_size])
             rows = {k: v[idx] for k, v in train_split.arrays.items()}
             rows = cut_to_length(rows, bucket_length(rows["input_mask"], buckets, max_len))
-            params, opt_state, loss = step(params, opt_state, rows)
+            params, opt_state, loss = step(params, opt_state, bert_params, rows)
             losses.append(loss)
-        outputs = _predict(predict, params, dev, int(config.eval_batch_size))
+        outputs = _predict(lambda p, b: predict(p, bert_params, b), params, dev, int(config.eval_batch_size))
         scores = task.evaluate(outputs, dev, os.path.join(workdir, "eval", f"epoch{epoch}", "dev"))
         entry = {"epoch": epoch, "train_loss": float(np.mean(jax.device_get(losses))),
                  "seconds": time.time() - start, **scores}  # fmt: skip

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -19,7 +20,6 @@ import pytest
 from bert_jax import ablation_report, ablations, bilstm, feature_tagging, tokenization
 from bert_jax.tasks import bilstm as bilstm_tasks
 from configs import ablations as ablation_configs
-from configs import ner as ner_config
 from tests.helpers.task_data import TINY, bbc_sentences, write_tiny_checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -201,12 +201,13 @@ def test_bilstm_heads_keep_the_encoder_and_the_outputs_shapes() -> None:
         got = tuple(o.shape for o in out) if isinstance(out, tuple) else out.shape
         assert got == shape
     # Padding is not read: a row's outputs do not change with more padding after it.
-    lstm = bilstm.BiLSTM(4, 2)
+    lstm = bilstm.BiLSTM(4)
     x = jax.random.normal(jax.random.key(1), (1, 5, 3))
-    p = jax.jit(lstm.init)(jax.random.key(2), x, jnp.array([3]))
-    short = jax.jit(lstm.apply)(p, x[:, :3], jnp.array([3]))
-    long = jax.jit(lstm.apply)(p, x.at[:, 3:].set(9.0), jnp.array([3]))
-    np.testing.assert_allclose(long[:, :3], short, atol=1e-6)
+    p = lstm.init(jax.random.key(2), x, jnp.array([3]))
+    apply = jax.jit(lstm.apply)
+    a, b = apply(p, x.at[:, 3:].set(0.0), jnp.array([3])), apply(p, x.at[:, 3:].set(9.0), jnp.array([3]))
+    np.testing.assert_allclose(a[:, :3], b[:, :3], atol=1e-6)
+    assert not np.allclose(a[:, :2, 4:], apply(p, x, jnp.array([5]))[:, :2, 4:])  # backward reads to the end
 
 
 def _write_conll(folder: Path) -> Path:
@@ -228,25 +229,32 @@ def _write_conll(folder: Path) -> Path:
     return folder
 
 
-def test_feature_tagger_trains_a_bilstm_on_frozen_features(tmp_path) -> None:
-    checkpoint = write_tiny_checkpoint(tmp_path / "bert")
-    config = ner_config.get_config()
-    config.update(dict(data_dir=str(_write_conll(tmp_path / "conll")), init_checkpoint=checkpoint,
-                       vocab_file=tokenization.default_vocab_file(), do_lower_case=True, max_seq_length=32,
-                       eval_batch_size=16))  # fmt: skip
-    tagger = ablation_configs.get_config("table7.tiny").feature_tagger
-    before = feature_tagging.convert.load_checkpoint(checkpoint)[0]["bert"]
-    best = feature_tagging.train(config, tagger, "-1,-2", "weighted", str(tmp_path / "run"))
-    results = json.loads((tmp_path / "run" / "results.json").read_text())
-    assert results["main_metric"] == "f1" and results["best"] == best and len(results["epochs"]) == 2
+def test_table7_feature_row_trains_a_bilstm_on_the_frozen_layers(tmp_path) -> None:
+    """Table 7's "Weighted Sum All 12 Layers" row: a BiLSTM on a learned mix of every layer
+    of the BERT-Base row's model (here a tiny random BERT standing in for it)."""
+    model_dir = tmp_path / "finetune_base"
+    write_tiny_checkpoint(model_dir)
+    shutil.copy(tokenization.default_vocab_file(), model_dir / "vocab.txt")
+    (model_dir / "pretraining.json").write_text(
+        json.dumps({"num_train_steps": 6, "final": {"mlm_loss": 5.0}})
+    )
+    table = _tiny_table("table7.tiny")
+    table.data_dirs.conll2003 = str(_write_conll(tmp_path / "conll"))
+    table.columns.ner_f1.finetune.max_seq_length = 32
+    report = ablations.run_table(table, str(tmp_path), rows=["weighted_sum_all_12"])
+    (row,) = report["rows"]
+    assert row["paper"]["ner_f1"] == 95.5 and 0.0 <= row["ours"]["ner_f1"] <= 100.0
+    assert row["pretraining"]["model_from"] == "finetune_base"
+    run = tmp_path / "weighted_sum_all_12" / "ner_f1" / "seed0"
+    results = json.loads((run / "results.json").read_text())
+    assert (results["approach"], results["layers"], results["combine"]) == ("features", "all", "weighted")
+    assert results["checkpoint"] == str(model_dir) and results["main_metric"] == "f1"
     assert (
-        0.0 <= best["f1"] <= 1.0 and results["epochs"][1]["train_loss"] < results["epochs"][0]["train_loss"]
+        len(results["epochs"]) == 2
+        and results["epochs"][1]["train_loss"] < results["epochs"][0]["train_loss"]
     )
-    assert (tmp_path / "run" / "eval" / "epoch2" / "dev" / "dev_predictions.txt").exists()
-    after = feature_tagging.convert.load_checkpoint(checkpoint)[0]["bert"]  # frozen: untouched
-    assert all(
-        np.array_equal(a, b) for a, b in zip(jax.tree.leaves(before), jax.tree.leaves(after), strict=True)
-    )
+    assert row["seeds"]["ner_f1"] == [pytest.approx(100 * results["best"]["f1"])]
+    assert (run / "eval" / "epoch2" / "dev" / "dev_predictions.txt").exists()
     assert feature_tagging.layer_indices("0,-1,-2", 2) == [0, 2, 1]
     assert feature_tagging.layer_indices("all", 2) == [1, 2]
     with pytest.raises(ValueError, match="out of range"):
