@@ -45,8 +45,7 @@ def resolve(task: str, data_dir: str, cache: str) -> str:
             else:
                 version = task.removeprefix("squad")
                 _write_squad(rows, os.path.join(folder, f"{split}-v{version}.json"), version)
-        with open(done, "w") as f:
-            f.write(f"{name}\n")
+        _write(done, f"{name}\n")
     return folder
 
 
@@ -101,6 +100,6 @@ def _write_squad(rows: list[dict[str, Any]], path: str, version: str) -> None:
 
 
 def _write(path: str, text: str) -> None:
-    with open(path + ".tmp", "w", encoding="utf-8") as f:
-        f.write(text)
-    os.replace(path + ".tmp", path)
+    from bert_jax.ablation_report import write_file
+
+    write_file(path, text)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import socket
 from typing import Any
 
 
@@ -154,13 +155,20 @@ def markdown(report: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def write_file(path: str, text: str) -> None:
+    """Writes `path` whole or not at all (a temporary file renamed over it). The temporary
+    name is the writer's own, so the hosts of a pod that write the same file into a shared
+    folder do not write into one another's."""
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    tmp = f"{path}.tmp-{socket.gethostname()}-{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
 def write(report: dict[str, Any], workdir: str) -> str:
     """``report.json`` and ``report.md`` in `workdir`; returns the markdown."""
-    os.makedirs(workdir, exist_ok=True)
     text = markdown(report)
-    for name, content in (("report.json", json.dumps(report, indent=2)), ("report.md", text)):
-        tmp = os.path.join(workdir, name + ".tmp")
-        with open(tmp, "w") as f:
-            f.write(content)
-        os.replace(tmp, os.path.join(workdir, name))
+    write_file(os.path.join(workdir, "report.json"), json.dumps(report, indent=2))
+    write_file(os.path.join(workdir, "report.md"), text)
     return text

@@ -480,7 +480,4 @@ def _plain(metrics: dict[str, Any]) -> dict[str, Any]:
 
 
 def _write_json(path: str, obj: Any) -> None:
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path + ".tmp", "w") as f:
-        json.dump(obj, f, indent=2)
-    os.replace(path + ".tmp", path)
+    ablation_report.write_file(path, json.dumps(obj, indent=2))

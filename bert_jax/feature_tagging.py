@@ -24,6 +24,7 @@ import numpy as np
 import optax
 
 from bert_jax import convert, features, tokenization
+from bert_jax.ablation_report import write_file
 from bert_jax.bilstm import FeatureTagger
 from bert_jax.finetune import bucket_length, cut_to_length
 from bert_jax.modeling import BertModel
@@ -125,9 +126,7 @@ def train(
         "epochs": epochs,
         "best": best,
     }
-    with open(os.path.join(workdir, "results.json.tmp"), "w") as f:
-        json.dump(results, f, indent=2)
-    os.replace(os.path.join(workdir, "results.json.tmp"), os.path.join(workdir, "results.json"))
+    write_file(os.path.join(workdir, "results.json"), json.dumps(results, indent=2))
     return best
 
 
