@@ -383,3 +383,39 @@ def test_squad_and_conll_by_tfds_name_are_written_in_the_original_format(tmp_pat
     (Path(conll) / "train.txt").write_text("x X X O\n")
     assert ablation_data.resolve("conll2003", "tfds", str(tmp_path)) == conll
     assert (Path(conll) / "train.txt").read_text() == "x X X O\n"
+
+
+def test_plan_estimates_a_tables_time_chip_hours_and_cost(tmp_path) -> None:
+    from bert_jax import ablation_plan
+
+    table = ablation_configs.get_config("table6")
+    plan = ablation_plan.estimate(table, "v5e:4x4", mfu=0.5, chip_hour_usd=1.2)
+    assert plan["chips"] == 16 and [e["row"] for e in plan["pretraining"]] == list(table.row_order)
+    seconds = {e["row"]: e["seconds"] for e in plan["pretraining"]}
+    assert seconds["L3_H768_A12"] < seconds["L12_H768_A12"] < seconds["L24_H1024_A16"]
+    sustained = 16 * 197e12 * 0.5
+    assert seconds["L12_H768_A12"] == pytest.approx(
+        ablations.pretraining_flops(table.rows.L12_H768_A12) / sustained
+    )
+    cells = {(e["row"], e["column"]): e for e in plan["finetuning"]}
+    assert len(cells) == 6 * 4 and cells[("L3_H768_A12", "lm_ppl")]["flops"] == 0.0
+    # MNLI: 392,702 rows in batches of 32 for 3 epochs, 5 seeds, at length 128.
+    model = ablation_plan.run_config.bert_config(table.rows.L12_H768_A12)
+    per_step = ablation_plan.model_flops_per_step(model, 32, 128, 0, nsp=False)
+    assert cells[("L12_H768_A12", "mnli_m")]["flops"] == pytest.approx(
+        math.ceil(392_702 / 32) * 3 * 5 * per_step
+    )
+    total = sum(e["seconds"] for e in plan["pretraining"] + plan["finetuning"]) / 3600
+    assert plan["total_hours"] == pytest.approx(total) and plan["chip_hours"] == pytest.approx(16 * total)
+    assert plan["cost_usd"] == pytest.approx(1.2 * plan["chip_hours"])
+    md = ablation_plan.write(plan, str(tmp_path))
+    assert "| L24_H1024_A16 |" in md and "chip-hours" in md and (tmp_path / "plan.json").exists()
+    # The feature-based cells run the encoder forward only; "+ BiLSTM" is planned from the LTR model.
+    t8 = ablation_plan.estimate(
+        ablation_configs.get_config("table8"), "v4:2x2x4", rows=["mask80_same10_rnd10"]
+    )
+    feature = next(e for e in t8["finetuning"] if e["column"] == "ner_feature_f1")
+    finetune = next(e for e in t8["finetuning"] if e["column"] == "ner_finetune_f1")
+    assert feature["flops"] < finetune["flops"] and t8["cost_usd"] is None
+    t5 = ablation_plan.estimate(ablation_configs.get_config("table5"), "v5e:2x2", rows=["plus_bilstm"])
+    assert [e["row"] for e in t5["pretraining"]] == ["ltr_no_nsp"]

@@ -1,11 +1,16 @@
 """`bert-jax ablate --config=configs/ablations.py:TABLE[.PRESET][+COLUMN...] --workdir=DIR
-[--rows=a,b] [--columns=c,d] [--set=key=value,...] [--finetune_set=key=value,...] [--dry_run]`.
+[--rows=a,b] [--columns=c,d] [--set=key=value,...] [--finetune_set=key=value,...] [--dry_run]
+[--plan=TOPOLOGY [--mfu=0.45] [--chip_hour_usd=P] [--plan_compile]]`.
 
 Pre-trains the rows of one of the paper's ablation tables (5, 6, 7, 8 or Figure 5), fills
 every column (fine-tuning restarts, feature-based BiLSTMs, LM perplexity) and writes
 DIR/report.md and DIR/report.json, ours beside the paper's with Kendall's tau per column.
 Reruns resume unfinished rows and cells and skip finished ones. `--dry_run` runs nothing:
 the report then has the paper's figures, every row's config and whatever cells are done.
+`--plan=v5e:4x4` runs nothing either: DIR/plan.md and plan.json estimate the table's time
+on that slice, its chip-hours and (with `--chip_hour_usd`) its cost; `--plan_compile`
+compiles each pre-training row's step for the slice (`bert-jax plan`) instead of
+assuming `--mfu`.
 """
 
 from __future__ import annotations
@@ -36,6 +41,10 @@ def define_flags() -> None:
     flags.DEFINE_bool(
         "dry_run", False, "Write the report (paper's figures, configs, cells done); run nothing."
     )
+    flags.DEFINE_string("plan", None, "Estimate time and cost on this TPU slice (e.g. v5e:4x4); run nothing.")
+    flags.DEFINE_float("mfu", 0.45, "Model-FLOPs utilisation assumed by --plan.")
+    flags.DEFINE_float("chip_hour_usd", 0.0, "Price of one chip-hour, for --plan's cost (0: not priced).")
+    flags.DEFINE_bool("plan_compile", False, "--plan compiles each pre-training row's step (minutes a row).")
     flags.mark_flags_as_required(["config", "workdir"])
 
 
@@ -68,6 +77,18 @@ def main(argv: list[str]) -> None:
             for column in table.columns.values():
                 if "finetune" in column:
                     ablations.set_keys(column.finetune, _overrides(FLAGS.finetune_set))
+    if FLAGS.plan:
+        import os
+
+        if FLAGS.plan_compile:
+            os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
+        from bert_jax import ablation_plan
+
+        plan = ablation_plan.estimate(
+            table, FLAGS.plan, FLAGS.mfu, FLAGS.chip_hour_usd, FLAGS.rows, FLAGS.columns, FLAGS.plan_compile
+        )
+        print(ablation_plan.write(plan, FLAGS.workdir))
+        return
     ablations.run_table(table, FLAGS.workdir, FLAGS.rows, FLAGS.columns, dry_run=FLAGS.dry_run)
     with open(f"{FLAGS.workdir}/report.md") as f:
         print(f.read())
