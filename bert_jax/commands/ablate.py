@@ -80,7 +80,8 @@ def main(argv: list[str]) -> None:
     if FLAGS.plan:
         import os
 
-        if FLAGS.plan_compile:
+        if FLAGS.plan_compile:  # as `bert-jax plan`: the TPU compiler runs here without a TPU
+            os.environ.setdefault("JAX_PLATFORMS", "cpu")
             os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
         from bert_jax import ablation_plan
 
