@@ -278,6 +278,7 @@ def test_ablate_table5_plus_bilstm_row_on_a_user_added_column(tmp_path, capsys) 
     cmd = [
         sys.executable, "-m", "bert_jax", "ablate", "--config=configs/ablations.py:table5.tiny+bbc",
         f"--workdir={tmp_path}", f"--set={steps}", "--rows=plus_bilstm", "--columns=bbc",
+        "--finetune_set=learning_rate=3e-5",
     ]  # fmt: skip
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -293,12 +294,14 @@ def test_ablate_table5_plus_bilstm_row_on_a_user_added_column(tmp_path, capsys) 
         assert 0.0 <= r["pretraining"]["lm_accuracy"] <= 1.0 and r["pretraining"]["pretraining_flops"] > 0
     results = json.loads((tmp_path / "plus_bilstm" / "bbc" / "seed0" / "results.json").read_text())
     assert results["task"] == "bbc+bilstm" and results["checkpoint"] == str(tmp_path / "ltr_no_nsp")
-    assert results["train_rows"] == 48
+    assert results["train_rows"] == 48 and results["learning_rate"] == 3e-5
     assert not (tmp_path / "plus_bilstm" / "checkpoints").exists()  # no pre-training of its own
     assert "| plus_bilstm |" in proc.stdout and proc.stdout.count("pre-training in") == 1
     # A rerun finds every cell done: nothing is trained again, the report is the same.
     capsys.readouterr()
-    again = ablations.run_table(_tiny_table("table5.tiny+bbc"), str(tmp_path), ["plus_bilstm"], ["bbc"])
+    table = _tiny_table("table5.tiny+bbc")
+    table.columns.bbc.finetune.learning_rate = 3e-5
+    again = ablations.run_table(table, str(tmp_path), ["plus_bilstm"], ["bbc"])
     assert json.loads(json.dumps(again)) == report
     out = capsys.readouterr().out
     assert "pre-training in" not in out and "seed 0 in" not in out
