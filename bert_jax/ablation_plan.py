@@ -44,9 +44,9 @@ def _hours(seconds: float) -> float:
 
 
 def finetune_flops(table: ml_collections.ConfigDict, row: str, column: str) -> float:
-    """FLOPs of one seed of one cell (0 for ``lm_ppl``)."""
+    """FLOPs of one seed of one cell (0 for ``lm_ppl`` and cells that do not apply)."""
     plan = ablations.cell_plan(table, row, column)
-    if plan["approach"] == "lm_ppl":
+    if plan["approach"] in ("lm_ppl", "n/a"):
         return 0.0
     config = plan["config"]
     task = config.task.split("+")[0]

@@ -96,8 +96,8 @@ def cell_plan(table: ml_collections.ConfigDict, row: str, column: str) -> dict[s
         family = _FAMILY.get(config.task, "glue")
         config.data_dir = table.data_dirs.get(family, "")
     if approach == "features":
-        if config.task != "conll2003":
-            raise ValueError(f"row {row}, column {column}: the feature-based approach is built for NER only")
+        if config.task != "conll2003":  # e.g. a classification column added to Table 7
+            return {**plan, "approach": "n/a", "reason": "the feature-based approach is built for NER only"}
         plan.update(layers=settings.layers or col.layers, combine=settings.combine or col.combine)
     elif settings.head:
         config.task = f"{config.task}+{settings.head}"
@@ -307,7 +307,7 @@ def fill_cell(
     """Runs the seeds of one cell that have no ``results.json`` yet (task data given by a
     TFDS name that the task reads only from files is exported once under `data_cache`)."""
     plan = cell_plan(table, row, column)
-    if plan["approach"] == "lm_ppl":
+    if plan["approach"] in ("lm_ppl", "n/a"):
         return
     for seed, seed_dir in enumerate(_seed_dirs(table, cell_dir)):
         if os.path.exists(os.path.join(seed_dir, "results.json")):

@@ -149,6 +149,12 @@ def test_dry_run_reports_the_papers_figures_and_every_rows_config(tmp_path, tabl
     if table == "table7":
         cell = {r["row"]: r for r in on_disk["rows"]}["weighted_sum_all_12"]["config"]["cells"]["ner_f1"]
         assert (cell["approach"], cell["layers"], cell["combine"]) == ("features", "all", "weighted")
+        # A column the feature-based approach does not serve is "n/a" in those rows, not an error.
+        extra = ablations.run_table(
+            ablation_configs.get_config("table7+bbc"), str(tmp_path / "bbc"), dry_run=True
+        )
+        cells = {r["row"]: r["config"]["cells"]["bbc"]["approach"] for r in extra["rows"]}
+        assert cells["finetune_base"] == "finetune" and cells["last_hidden"] == "n/a"
 
 
 def test_report_from_finished_cells_mean_std_seeds_and_tau(tmp_path) -> None:
