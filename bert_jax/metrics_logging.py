@@ -14,9 +14,10 @@ import jax
 
 
 class MetricsLogger:
-    def __init__(self, workdir: str, total_steps: int) -> None:
+    def __init__(self, workdir: str, total_steps: int, console_keys: tuple[str, ...] = ()) -> None:
         self.enabled = jax.process_index() == 0
         self.total_steps = total_steps
+        self.console_keys = console_keys
         self.path = os.path.join(workdir, "metrics.jsonl")
         self.tb_dir = os.path.join(workdir, "tensorboard")
         self._tb = None
@@ -42,7 +43,7 @@ class MetricsLogger:
         self._tb.flush()
 
     def progress(self, step: int, metrics: dict[str, Any]) -> None:
-        """Console line: step, loss, MLM acc, tokens/s, MFU, ETA."""
+        """Console line: step, loss, the console keys (e.g. MLM accuracy), tokens/s, MFU, ETA."""
         if not self.enabled:
             return
         if self._start_step is None:
@@ -52,8 +53,8 @@ class MetricsLogger:
         eta = (self.total_steps - step) / rate if rate > 0 else float("nan")
         print(
             f"step {step:>7}/{self.total_steps}  loss {metrics['loss']:.4f}  "
-            f"mlm_acc {metrics['mlm_accuracy']:.4f}  nsp_acc {metrics['nsp_accuracy']:.3f}  "
-            f"tok/s {metrics['tokens_per_sec']:,.0f}  mfu {metrics['mfu']:.1%}  "
+            + "".join(f"{k} {metrics[k]:.4f}  " for k in self.console_keys if k in metrics)
+            + f"tok/s {metrics['tokens_per_sec']:,.0f}  mfu {metrics['mfu']:.1%}  "
             f"eta {_fmt_eta(eta)}",
             flush=True,
         )

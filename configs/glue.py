@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import ml_collections
 
-from bert_jax.finetune import default_config
+from bert_jax import run_config
+
+defaults = run_config.sibling(__file__, "defaults")
 
 TASKS = ("cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte", "wnli")
 
@@ -19,7 +21,7 @@ TASKS = ("cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte", "wnli")
 def get_config(task: str = "sst2") -> ml_collections.ConfigDict:
     if task not in TASKS:
         raise ValueError(f"unknown GLUE task {task!r}; choose from {', '.join(TASKS)}")
-    c = default_config()
+    c = defaults.finetuning()
     c.task = task
     c.max_seq_length = 128
     c.batch_size = 32

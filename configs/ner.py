@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import ml_collections
 
-from bert_jax.finetune import default_config
+from bert_jax import run_config
+
+defaults = run_config.sibling(__file__, "defaults")
 
 
 def get_config() -> ml_collections.ConfigDict:
-    c = default_config()
+    c = defaults.finetuning()
     c.task = "conll2003"
     # The paper uses a cased model for NER; set True for uncased checkpoints (the bundled
     # MiniLM's vocabulary is uncased: capitalised words would become [UNK]).

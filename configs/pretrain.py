@@ -10,37 +10,21 @@ from __future__ import annotations
 
 import ml_collections
 
+from bert_jax import run_config
 from bert_jax.config import model_config_dict
 
-
-def _data_config() -> ml_collections.ConfigDict:
-    try:
-        from bert_jax import input_pipeline
-    except ImportError:  # the pipeline module is optional for synthetic-data runs
-        data = ml_collections.ConfigDict()
-        data.source = "synthetic"
-        data.nsp = True
-        return data
-    return input_pipeline.default_config()
+defaults = run_config.sibling(__file__, "defaults")
 
 
 def get_config(preset: str = "tiny") -> ml_collections.ConfigDict:
-    c = ml_collections.ConfigDict()
+    c = defaults.training()
     c.preset = preset
     c.model = model_config_dict("tiny")
-    c.data = _data_config()
-    c.seed = 42
-    # Optimisation (the paper's values; schedule lengths per preset below).
-    c.optimizer = "adamw"  # or "lamb" for large batches
+    c.data = defaults.data()
+    # The paper's schedule (lengths per preset below).
     c.learning_rate = 1e-4
     c.warmup_steps = 10_000
     c.num_train_steps = 1_000_000
-    c.weight_decay = 0.01
-    c.adam_b1 = 0.9
-    c.adam_b2 = 0.999
-    c.adam_eps = 1e-6
-    c.grad_clip_norm = 1.0
-    c.grad_accum_steps = 1
     c.global_batch_size = 256
     c.max_seq_length = 128
     c.max_predictions_per_seq = 20
@@ -48,60 +32,76 @@ def get_config(preset: str = "tiny") -> ml_collections.ConfigDict:
     c.phase2_fraction = 0.0
     c.phase2_max_seq_length = 512
     c.phase2_max_predictions_per_seq = 80
-    c.compute_dtype = "float32"  # "bfloat16" on TPU/GPU; parameters stay float32
-    c.remat_policy = "none"  # none | full | dots | dots_no_batch
-    # Device mesh (data, fsdp, tensor); -1 takes the remaining devices.
-    c.mesh_shape = (-1, 1, 1)
-    # Bookkeeping.
-    c.log_every_steps = 50
     c.eval_every_steps = 10_000
     c.eval_steps = 0  # batches per eval; 0 = the whole held-out split
     c.eval_batch_size = 0  # 0 = global_batch_size
-    c.checkpoint_every_steps = 10_000
-    c.keep_checkpoints = 3
-    c.async_checkpointing = True
-    c.stop_after_step = 0  # >0: checkpoint and stop there (a rerun continues)
     c.baseline_batches = 0  # >0: also report the unigram baseline from that many batches
 
-    if preset == "tiny":
-        c.model = model_config_dict("tiny")
-        c.global_batch_size = 8
-        c.max_seq_length = 64
-        c.max_predictions_per_seq = 10
-        c.num_train_steps = 20
-        c.warmup_steps = 2
-        c.learning_rate = 5e-4
-        c.log_every_steps = 5
-        c.eval_every_steps = 10
-        c.eval_steps = 2
-        c.checkpoint_every_steps = 10
-    elif preset == "demo":
-        # Fits in 10 minutes on a 2-core CPU, including start-up and the evals: a small
-        # model (L2 H128) sees ~4M tokens, which buys more accuracy here than depth.
-        c.model = model_config_dict("tiny", max_position_embeddings=128)
-        c.global_batch_size = 32
-        c.max_seq_length = 128
-        c.max_predictions_per_seq = 20
-        c.num_train_steps = 1000
-        c.warmup_steps = 100
-        c.learning_rate = 2e-3
-        c.log_every_steps = 50
-        c.eval_every_steps = 500
-        c.checkpoint_every_steps = 500
-        c.baseline_batches = 50
-    elif preset == "mini":
-        c.model = model_config_dict("mini")
-        c.global_batch_size = 128
-        c.num_train_steps = 100_000
-        c.warmup_steps = 5_000
-        c.learning_rate = 5e-4
-    elif preset in ("base", "large"):
-        # Scanned layers: one compiled layer body (minutes less compilation on a pod).
-        c.model = model_config_dict(preset, scan_layers=True)
-        c.compute_dtype = "bfloat16"
-        c.global_batch_size = 256
-        c.phase2_fraction = 0.1
-        c.mesh_shape = (1, -1, 1)
-    else:
-        raise ValueError(f"unknown preset {preset!r}: tiny, mini, base, large or demo")
+    if preset not in PRESETS:
+        raise ValueError(f"unknown preset {preset!r}: {', '.join(PRESETS)}")
+    c.update(PRESETS[preset]())
     return c
+
+
+def _tiny() -> dict:
+    return dict(
+        model=model_config_dict("tiny"),
+        global_batch_size=8,
+        max_seq_length=64,
+        max_predictions_per_seq=10,
+        num_train_steps=20,
+        warmup_steps=2,
+        learning_rate=5e-4,
+        log_every_steps=5,
+        eval_every_steps=10,
+        eval_steps=2,
+        checkpoint_every_steps=10,
+    )
+
+
+def _demo() -> dict:
+    # Fits in 10 minutes on a 2-core CPU, including start-up and the evals: a small model
+    # (L2 H128) sees ~4M tokens, which buys more accuracy here than depth.
+    return dict(
+        model=model_config_dict("tiny", max_position_embeddings=128),
+        global_batch_size=32,
+        max_seq_length=128,
+        max_predictions_per_seq=20,
+        num_train_steps=1000,
+        warmup_steps=100,
+        learning_rate=2e-3,
+        log_every_steps=50,
+        eval_every_steps=500,
+        checkpoint_every_steps=500,
+        baseline_batches=50,
+    )
+
+
+def _mini() -> dict:
+    return dict(
+        model=model_config_dict("mini"),
+        global_batch_size=128,
+        num_train_steps=100_000,
+        warmup_steps=5_000,
+        learning_rate=5e-4,
+    )
+
+
+def _paper(preset: str) -> dict:
+    # Scanned layers: one compiled layer body (minutes less compilation on a pod).
+    return dict(
+        model=model_config_dict(preset, scan_layers=True),
+        compute_dtype="bfloat16",
+        global_batch_size=256,
+        phase2_fraction=0.1,
+        mesh_shape=(1, -1, 1),
+    )
+
+
+PRESETS = {
+    "tiny": _tiny,
+    "demo": _demo,
+    "mini": _mini,
+    "base": lambda: _paper("base"),
+    "large": lambda: _paper("large"),
+}

@@ -12,13 +12,15 @@ from __future__ import annotations
 
 import ml_collections
 
-from bert_jax.finetune import default_config
+from bert_jax import run_config
+
+defaults = run_config.sibling(__file__, "defaults")
 
 
 def get_config(version: str = "1.1") -> ml_collections.ConfigDict:
     if version not in ("1.1", "2.0"):
         raise ValueError(f"SQuAD version {version!r}: choose 1.1 or 2.0")
-    c = default_config()
+    c = defaults.finetuning()
     c.task = f"squad{version}"
     c.train_file = ""
     c.dev_file = ""

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from bert_jax import ablation_report, ablations, bilstm, feature_tagging, tokenization
-from bert_jax.tasks import bilstm as bilstm_tasks
+from bert_jax.tasks import get_task
 from configs import ablations as ablation_configs
 from tests.helpers.task_data import TINY, bbc_sentences, write_tiny_checkpoint
 
@@ -195,10 +195,10 @@ def test_bilstm_heads_keep_the_encoder_and_the_outputs_shapes() -> None:
     ids = jnp.array([[101, 2054, 2003, 102, 0, 0], [101, 2023, 102, 0, 0, 0]], jnp.int32)
     mask, seg = (ids > 0).astype(jnp.int32), jnp.zeros_like(ids)
     for name, shape in (("sst2", (2, 2)), ("squad1.1", ((2, 6), (2, 6)))):
-        task = bilstm_tasks.get_task(f"{name}+bilstm")
+        task = get_task(f"{name}+bilstm")
         assert (
             task.name == f"{name}+bilstm"
-            and task.main_metric == bilstm_tasks.tasks.get_task(name).main_metric
+            and task.main_metric == get_task(name).main_metric
         )
         model = task.model(TINY)
         params = jax.eval_shape(model.init, jax.random.key(0), ids, mask, seg)["params"]

@@ -14,20 +14,20 @@ import re
 
 import jax
 
-from bert_jax import sharding, train
-from configs import pretrain
+from bert_jax import pretrain, sharding
+from configs import pretrain as pretrain_config
 
 # A 2-D dot (not a [1, n] matrix-vector product) contracting its left operand's rows.
 _TRANSPOSED_LHS_DOT = re.compile(r"= f32\[(\d+),(\d+)\]\{[\d,]*\} dot\(.*lhs_contracting_dims=\{0\}")
 
 
 def _transposed_lhs_dots(weight_grad_matmul: str, hidden: int = 128, min_width: int = 2) -> list[str]:
-    c = pretrain.get_config("tiny")
+    c = pretrain_config.get_config("tiny")
     c.data.source = "synthetic"
     c.model.weight_grad_matmul = weight_grad_matmul
     c.model.hidden_size, c.model.intermediate_size = hidden, 4 * hidden
     mesh = sharding.make_mesh((1, 1, 1), jax.devices("cpu")[:1])  # "auto" follows the mesh
-    setup = train.Setup(c, mesh)
+    setup = pretrain.Pretraining(c, mesh)
     batch = setup.abstract_batch(8, 32, 5)
     with jax.set_mesh(mesh):
         hlo = setup.train_step.lower(setup.abstract_state, batch).compile().as_text()

@@ -8,6 +8,8 @@ import numpy as np
 import tensorflow as tf
 
 from bert_jax import corpora, input_pipeline
+from bert_jax.pretraining_loss import BATCH_KEYS
+from configs import defaults
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -43,19 +45,11 @@ def test_create_data_then_read_on_one_and_two_hosts(tmp_path) -> None:
     record = next(iter(tf.data.TFRecordDataset(str(files[0])).take(1))).numpy()
     example = tf.train.Example.FromString(record)
     feats = example.features.feature
-    assert set(feats) == {
-        "input_ids",
-        "input_mask",
-        "segment_ids",
-        "masked_lm_positions",
-        "masked_lm_ids",
-        "masked_lm_weights",
-        "next_sentence_labels",
-    }
+    assert set(feats) == set(BATCH_KEYS)  # the original's feature names
     assert len(feats["input_ids"].int64_list.value) == 64
     assert len(feats["masked_lm_weights"].float_list.value) == 10
 
-    c = input_pipeline.default_config()
+    c = defaults.data()
     c.source = "tfrecord"
     c.input_files = str(tmp_path / "data-*.tfrecord")
     kw = dict(global_batch_size=8, max_seq_length=64, max_predictions_per_seq=10, seed=5)

@@ -6,19 +6,14 @@ from __future__ import annotations
 
 import json
 import random
-import re
 import subprocess
 import sys
 from pathlib import Path
 
-import flax.linen as nn
-import jax
 import jax.numpy as jnp
 import pytest
 
-from bert_jax import convert, finetune, metrics, tokenization
-from bert_jax.config import BertConfig
-from bert_jax.modeling import BertModel
+from bert_jax import convert, finetune, metrics, param_shapes, sweep, tokenization
 from bert_jax.tasks import bbc, get_task
 from configs import bbc as bbc_config
 from configs import finetune as any_config
@@ -26,26 +21,14 @@ from configs import glue as glue_config
 from configs import ner as ner_config
 from configs import squad as squad_config
 from configs import swag as swag_config
-from tests.test_squad import build_squad
+from tests.helpers.task_data import bbc_sentences, build_squad, write_sst2, write_tiny_checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
-TINY = BertConfig(
-    hidden_size=32,
-    num_hidden_layers=2,
-    num_attention_heads=2,
-    intermediate_size=64,
-    max_position_embeddings=128,
-)
 
 
 @pytest.fixture(scope="module")
 def tiny_checkpoint(tmp_path_factory) -> str:
-    """A random 2-layer BERT (bert-base-uncased vocabulary) as a Hugging Face folder."""
-    path = tmp_path_factory.mktemp("tiny_bert")
-    ids = jnp.zeros((1, 8), jnp.int32)
-    params = nn.meta.unbox(BertModel(TINY).init(jax.random.key(0), ids, ids, ids))["params"]
-    convert.save_checkpoint(str(path), {"bert": params}, TINY, "hf")
-    return str(path)
+    return write_tiny_checkpoint(tmp_path_factory.mktemp("tiny_bert"))
 
 
 def _tiny(config, checkpoint: str, **overrides):
@@ -55,14 +38,6 @@ def _tiny(config, checkpoint: str, **overrides):
     for k, v in overrides.items():
         setattr(config, k, v)
     return config
-
-
-def _sentences(n: int, seed: int) -> list[str]:
-    """Real sentences (BBC News business articles)."""
-    rng = random.Random(seed)
-    text = " ".join(e.text_b for e in bbc.read("", "dev")[:40])
-    sentences = [s for s in re.split(r"(?<=\.)\s+", text) if 6 <= len(s.split()) <= 25]
-    return rng.sample(sentences, n)
 
 
 def test_bbc_news_split_is_fixed_and_disjoint() -> None:
@@ -91,29 +66,8 @@ def test_finetuning_real_minilm_on_bbc_news_reaches_high_dev_accuracy(tmp_path) 
     assert list((tmp_path / "tensorboard").iterdir())
 
 
-def _sst2(root: Path) -> Path:
-    """SST-2-layout files: real sentences after a sentiment word; label = that word."""
-    folder = root / "SST-2"
-    folder.mkdir(parents=True)
-    sentences = _sentences(210, seed=1)
-
-    def rows(chunk, offset):
-        return [
-            (("great : " if (i + offset) % 2 else "awful : ") + s, (i + offset) % 2)
-            for i, s in enumerate(chunk)
-        ]
-
-    train, dev, test = rows(sentences[:170], 0), rows(sentences[170:200], 1), rows(sentences[200:], 0)
-    (folder / "train.tsv").write_text("sentence\tlabel\n" + "".join(f"{s}\t{y}\n" for s, y in train))
-    (folder / "dev.tsv").write_text("sentence\tlabel\n" + "".join(f"{s}\t{y}\n" for s, y in dev))
-    (folder / "test.tsv").write_text(
-        "index\tsentence\n" + "".join(f"{i}\t{s}\n" for i, (s, _) in enumerate(test))
-    )
-    return root
-
-
 def test_glue_task_trains_and_writes_the_submission_file(tmp_path, tiny_checkpoint) -> None:
-    data = _sst2(tmp_path / "glue")
+    data = write_sst2(tmp_path / "glue")
     c = _tiny(glue_config.get_config("sst2"), tiny_checkpoint, data_dir=str(data), max_seq_length=48,
               batch_size=8, learning_rate=2e-3, num_epochs=6, predict_test=True)  # fmt: skip
     best = finetune.finetune(c, str(tmp_path / "run"))
@@ -160,7 +114,7 @@ def _conll(root: Path) -> Path:
     root.mkdir(parents=True, exist_ok=True)
     for name, n in (("train.txt", 90), ("valid.txt", 30), ("test.txt", 10)):
         lines = ["-DOCSTART- -X- -X- O", ""]
-        for sentence in _sentences(n, seed=len(name) + n):
+        for sentence in bbc_sentences(n, seed=len(name) + n):
             words = [(w, "O") for w in sentence.lower().split()]
             phrase, kind = rng.choice(entities)
             at = rng.randrange(len(words))
@@ -198,7 +152,7 @@ def _swag(root: Path) -> Path:
     header = ",video-id,fold-ind,startphrase,sent1,sent2,gold-source,ending0,ending1,ending2,ending3,label\n"
     rng = random.Random(0)
     for name, n in (("train.csv", 24), ("val.csv", 8), ("test.csv", 4)):
-        sentences = _sentences(n * 4, seed=n)
+        sentences = bbc_sentences(n * 4, seed=n)
         lines = [header if name != "test.csv" else header.replace(",label", "")]
         for i in range(n):
             words = sentences[4 * i].replace('"', "").replace(",", "").split()
@@ -242,7 +196,7 @@ def test_swag_end_to_end_multiple_choice(tmp_path, tiny_checkpoint) -> None:
 def test_sweep_from_the_command_line_writes_the_table_and_resumes(
     tmp_path, tiny_checkpoint, monkeypatch
 ) -> None:
-    data = _sst2(tmp_path / "glue")
+    data = write_sst2(tmp_path / "glue")
     workdir = tmp_path / "sweep"
     overrides = dict(data_dir=str(data), init_checkpoint=tiny_checkpoint,
                      vocab_file=tokenization.default_vocab_file(), max_seq_length=32,
@@ -273,19 +227,17 @@ def test_sweep_from_the_command_line_writes_the_table_and_resumes(
         (1,),
         (0,),
     )
-    monkeypatch.setattr(finetune, "finetune", lambda *a: pytest.fail("a finished run was repeated"))
-    assert finetune.sweep(c, str(workdir)) == best
+    monkeypatch.setattr(sweep, "finetune", lambda *a: pytest.fail("a finished run was repeated"))
+    assert sweep.sweep(c, str(workdir)) == best
 
 
 def test_wrong_size_checkpoint_and_vocab_fail_clearly(tmp_path, tiny_checkpoint) -> None:
     init = {"embeddings": {"word_embeddings": {"embedding": jnp.zeros((30522, 64))}}}
     loaded = {"embeddings": {"word_embeddings": {"embedding": jnp.zeros((30522, 32))}}}
-    with pytest.raises(
-        ValueError, match=r"ckpt: encoder parameter embeddings/word_embeddings/embedding has shape"
-    ):
-        finetune.merge_encoder(init, loaded, "ckpt")
-    with pytest.raises(ValueError, match="has no encoder parameter pooler/dense/kernel"):
-        finetune.merge_encoder({"pooler": {"dense": {"kernel": jnp.zeros(2)}}}, loaded, "ckpt")
+    with pytest.raises(ValueError, match=r"ckpt: shape mismatch at embeddings/word_embeddings/embedding"):
+        param_shapes.merge_params(init, loaded, "ckpt")
+    with pytest.raises(ValueError, match="ckpt: missing from the checkpoint: pooler/dense/kernel"):
+        param_shapes.merge_params({"pooler": {"dense": {"kernel": jnp.zeros(2)}}}, loaded, "ckpt")
     vocab = tmp_path / "vocab.txt"
     vocab.write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "b"]) + "\n")
     c = _tiny(glue_config.get_config("sst2"), tiny_checkpoint, vocab_file=str(vocab), data_dir=str(tmp_path))
@@ -302,7 +254,7 @@ SHARDED_SCRIPT = """
 import json, sys
 import jax
 from jax.sharding import PartitionSpec as P
-from bert_jax import finetune, sharding
+from bert_jax import finetune
 from configs import glue
 
 checkpoint, vocab, data, out = sys.argv[1:]
@@ -313,12 +265,8 @@ for shape in ((8, 1, 1), (2, 2, 2)):
                   batch_size=8, eval_batch_size=16, learning_rate=2e-3, num_epochs=1,
                   log_every_steps=1, mesh_shape=shape))
     run = finetune.prepare(c)
-    mesh = sharding.make_mesh(shape)
-    sample = [jax.numpy.asarray(run.train.arrays[k][:1]) for k in ("input_ids", "input_mask", "segment_ids")]
-    tx = finetune._optimizer(c, 10)
-    sh = finetune._shardings(run.model, sample, tx, mesh)
-    placed = finetune.place(run.params, sh.params)
-    word = placed["bert"]["embeddings"]["word_embeddings"]["embedding"]
+    state = finetune.Finetuning(c, run, total_steps=10).engine.init_state(0, run.params)
+    word = state.params["bert"]["embeddings"]["word_embeddings"]["embedding"]
     results[str(shape)] = {"word_spec": [str(a) for a in word.sharding.spec],
                            "word_shards": len({d.id for d in word.sharding.device_set}),
                            "word_local": list(word.addressable_shards[0].data.shape)}
@@ -337,7 +285,7 @@ def test_sharded_finetuning_equals_one_device(tmp_path, tiny_checkpoint) -> None
     tensor parallelism); parameters sharded as the logical-axis rules say."""
     import os
 
-    data = _sst2(tmp_path / "glue")
+    data = write_sst2(tmp_path / "glue")
     vocab = tokenization.default_vocab_file()
     c = _tiny(glue_config.get_config("sst2"), tiny_checkpoint, data_dir=str(data), max_seq_length=48,
               batch_size=8, eval_batch_size=16, learning_rate=2e-3, num_epochs=1)  # fmt: skip
@@ -368,18 +316,19 @@ def test_finetuning_starts_from_a_pretraining_workdir(tmp_path) -> None:
     vocabulary, and the encoder starts from the latest pre-training checkpoint."""
     import numpy as np
 
-    from bert_jax import trainer
-    from configs import pretrain
+    from bert_jax import pretrain
+    from configs import pretrain as pretrain_config
 
-    pre = pretrain.get_config("tiny")
+    pre = pretrain_config.get_config("tiny")
     pre.num_train_steps, pre.checkpoint_every_steps, pre.eval_every_steps = 4, 4, 4
     pre.async_checkpointing = False
     workdir = tmp_path / "pretrain"
-    trainer.train_and_evaluate(pre, str(workdir))
+    pretrain.train_and_evaluate(pre, str(workdir))
     assert (workdir / "vocab.txt").read_bytes() == Path(tokenization.default_vocab_file()).read_bytes()
 
     c = glue_config.get_config("sst2")
-    c.update(dict(init_checkpoint=str(workdir), data_dir=str(_sst2(tmp_path / "glue")), max_seq_length=48,
+    data = str(write_sst2(tmp_path / "glue"))
+    c.update(dict(init_checkpoint=str(workdir), data_dir=data, max_seq_length=48,
                   batch_size=8, num_epochs=1, max_train_examples=32, learning_rate=1e-3))  # fmt: skip
     run = finetune.prepare(c)
     loaded, _ = convert.load_checkpoint(str(workdir))

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from bert_jax import input_pipeline, prepared_data, sampler, tokenization
+from configs import defaults
 
 
 def _it(c, **kw):
@@ -23,7 +24,7 @@ def _concat(parts):
 
 @pytest.fixture(scope="module")
 def wiki_config(tmp_path_factory):
-    c = input_pipeline.default_config()
+    c = defaults.data()
     c.cache_dir = str(tmp_path_factory.mktemp("cache"))
     c.dupe_factor = 2
     return c
@@ -101,7 +102,7 @@ def test_eval_split_is_held_out_finite_and_fixed(wiki_config) -> None:
 
 
 def test_bad_input_gives_clear_errors(tmp_path) -> None:
-    c = input_pipeline.default_config()
+    c = defaults.data()
     c.cache_dir = str(tmp_path / "cache")
     c.source = "text"
     c.dupe_factor = 1
@@ -158,7 +159,7 @@ def test_tfds_source_by_name_works_offline(tmp_path) -> None:
             {"title": [f"t{i}" for i in range(len(texts))], "text": texts}
         )
 
-    c = input_pipeline.default_config()
+    c = defaults.data()
     c.source, c.tfds_name, c.cache_dir = "tfds", "wikipedia/20230601.en", str(tmp_path)
     c.tfds_num_shards, c.dupe_factor, c.eval_fraction = 1, 2, 0.1
     with tfds.testing.mock_data(as_dataset_fn=as_dataset, policy=tfds.testing.MockPolicy.USE_CODE):

@@ -98,13 +98,13 @@ def test_causal_attention_ignores_later_tokens() -> None:
 
 
 def test_ltr_data_needs_a_causal_model() -> None:
-    from bert_jax import trainer
-    from configs import pretrain
+    from bert_jax import pretrain
+    from configs import pretrain as pretrain_config
 
-    c = pretrain.get_config("tiny")
+    c = pretrain_config.get_config("tiny")
     c.data.objective = "ltr"
     with pytest.raises(ValueError, match="causal_attention=True"):
-        trainer.check_vocab(c)
+        pretrain.check_vocab(c)
 
 
 GOLDEN = Path(__file__).parent / "testdata" / "bert_base_param_shapes.json"

@@ -6,8 +6,8 @@ import numpy as np
 import optax
 import pytest
 
-from bert_jax import optim, sharding, synthetic_data, train
-from configs import pretrain
+from bert_jax import engine, optim, pretrain, sharding, synthetic_data
+from configs import pretrain as pretrain_config
 
 
 def test_warmup_then_linear_decay_to_zero() -> None:
@@ -50,11 +50,11 @@ def test_no_weight_decay_on_layer_norm_and_biases() -> None:
 
 
 def test_weight_decay_applies_only_where_masked() -> None:
-    config = pretrain.get_config("tiny")
+    config = pretrain_config.get_config("tiny")
     config.grad_clip_norm = 0.0
     config.warmup_steps = 0
     config.learning_rate = 1.0
-    tx, _ = optim.create_optimizer(config, total_steps=100)
+    tx, _ = engine.create_optimizer(config, total_steps=100, warmup_steps=0)
     params = {"dense": {"kernel": jnp.ones((2,)), "bias": jnp.ones((2,))}}
     zero = jax.tree.map(jnp.zeros_like, params)
     updates, _ = tx.update(zero, tx.init(params), params)
@@ -63,13 +63,13 @@ def test_weight_decay_applies_only_where_masked() -> None:
 
 
 def _one_step(accum: int) -> tuple[dict, dict]:
-    config = pretrain.get_config("tiny")
+    config = pretrain_config.get_config("tiny")
     config.data.source = "synthetic"
     config.grad_accum_steps = accum
     config.model.hidden_dropout_prob = 0.0
     config.model.attention_probs_dropout_prob = 0.0
     mesh = sharding.make_mesh((1, 1, 1))
-    setup = train.Setup(config, mesh)
+    setup = pretrain.Pretraining(config, mesh)
     batch = synthetic_data.global_batch(
         0,
         seed=0,
@@ -79,7 +79,7 @@ def _one_step(accum: int) -> tuple[dict, dict]:
         vocab_size=config.model.vocab_size,
     )
     with jax.set_mesh(mesh):
-        state = setup.init_state(0)
+        state = setup.engine.init_state(0)
         new_state, metrics = setup.train_step(state, setup.global_batch(batch))
     return jax.device_get(new_state.params), jax.device_get(metrics)
 
@@ -94,9 +94,9 @@ def test_gradient_accumulation_equals_one_big_batch() -> None:
 
 
 def test_clipping_is_part_of_the_chain() -> None:
-    config = pretrain.get_config("tiny")
+    config = pretrain_config.get_config("tiny")
     config.warmup_steps = 0
-    tx, _ = optim.create_optimizer(config)
+    tx, _ = engine.create_optimizer(config, total_steps=100, warmup_steps=0)
     grads = {"w": jnp.full((4,), 100.0)}
     params = {"w": jnp.zeros((4,))}
     # Adam normalises the step size, so check the clip on its input: with clipping the

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from bert_jax import corpora, input_pipeline, prepare_data, prepared_data, pretraining_data, tokenization
+from configs import defaults
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -89,7 +90,7 @@ def test_parallel_pod_and_resumed_preparations_write_the_same_bytes(corpus, tmp_
 def test_training_refuses_mismatched_or_damaged_prepared_data(corpus, tmp_path) -> None:
     inputs = prepare_data.list_inputs(str(corpus / "wiki-0.txt"))
     prepare_data.prepare(inputs, str(tmp_path), OPTS, progress=False)
-    c = input_pipeline.default_config()
+    c = defaults.data()
     c.source, c.input_files = "prepared", str(tmp_path)
 
     def first(**kw):

@@ -9,14 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from bert_jax import checkpointing, trainer
-from configs import pretrain
+from bert_jax import checkpointing, pretrain, training_loop
+from configs import pretrain as pretrain_config
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def tiny_config(**overrides):
-    c = pretrain.get_config("tiny")
+    c = pretrain_config.get_config("tiny")
     c.data.source = "synthetic"
     c.global_batch_size = 4
     c.max_seq_length = 32
@@ -43,11 +43,11 @@ def rows(workdir: Path, split: str = "train") -> dict[int, dict]:
 
 def test_resumed_run_matches_uninterrupted_run(tmp_path) -> None:
     full = tmp_path / "full"
-    trainer.train_and_evaluate(tiny_config(), str(full))
+    pretrain.train_and_evaluate(tiny_config(), str(full))
     parts = tmp_path / "parts"
-    assert trainer.train_and_evaluate(tiny_config(stop_after_step=3), str(parts)) == {"stopped_at": 3}
+    assert pretrain.train_and_evaluate(tiny_config(stop_after_step=3), str(parts)) == {"stopped_at": 3}
     assert rows(parts).keys() == {1, 2, 3}
-    final = trainer.train_and_evaluate(tiny_config(), str(parts))
+    final = pretrain.train_and_evaluate(tiny_config(), str(parts))
     a, b = rows(full), rows(parts)
     assert sorted(a) == sorted(b) == [1, 2, 3, 4, 5, 6]
     for step in a:
@@ -73,25 +73,25 @@ def test_resumed_run_matches_uninterrupted_run(tmp_path) -> None:
 
 
 def test_checkpoint_of_another_model_size_is_refused(tmp_path) -> None:
-    trainer.train_and_evaluate(tiny_config(num_train_steps=2, eval_every_steps=0), str(tmp_path))
+    pretrain.train_and_evaluate(tiny_config(num_train_steps=2, eval_every_steps=0), str(tmp_path))
     bigger = tiny_config(num_train_steps=4)
     bigger.model.hidden_size = 256
     bigger.model.intermediate_size = 1024
     with pytest.raises(
         checkpointing.CheckpointMismatchError, match="hidden_size: checkpoint 128 vs config 256"
     ):
-        trainer.train_and_evaluate(bigger, str(tmp_path))
+        pretrain.train_and_evaluate(bigger, str(tmp_path))
     # Without the config file the shapes themselves are compared, naming the parameter.
     (tmp_path / "bert_config.json").unlink()
     before = _snapshot(tmp_path)
     with pytest.raises(
         checkpointing.CheckpointMismatchError,
-        match=r"word_embeddings/embedding: checkpoint \(30522, 128\) vs model \(30522, 256\)",
+        match=r"word_embeddings/embedding: checkpoint \(30592, 128\) vs model \(30592, 256\)",
     ):
-        trainer.train_and_evaluate(bigger, str(tmp_path))
+        pretrain.train_and_evaluate(bigger, str(tmp_path))
     assert _snapshot(tmp_path) == before  # a refused run leaves the workdir byte-identical
     # ... so the right run is not refused afterwards.
-    trainer.train_and_evaluate(tiny_config(num_train_steps=4, eval_every_steps=0), str(tmp_path))
+    pretrain.train_and_evaluate(tiny_config(num_train_steps=4, eval_every_steps=0), str(tmp_path))
     assert (tmp_path / "checkpoints" / "4").is_dir() and (tmp_path / "bert_config.json").exists()
 
 
@@ -103,17 +103,17 @@ def test_a_run_refused_for_its_data_creates_nothing(tmp_path) -> None:
     empty = tmp_path / "empty.txt"
     empty.write_text("")
     c = tiny_config()
-    c.data = pretrain.get_config("tiny").data
+    c.data = pretrain_config.get_config("tiny").data
     c.data.source, c.data.input_files, c.data.cache_dir = "text", str(empty), str(tmp_path / "cache")
     with pytest.raises(ValueError, match=r"empty\.txt is empty"):
-        trainer.train_and_evaluate(c, str(tmp_path / "run"))
+        pretrain.train_and_evaluate(c, str(tmp_path / "run"))
     assert not (tmp_path / "run").exists()
 
 
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory) -> dict[int, dict]:
     workdir = tmp_path_factory.mktemp("uninterrupted")
-    trainer.train_and_evaluate(tiny_config(eval_every_steps=0), str(workdir))
+    pretrain.train_and_evaluate(tiny_config(eval_every_steps=0), str(workdir))
     return rows(workdir)
 
 
@@ -132,10 +132,10 @@ def test_a_damaged_latest_checkpoint_is_set_aside_and_the_previous_one_restored(
     tmp_path, uninterrupted, how, capsys
 ) -> None:
     config = tiny_config(eval_every_steps=0)
-    trainer.train_and_evaluate(tiny_config(eval_every_steps=0, stop_after_step=4), str(tmp_path))
+    pretrain.train_and_evaluate(tiny_config(eval_every_steps=0, stop_after_step=4), str(tmp_path))
     _damage(tmp_path / "checkpoints" / "4", how)
     capsys.readouterr()
-    trainer.train_and_evaluate(config, str(tmp_path))
+    pretrain.train_and_evaluate(config, str(tmp_path))
     out = capsys.readouterr().out
     assert "checkpoint step 4 is damaged" in out and "resumed from" in out and "checkpoints/2" in out
     (aside,) = (tmp_path / "checkpoints_damaged").iterdir()
@@ -147,13 +147,13 @@ def test_a_damaged_latest_checkpoint_is_set_aside_and_the_previous_one_restored(
 
 
 def test_no_intact_checkpoint_is_an_error_not_a_fresh_start(tmp_path) -> None:
-    trainer.train_and_evaluate(tiny_config(eval_every_steps=0, stop_after_step=4), str(tmp_path))
+    pretrain.train_and_evaluate(tiny_config(eval_every_steps=0, stop_after_step=4), str(tmp_path))
     for step in (2, 4):
         _damage(tmp_path / "checkpoints" / str(step), "no manifest")
     with pytest.raises(
         checkpointing.CheckpointDamagedError, match=r"no checkpoint in .* restores \(step 4: "
     ):
-        trainer.train_and_evaluate(tiny_config(eval_every_steps=0), str(tmp_path))
+        pretrain.train_and_evaluate(tiny_config(eval_every_steps=0), str(tmp_path))
     assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["2", "4"]
     assert not (tmp_path / "checkpoints_damaged").exists()
 
@@ -185,6 +185,21 @@ def test_unknown_or_mistyped_config_key_fails_naming_it(tmp_path) -> None:
     )
     assert proc.returncode != 0 and "learning_rate" in proc.stderr
     assert not (tmp_path / "checkpoints").exists()
+
+
+def test_a_removed_setting_name_is_refused_naming_the_one_to_use(tmp_path) -> None:
+    """One name per setting: the model block no longer takes the run's compute dtype."""
+    proc = subprocess.run(
+        _cli(tmp_path, "--config.model.dtype=bfloat16"), cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 1 and "set --config.compute_dtype" in proc.stderr, proc.stderr
+    c = tiny_config()
+    c.model.remat_policy = "full"  # as a config file written for the old layout would
+    with pytest.raises(
+        ValueError, match=r"config\.model\.remat_policy was removed: set --config\.remat_policy"
+    ):
+        pretrain.train_and_evaluate(c, str(tmp_path / "run"))
+    assert not (tmp_path / "run").exists()
 
 
 def _wait_for(predicate, timeout: float, proc: subprocess.Popen) -> None:
@@ -236,7 +251,7 @@ def test_sigterm_saves_then_exits_and_sigkill_mid_save_leaves_a_restorable_check
     # 3. ... and SIGTERM makes it save and exit with 143.
     proc.send_signal(signal.SIGTERM)
     rest = proc.communicate(timeout=120)[0]
-    assert proc.returncode == trainer.PREEMPTED_EXIT_CODE, rest
+    assert proc.returncode == training_loop.PREEMPTED_EXIT_CODE, rest
     saved = int(rest.split("preempted: saved step ")[1].split()[0])
     assert saved > finished[-1]
     assert (ckpts / str(saved)).is_dir()
@@ -244,7 +259,7 @@ def test_sigterm_saves_then_exits_and_sigkill_mid_save_leaves_a_restorable_check
 
 def test_relative_workdir(tmp_path, monkeypatch) -> None:
     monkeypatch.chdir(tmp_path)
-    final = trainer.train_and_evaluate(tiny_config(num_train_steps=2, eval_every_steps=2), "runs/x")
+    final = pretrain.train_and_evaluate(tiny_config(num_train_steps=2, eval_every_steps=2), "runs/x")
     assert final["mlm_accuracy"] >= 0
     assert (tmp_path / "runs" / "x" / "best" / "2").is_dir()
     assert (tmp_path / "runs" / "x" / "checkpoints" / "2").is_dir()
@@ -259,9 +274,9 @@ def test_two_phase_schedule_switches_sequence_length_and_resumes(tmp_path) -> No
         eval_every_steps=0,
         stop_after_step=3,
     )
-    trainer.train_and_evaluate(c, str(tmp_path))
+    pretrain.train_and_evaluate(c, str(tmp_path))
     c.stop_after_step = 0
-    final = trainer.train_and_evaluate(c, str(tmp_path))  # resumes inside phase 2
+    final = pretrain.train_and_evaluate(c, str(tmp_path))  # resumes inside phase 2
     seq = {step: row["max_seq_length"] for step, row in rows(tmp_path).items()}
     assert seq == {1: 32, 2: 32, 3: 64, 4: 64}
     assert final["num_predictions"] > 0

@@ -30,8 +30,10 @@ def test_same_losses_on_every_mesh(result) -> None:
     losses = result["losses"]
     reference = losses["1x1x1"]
     assert len(reference) == 3 and all(x > 0 for x in reference)
-    for mesh in ("8x1x1", "2x4x1", "2x2x2"):
+    for mesh in ("8x1x1", "2x4x1", "2x2x2", "2x1x4", "1x1x8"):
         assert losses[mesh] == pytest.approx(reference, rel=1e-5), mesh
+    # BERT's 30522-row vocabulary, padded to 30592, splits 8 ways over the tensor axis.
+    assert result["tensor8_word_shard"] == [30592 // 8, 128]
 
 
 def test_parameters_are_sharded_by_the_rules(result) -> None:
@@ -40,8 +42,10 @@ def test_parameters_are_sharded_by_the_rules(result) -> None:
     assert specs["query_kernel"] == ["fsdp", "tensor", None]  # (embed, heads, kv)
     assert specs["intermediate_kernel"] == ["fsdp", "tensor"]  # (embed, mlp)
     assert specs["layer_norm_scale"] in ([None], [])  # replicated
-    # tiny: hidden 128, 2 heads of 64: each device holds 128/2 x 2/2 x 64.
-    assert specs["query_shard_shape"] == [64, 1, 64]
+    # hidden 128, 8 heads of 16: each device holds 128/2 x 8/2 x 16.
+    assert specs["query_shard_shape"] == [64, 4, 16]
+    # Rules overridden from the config: ("embed", None) leaves the hidden axis whole.
+    assert result["override_spec"][0] == "tensor" and result["override_spec"][1] in ("None", "")
 
 
 def test_checkpoint_restores_onto_another_mesh(result) -> None:

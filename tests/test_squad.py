@@ -6,9 +6,7 @@ from __future__ import annotations
 import glob
 import importlib.util
 import json
-import os
 import random
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -17,8 +15,9 @@ import numpy as np
 import pytest
 
 from bert_jax import metrics, tokenization
-from bert_jax.tasks import bbc, squad
+from bert_jax.tasks import squad
 from bert_jax.tasks.text import basic_tokenize, final_text
+from tests.helpers.task_data import bbc_articles, build_squad
 
 ROOT = Path(__file__).resolve().parents[1]
 NLP_METRICS = ROOT / ".venv/lib/python3.11/site-packages/nlp/metrics"
@@ -32,60 +31,6 @@ def _official(version: str):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module, path
-
-
-def _bbc_articles(n: int) -> list[tuple[str, list[str]]]:
-    files = sorted(glob.glob(os.path.join(bbc.default_dir(), "*", "*.txt")))[::53][:n]
-    out = []
-    for path in files:
-        with open(path, encoding="utf-8") as f:
-            title, _, body = f.read().strip().partition("\n")
-        paragraphs = [p.strip() for p in body.split("\n\n") if len(p.split()) > 15]
-        out.append((title.strip(), paragraphs[:3]))
-    return out
-
-
-def build_squad(version_2: bool, n_articles: int = 6, seed: int = 0) -> dict:
-    """Questions about real paragraphs: 'what follows <3 words>?' answered by the next
-    1-4 words (trailing punctuation dropped); a second reference answer is the first word.
-    v2.0 adds an unanswerable question per paragraph with a plausible answer."""
-    rng = random.Random(seed)
-    data = []
-    for k, (title, paragraphs) in enumerate(_bbc_articles(n_articles)):
-        entries = []
-        for j, context in enumerate(paragraphs):
-            words = [(m.start(), m.group()) for m in re.finditer(r"\S+", context)]
-            qas = []
-            for q in range(3):
-                i = rng.randrange(3, len(words) - 1)
-                span = words[i : i + rng.randint(1, 4)]
-                start = span[0][0]
-                text = context[start : span[-1][0] + len(span[-1][1])].rstrip(".,;:'\"")
-                if not metrics.normalize_answer(text):  # e.g. "The" or "-": no words to score
-                    continue
-                prefix = " ".join(w for _, w in words[i - 3 : i])
-                answers = [{"text": text, "answer_start": start}]
-                answers.append({"text": span[0][1], "answer_start": start})
-                qas.append(
-                    {
-                        "id": f"q{k}-{j}-{q}",
-                        "question": f'What follows "{prefix}" in "{title}"?',
-                        "answers": answers,
-                    }
-                )
-            if version_2:
-                qas.append(
-                    {
-                        "id": f"q{k}-{j}-none",
-                        "question": f"Who wrote the headline of the story before {title}?",
-                        "answers": [],
-                        "is_impossible": True,
-                        "plausible_answers": [{"text": words[1][1], "answer_start": words[1][0]}],
-                    }
-                )
-            entries.append({"context": context, "qas": qas})
-        data.append({"title": title, "paragraphs": entries})
-    return {"version": "2.0" if version_2 else "1.1", "data": data}
 
 
 def _perturbed(dataset: dict, seed: int, allow_missing: bool) -> dict[str, str]:
@@ -227,7 +172,7 @@ def test_basic_tokenizer_and_final_text_match_the_reference() -> None:
     from transformers.data.metrics.squad_metrics import get_final_text
     from transformers.models.bert.tokenization_bert import BasicTokenizer
 
-    texts = [p for _, ps in _bbc_articles(12) for p in ps]
+    texts = [p for _, ps in bbc_articles(12) for p in ps]
     texts += ["Café Zürich's “naïve” 東京 façade—ok?", "Ünïcödé\u00a0spaces\tand\u200bzero-width"]
     for lower in (True, False):
         ref = BasicTokenizer(do_lower_case=lower, tokenize_chinese_chars=True, strip_accents=None)
@@ -342,14 +287,12 @@ def test_span_search_respects_max_answer_length_and_max_context(tokenizer) -> No
 
 
 def test_task_scores_only_the_questions_it_kept(tokenizer, tmp_path) -> None:
-    import ml_collections
+    from configs import squad as squad_config
 
     (tmp_path / "dev-v2.0.json").write_text(json.dumps(build_squad(version_2=True, n_articles=2)))
-    config = ml_collections.ConfigDict(
-        dict(
-            data_dir=str(tmp_path), max_seq_length=64, doc_stride=16, max_query_length=16, max_eval_examples=3
-        )
-    )
+    config = squad_config.get_config("2.0")
+    config.update(dict(data_dir=str(tmp_path), max_seq_length=64, doc_stride=16, max_query_length=16))
+    config.max_eval_examples = 3
     task = squad.SquadTask(version_2=True)
     split = task.load(config, tokenizer, "dev")
     assert len(split.meta.examples) == 3 and "start_positions" not in split.arrays

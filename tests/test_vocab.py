@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 
 from bert_jax import corpora, input_pipeline, tokenization
+from configs import defaults
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -51,7 +52,7 @@ def test_sentencepiece_tokenizer_feeds_the_pipeline(tmp_path) -> None:
     tok = tokenization.load_tokenizer(model, kind="sentencepiece")
     assert (tok.special.pad, tok.special.unk) == (0, 1)
     assert tok.vocab[tok.special.mask] == "[MASK]"
-    c = input_pipeline.default_config()
+    c = defaults.data()
     c.source, c.input_files, c.tokenizer, c.vocab_file = "text", str(text), "sentencepiece", model
     c.cache_dir = str(tmp_path / "cache")
     c.eval_fraction = 0.1

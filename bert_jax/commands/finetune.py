@@ -28,11 +28,11 @@ def main(argv: list[str]) -> None:
     logging.set_verbosity(logging.WARNING)
     import os
 
-    from bert_jax import finetune
+    from bert_jax import finetune, sweep
 
     workdir = os.path.abspath(FLAGS.workdir)
     if FLAGS.sweep:
-        best = finetune.sweep(FLAGS.config, workdir)
+        best = sweep.sweep(FLAGS.config, workdir)
         print(f"best run: {best['dir']}  dev {best['metric']} {best['score']:.4f}")
         return
     best = finetune.finetune(FLAGS.config, workdir)

@@ -83,6 +83,11 @@ class Task:
         """Mean loss of a batch (traced inside the jitted train step)."""
         raise NotImplementedError
 
+    def loss_weight(self, batch: dict[str, Any]) -> Any:
+        """How many terms `loss` averages over in `batch` (rows; NER: labelled tokens), so
+        that micro-batches of gradient accumulation add up to the whole batch exactly."""
+        return batch["input_ids"].shape[0]
+
     def evaluate(self, outputs: Any, split: Split, out_dir: str) -> dict[str, float]:
         """Metrics of a labelled split from the head's outputs (numpy, one row per row of
         `split`); may write prediction files into `out_dir`."""
@@ -97,19 +102,19 @@ def subset(items: list[Any], config: Any, split: str) -> list[Any]:
     """A smaller split for quick runs: ``max_train_examples`` drawn at random (by
     ``config.seed``) from train, the first ``max_eval_examples`` of any other split."""
     if split == "train":
-        n = int(config.get("max_train_examples", 0) or 0)
+        n = int(config.max_train_examples)
         if n and n < len(items):
-            order = np.random.default_rng(int(config.get("seed", 0))).permutation(len(items))[:n]
+            order = np.random.default_rng(int(config.seed)).permutation(len(items))[:n]
             return [items[i] for i in sorted(order)]
         return items
-    n = int(config.get("max_eval_examples", 0) or 0)
+    n = int(config.max_eval_examples)
     return items[:n] if n else items
 
 
 def get_task(name: str) -> Task:
     """The task called `name` (GLUE names as in TFDS: cola, sst2, mrpc, ...; bbc; squad1.1,
-    squad2.0; conll2003; swag)."""
-    from bert_jax.tasks import bbc, classification, glue, ner, squad, swag
+    squad2.0; conll2003; swag; any of them + "+bilstm")."""
+    from bert_jax.tasks import bbc, bilstm, classification, glue, ner, squad, swag
 
     registry: dict[str, Callable[[], Task]] = {
         **{n: (lambda s=s: classification.ClassificationTask(s)) for n, s in glue.TASKS.items()},
@@ -119,6 +124,8 @@ def get_task(name: str) -> Task:
         "conll2003": ner.NerTask,
         "swag": swag.SwagTask,
     }
+    if name.endswith(bilstm.SUFFIX):  # the task with a BiLSTM under its output layer (Table 5)
+        return bilstm.BiLSTMTask(get_task(name[: -len(bilstm.SUFFIX)]))
     if name not in registry:
         raise ValueError(f"unknown task {name!r}; known: {', '.join(sorted(registry))}")
     return registry[name]()

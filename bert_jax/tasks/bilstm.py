@@ -2,18 +2,14 @@
 output layer (Table 5's "+ BiLSTM" row): the task ``<name>+bilstm``.
 
 `BiLSTMTask` reads, scores and computes the loss exactly as the task it wraps; only its
-model differs (`bert_jax.bilstm`), with outputs of the same shapes. `get_task` resolves
-``+bilstm`` names and otherwise is `bert_jax.tasks.get_task`; `registered()` makes the
-fine-tuning job resolve them too.
+model differs (`bert_jax.bilstm`), with outputs of the same shapes. `bert_jax.tasks.get_task`
+resolves ``<task>+bilstm`` names to it.
 """
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
 from typing import Any
 
-from bert_jax import tasks
 from bert_jax.tasks import Task
 
 SUFFIX = "+bilstm"
@@ -56,23 +52,3 @@ class BiLSTMTask(Task):
 
     def write_test(self, outputs: Any, split: Any, out_dir: str) -> str:
         return self.inner.write_test(outputs, split, out_dir)
-
-
-def get_task(name: str) -> Task:
-    """``<task>+bilstm`` → that task with a BiLSTM head; any other name as `tasks.get_task`."""
-    if name.endswith(SUFFIX):
-        return BiLSTMTask(tasks.get_task(name[: -len(SUFFIX)]))
-    return tasks.get_task(name)
-
-
-@contextlib.contextmanager
-def registered() -> Iterator[None]:
-    """While open, `bert_jax.finetune` resolves ``+bilstm`` task names."""
-    from bert_jax import finetune
-
-    saved = finetune.get_task
-    finetune.get_task = get_task
-    try:
-        yield
-    finally:
-        finetune.get_task = saved

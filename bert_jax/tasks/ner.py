@@ -145,6 +145,11 @@ class NerTask(Task):
         ce = optax.softmax_cross_entropy_with_integer_labels(outputs, jnp.where(keep, labels, 0))
         return jnp.sum(ce * keep) / jnp.maximum(jnp.sum(keep), 1)
 
+    def loss_weight(self, batch: dict[str, Any]) -> Any:
+        import jax.numpy as jnp
+
+        return jnp.sum(batch["labels"] != IGNORE)
+
     def evaluate(self, outputs: Any, split: Split, out_dir: str) -> dict[str, float]:
         meta: NerMeta = split.meta
         predicted = decode(outputs, meta.first_piece)

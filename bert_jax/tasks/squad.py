@@ -74,7 +74,7 @@ class SquadTask(Task):
         return BertForQuestionAnswering(bert_config)
 
     def path(self, config: Any, split: str) -> str:
-        explicit = config.get(f"{split}_file", "")
+        explicit = config[f"{split}_file"]
         if explicit:
             return explicit
         version = "2.0" if self.version_2 else "1.1"
@@ -90,15 +90,15 @@ class SquadTask(Task):
             examples,
             tokenizer,
             config.max_seq_length,
-            config.get("doc_stride", 128),
-            config.get("max_query_length", 64),
+            config.doc_stride,
+            config.max_query_length,
             training,
         )
         options = {
-            "do_lower_case": config.get("do_lower_case", True),
-            "n_best_size": config.get("n_best_size", 20),
-            "max_answer_length": config.get("max_answer_length", 30),
-            "null_score_diff_threshold": config.get("null_score_diff_threshold", 0.0),
+            "do_lower_case": config.do_lower_case,
+            "n_best_size": config.n_best_size,
+            "max_answer_length": config.max_answer_length,
+            "null_score_diff_threshold": config.null_score_diff_threshold,
         }
         return Split(split, arrays, SquadMeta(data, examples, windows, tokenizer.vocab, options))
 

@@ -15,8 +15,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 
 import jax
 
-from bert_jax import sharding, synthetic_data, train, trainer
-from configs import pretrain
+from bert_jax import pretrain, sharding, synthetic_data
+from configs import pretrain as pretrain_config
 
 
 def main(process_id: int, num_processes: int, port: int, cache_dir: str) -> None:
@@ -26,16 +26,16 @@ def main(process_id: int, num_processes: int, port: int, cache_dir: str) -> None
             num_processes=num_processes,
             process_id=process_id,
         )
-    c = pretrain.get_config("tiny")
+    c = pretrain_config.get_config("tiny")
     c.data.source = "synthetic"
     c.global_batch_size = 8
     c.max_seq_length = 32
     c.max_predictions_per_seq = 5
     mesh = sharding.make_mesh((-1, 1, 1))
-    setup = train.Setup(c, mesh)
+    setup = pretrain.Pretraining(c, mesh)
     losses = []
     with jax.set_mesh(mesh):
-        state = setup.init_state(c.seed)
+        state = setup.engine.init_state(c.seed)
         for local in synthetic_data.create_iterator(
             global_batch_size=8,
             max_seq_length=32,
@@ -49,18 +49,18 @@ def main(process_id: int, num_processes: int, port: int, cache_dir: str) -> None
             assert local["input_ids"].shape[0] == 8 // num_processes
             state, metrics = setup.train_step(state, setup.global_batch(local))
             losses.append(float(metrics["loss"]))
-    c.data = pretrain.get_config("demo").data
+    c.data = pretrain_config.get_config("demo").data
     c.data.cache_dir, c.data.dupe_factor = cache_dir, 1
-    setup = train.Setup(c, mesh)
+    setup = pretrain.Pretraining(c, mesh)
     wiki_losses, targets = [], []
     with jax.set_mesh(mesh):
-        state = setup.init_state(c.seed)
-        it = trainer.data_iterator(c, split="train", max_seq_length=32, max_predictions_per_seq=5)
+        state = setup.engine.init_state(c.seed)
+        it = pretrain.data_iterator(c, split="train", max_seq_length=32, max_predictions_per_seq=5)
         for _ in range(3):
             local = next(it)
             assert local["input_ids"].shape[0] == 8 // num_processes
             batch = setup.global_batch(local, 5)
-            targets.append(int(trainer.masked_targets(batch).sum()))
+            targets.append(int(pretrain.masked_targets(batch).sum()))
             state, metrics = setup.train_step(state, batch)
             wiki_losses.append(float(metrics["loss"]))
     result = {

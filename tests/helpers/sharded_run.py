@@ -15,29 +15,30 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 import jax
 import numpy as np
 
-from bert_jax import checkpointing, sharding, synthetic_data, train
-from configs import pretrain
+from bert_jax import checkpointing, pretrain, sharding, synthetic_data
+from configs import pretrain as pretrain_config
 
 STEPS = 3
 
 
 def config():
-    c = pretrain.get_config("tiny")
+    c = pretrain_config.get_config("tiny")
     c.data.source = "synthetic"
     c.global_batch_size = 8
     c.max_seq_length = 32
     c.max_predictions_per_seq = 5
     c.num_train_steps = 10
     c.warmup_steps = 2
+    c.model.num_attention_heads = 8  # 8 heads of 16: tensor parallelism up to 8
     return c
 
 
 def run(mesh_shape, devices, workdir=None):
     c = config()
     mesh = sharding.make_mesh(mesh_shape, devices)
-    setup = train.Setup(c, mesh)
+    setup = pretrain.Pretraining(c, mesh)
     with jax.set_mesh(mesh):
-        state = setup.init_state(c.seed)
+        state = setup.engine.init_state(c.seed)
         losses = []
         for local in synthetic_data.create_iterator(
             global_batch_size=c.global_batch_size,
@@ -60,7 +61,7 @@ def main(workdir):
     devices = jax.devices()
     assert len(devices) == 8, devices
     out = {"losses": {}}
-    for shape in [(1, 1, 1), (8, 1, 1), (2, 4, 1), (2, 2, 2)]:
+    for shape in [(1, 1, 1), (8, 1, 1), (2, 4, 1), (2, 2, 2), (2, 1, 4), (1, 1, 8)]:
         n = int(np.prod(shape))
         setup, state, losses = run(shape, devices[:n], workdir if shape == (2, 4, 1) else None)
         out["losses"]["x".join(map(str, shape))] = losses
@@ -77,12 +78,21 @@ def main(workdir):
             }
         if shape == (2, 4, 1):
             saved_params = jax.device_get(state.params)
+        if shape == (1, 1, 8):
+            emb = state.params["bert"]["embeddings"]["word_embeddings"]["embedding"]
+            out["tensor8_word_shard"] = list(emb.addressable_shards[0].data.shape)
+    # The rules as config: the hidden axis left unsharded on the 2x2x2 mesh.
+    overridden = config()
+    overridden.sharding_rules = (("embed", None),)
+    setup = pretrain.Pretraining(overridden, sharding.make_mesh((2, 2, 2), devices))
+    word = setup.state_shardings.params["bert"]["embeddings"]["word_embeddings"]["embedding"]
+    out["override_spec"] = [str(a) for a in word.spec]
     # Restore the 2x4x1 checkpoint onto an 8x1x1 mesh and onto 1 device.
     restored = {}
     for shape in [(8, 1, 1), (1, 1, 1)]:
         n = int(np.prod(shape))
         mesh = sharding.make_mesh(shape, devices[:n])
-        setup = train.Setup(config(), mesh)
+        setup = pretrain.Pretraining(config(), mesh)
         ckpt = checkpointing.Checkpointer(workdir, keep=1)
         with jax.set_mesh(mesh):
             state = ckpt.restore(setup.abstract_state)
