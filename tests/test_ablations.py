@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from bert_jax import ablation_report, ablations, bilstm, feature_tagging, tokenization
+from bert_jax import ablation_figure5, ablation_report, ablations, bilstm, feature_tagging, tokenization
 from bert_jax.tasks import get_task
 from configs import ablations as ablation_configs
 from tests.helpers.task_data import TINY, bbc_sentences, write_tiny_checkpoint
@@ -330,7 +330,7 @@ def test_figure5_pretrains_in_stages_and_finetunes_mnli_from_each(tmp_path) -> N
         )
         assert results["task"] == "mnli" and results["train_rows"] == 16
         assert "dev_mismatched/accuracy" in results["best"]
-    assert ablations.latest_checkpoint_step(str(tmp_path / "mlm")) == 6
+    assert ablation_figure5.latest_checkpoint_step(str(tmp_path / "mlm")) == 6
     assert report["figure"] and Path(report["figure"]).exists()
     # Nothing to redo: the stages are not pre-trained again.
     again = ablations.run_table(table, str(tmp_path), rows=["mlm"])
