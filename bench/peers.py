@@ -1,15 +1,17 @@
-"""Reference BERT pre-training steps from `transformers` (PyTorch and Flax), for benchmarks.
+"""Reference BERT training steps from `transformers` (PyTorch and Flax), for benchmarks.
 
 Both peers run what a user of that library would run: `BertForPreTraining` with
 AdamW, full forward + backward + update, MLM labels at 15% of positions (-100
 elsewhere) plus the NSP label. They compute MLM logits over the full vocabulary at every
-position, as the library does.
+position, as the library does. `torch_classification_step` is the fine-tuning peer:
+`BertForSequenceClassification` trained as the library's `Trainer` trains it.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -124,6 +126,51 @@ def flax_step(config: BertConfig, batch: dict[str, np.ndarray]) -> Callable[[], 
         )
         return float(loss)
 
+    return step
+
+
+def torch_classification_step(
+    model_dir: str, num_labels: int, *, total_steps: int, warmup_steps: int, learning_rate: float = 5e-5
+) -> Callable[[list[dict]], Any]:
+    """transformers' PyTorch `BertForSequenceClassification` fine-tuned as its `Trainer` does.
+
+    Loaded from the Hugging Face folder `model_dir` (a fresh classifier on its encoder);
+    each step collates its features with `DataCollatorWithPadding` (the Trainer's default:
+    each batch padded to its longest row), then forward + backward, gradient clipping at
+    1.0, `torch.optim.AdamW` (fused, no decay on biases and LayerNorm weights, as the Trainer)
+    and a linear warmup/decay schedule. Returns ``step(features) -> loss`` where each
+    feature is a dict of unpadded ``input_ids``/``token_type_ids``/``attention_mask`` lists
+    and an int ``labels``; ``step.collate`` is the collator.
+    """
+    import torch
+    import transformers
+
+    torch.manual_seed(0)
+    model = transformers.BertForSequenceClassification.from_pretrained(model_dir, num_labels=num_labels)
+    model.train()
+    collator = transformers.DataCollatorWithPadding(transformers.BertTokenizerFast.from_pretrained(model_dir))
+    named = list(model.named_parameters())
+    no_decay = [p for n, p in named if n.endswith("bias") or "LayerNorm" in n]
+    decay = [p for n, p in named if not (n.endswith("bias") or "LayerNorm" in n)]
+    opt = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": 0.01}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=learning_rate,
+        eps=1e-6,
+        fused=True,  # the Trainer's default optimizer ("adamw_torch_fused") since torch 2.8
+    )
+    schedule = transformers.get_linear_schedule_with_warmup(opt, warmup_steps, total_steps)
+
+    def step(features: list[dict]) -> Any:
+        batch = collator(features)
+        opt.zero_grad(set_to_none=True)
+        loss = model(**batch).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        schedule.step()
+        return loss.detach()
+
+    step.collate = collator  # type: ignore[attr-defined]  (timed on its own by the benchmark)
     return step
 
 
