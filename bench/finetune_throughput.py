@@ -13,18 +13,22 @@ bert-base-uncased vocabulary; batch 32, max_seq_length 128 (the paper's GLUE set
   step (as the training loop).
 - The peer is `transformers`' `BertForSequenceClassification` from the same weights, as
   its `Trainer` trains it: `DataCollatorWithPadding` (each batch padded to its longest
-  row), clipping at 1.0, `torch.optim.AdamW`, a linear schedule; torch's default threads.
+  row), clipping at 1.0, `torch.optim.AdamW` (fused, the Trainer's default), a linear
+  schedule; torch's default number of threads.
 
 Both train on the same sequence of batches (`Finetuning.rows` of steps 0..steps-1: the
-first epoch's shuffled order, the same rows in every step for both). Before timing, each
+first epoch's shuffled order: the same rows at every step for both). Before timing, each
 runs one step on the first batch of every length bert_jax will use (bert_jax compiles one
 program per length; that warm-up is reported separately). Each contender runs in its own
 subprocess, the contenders take turns for ``--rounds`` rounds and each one's best round
-counts (a neighbour's load on a shared machine does not decide the ratio).
+counts (a neighbour's load on a shared machine does not decide the ratio). The XLA fp32
+matmul peak is measured before each contender's run (printed per round: how loaded the
+machine was); the best one is the MFU denominator.
 
     .venv/bin/python bench/finetune_throughput.py [--steps 40] [--rounds 3] [--buckets 32,64,128]
 
-Tokens/s counts real (non-pad) tokens. Prints a table, then ``ratio_finetune=<x>``
+Tokens/s counts real (non-pad) tokens; MFU counts the model FLOPs of the padded shapes
+each contender computes. Prints a line per round and a table, then ``ratio_finetune=<x>``
 (bert_jax sequences/s over the peer's) as its last line.
 """
 
@@ -289,17 +293,18 @@ def main() -> None:
         results: dict[str, dict] = {}
         peaks = []
         for i in range(args.rounds):
-            peaks.append(measure_peak())  # each round: how loaded the machine is
             line = []
             for name in ("bert_jax", "torch"):
+                peaks.append(measure_peak())  # before each contender: how loaded the machine is
                 result = json.loads(
                     _subprocess(["--worker", name, path, *extra], torch_env if name == "torch" else env, name)
                 )
-                line.append(f"{name} {1000 * result['seconds'] / args.steps:.0f}")
+                line.append(
+                    f"{name} {1000 * result['seconds'] / args.steps:.0f} ms/step (peak {peaks[-1] / 1e9:.0f})"
+                )
                 if result["seconds"] < results.get(name, {}).get("seconds", float("inf")):
                     results[name] = result
-            peak_now = f"matmul peak {peaks[-1] / 1e9:.1f} GFLOP/s"
-            print(f"round {i + 1}: ms/step {', '.join(line)}; {peak_now}", flush=True)
+            print(f"round {i + 1}: {', '.join(line)}", flush=True)
     peak = max(peaks)
     buckets, counts = np.unique(used, return_counts=True)
     print(

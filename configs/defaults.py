@@ -83,7 +83,7 @@ def finetuning() -> ml_collections.ConfigDict:
     # Batches are cut to the shortest of these lengths (<= max_seq_length) that holds
     # their longest row: a few compiled programs instead of padding every row to the
     # maximum. () pads every batch to max_seq_length.
-    c.length_buckets = (32, 64, 128, 256, 384, 512)
+    c.length_buckets = (16, 32, 48, 64, 96, 128, 192, 256, 384, 512)
     c.batch_size = 32
     c.eval_batch_size = 64
     c.seed = 0
