@@ -97,15 +97,14 @@ def place_batch(mesh: Mesh, rows: dict[str, Any], *, process_local: bool) -> Bat
     ``process_local=False``: every process holds the whole batch and contributes the
     rows its devices own.
     """
+    specs = {k: sharding.batch_sharding(mesh, np.ndim(v)) for k, v in rows.items()}
+    if not process_local:
+        return place_tree(rows, specs)
     out = {}
     for k, v in rows.items():
         v = np.asarray(v)
-        spec = sharding.batch_sharding(mesh, v.ndim)
-        if process_local:
-            shape = (v.shape[0] * jax.process_count(), *v.shape[1:])
-            out[k] = jax.make_array_from_process_local_data(spec, v, shape)
-        else:
-            out[k] = jax.make_array_from_callback(v.shape, spec, lambda index, v=v: v[index])
+        shape = (v.shape[0] * jax.process_count(), *v.shape[1:])
+        out[k] = jax.make_array_from_process_local_data(specs[k], v, shape)
     return out
 
 
@@ -205,6 +204,10 @@ class Engine:
         state inherits each parameter's logical axes."""
         with nn.logical_axis_rules(self.rules):
             params = self._init_params(rng)
+        return self._fresh_state(params, rng)
+
+    def _fresh_state(self, params: Any, rng: jax.Array) -> TrainState:
+        """Step 0: `params`, the optimizer state started from them, a dropout key from `rng`."""
         return TrainState(
             step=jnp.zeros((), jnp.int32),
             params=params,
@@ -224,16 +227,8 @@ class Engine:
                 init = lambda rng: nn.meta.unbox(self._init_boxed(rng))
                 return jax.jit(init, out_shardings=self.state_shardings)(key)
             placed = place_tree(params, self.state_shardings.params)
-            fn = jax.jit(
-                lambda p: TrainState(
-                    step=jnp.zeros((), jnp.int32),
-                    params=p,
-                    opt_state=self.tx.init(p),
-                    rng=jax.random.key_data(jax.random.fold_in(key, 1)),
-                ),
-                out_shardings=self.state_shardings,
-            )
-            return fn(placed)
+            fresh = jax.jit(lambda p: self._fresh_state(p, key), out_shardings=self.state_shardings)
+            return fresh(placed)
 
     def place(self, rows: dict[str, Any], *, process_local: bool = True) -> Batch:
         return place_batch(self.mesh, rows, process_local=process_local)

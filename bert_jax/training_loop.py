@@ -201,8 +201,7 @@ class TrainingRun:
         return state
 
     def _stop(self, step: int, state: TrainState) -> None:
-        if self.last_saved != step:
-            self.save(step, state, force=True)
+        self.finish(state)
         self.ckpt.wait()
         if step == self.stop_after:
             print(f"stopped at step {step} (stop_after_step); rerun to continue", flush=True)
