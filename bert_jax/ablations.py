@@ -86,6 +86,8 @@ def cell_plan(table: ml_collections.ConfigDict, row: str, column: str) -> dict[s
     settings, col = table.row_settings[row], table.columns[column]
     approach = col.approach if col.approach == "lm_ppl" else (settings.approach or col.approach)
     plan: dict[str, Any] = {"approach": approach, "model_from": settings.model_from, "metric": col.metric}
+    if col.get("skip"):
+        return {**plan, "approach": "n/a", "reason": col.skip}
     if approach == "lm_ppl":
         return plan
     config = ml_collections.ConfigDict(col.finetune.to_dict())
@@ -169,6 +171,12 @@ class _Report:
     def write(self) -> dict[str, Any]:
         labels = {c: self.table.columns[c].label for c in self.cols}
         report = ablation_report.build(self.table.table, self.table.title, self.cols, labels, self.rows())
+        reasons: dict[str, list[str]] = {}
+        for c in self.cols:
+            if self.table.columns[c].get("skip"):
+                reasons.setdefault(self.table.columns[c].skip, []).append(labels[c])
+        if reasons:
+            report["notes"] = [f"Not run ({why}): {', '.join(cols)}." for why, cols in reasons.items()]
         ablation_report.write(report, self.workdir)
         return report
 

@@ -5,6 +5,9 @@ Formats:
   blank lines between documents;
 - ``wiki_excerpt``: the English Wikipedia excerpt shipped in gensim's test data (the
   embedded default), parsed offline from its bz2 XML dump;
+- ``bbc_news``: the BBC News articles of the `bbc` fine-tuning task's train split (its
+  dev articles never, so pre-training on them does not see the task's dev set): the
+  title, then the body's sentences;
 - ``tfds``: a TFDS dataset by name (e.g. ``wikipedia/20230601.en``) on a machine with a
   network, its ``text`` feature split into sentences.
 
@@ -141,6 +144,14 @@ def read_text_files(pattern: str) -> Iterator[Document]:
         yield from read_text_file(name)
 
 
+def read_bbc_news(data_dir: str = "") -> Iterator[Document]:
+    """The train-split articles of the `bbc` task (see the module docstring)."""
+    from bert_jax.tasks import bbc
+
+    for ex in bbc.read(data_dir, "train"):
+        yield [ex.text_a] + [s for p in (ex.text_b or "").split("\n") for s in split_sentences(p)]
+
+
 def read_tfds(
     name: str, split: str = "train", text_key: str = "text", part: int = 0, parts: int = 1
 ) -> Iterator[Document]:
@@ -161,10 +172,12 @@ def load_documents(source: str, input_files: str = "", tfds_name: str = "") -> l
         docs = read_wiki_dump(input_files or wiki_excerpt_path())
     elif source == "text":
         docs = read_text_files(input_files)
+    elif source == "bbc_news":
+        docs = read_bbc_news(input_files)
     elif source == "tfds":
         docs = read_tfds(tfds_name)
     else:
-        raise ValueError(f"unknown data source {source!r}: wiki_excerpt, text, tfds or tfrecord")
+        raise ValueError(f"unknown data source {source!r}: wiki_excerpt, bbc_news, text or tfds")
     kept, skipped = [], 0
     for doc in docs:
         if len(doc) >= 2:

@@ -1,6 +1,6 @@
 """Pre-training batches: prepared instances → host-local rows of global batches.
 
-One path for every source. The built-in sources (``wiki_excerpt``, ``text``, ``tfds``)
+One path for every source. The built-in sources (``wiki_excerpt``, ``bbc_news``, ``text``, ``tfds``)
 are prepared on first use into the cache (``cache_dir``, default ``~/.cache/bert_jax``,
 keyed by the inputs, the vocabulary and the flags) by the same code as
 `bert-jax prepare-data`; ``source=prepared`` reads folders made by that command (one per
@@ -88,19 +88,33 @@ def _prepare_options(c: ml_collections.ConfigDict, max_seq_length: int, seed: in
 
 
 def _builtin_inputs(c: ml_collections.ConfigDict) -> list:
+    """The inputs of the built-in sources; ``source`` may join several with commas
+    (``wiki_excerpt,bbc_news``), each then reading its own default data."""
     from bert_jax import corpora, prepare_data
+    from bert_jax.tasks import bbc
 
-    if c.source == "wiki_excerpt":
-        return [prepare_data.Input(c.input_files or corpora.wiki_excerpt_path())]
-    if c.source == "text":
-        return prepare_data.list_inputs(c.input_files)
-    if c.source == "tfds":
-        if not c.tfds_name:
-            raise ValueError("source=tfds needs --config.data.tfds_name=NAME")
-        return prepare_data.list_inputs(tfds_name=c.tfds_name, tfds_num_shards=int(c.tfds_num_shards))
-    raise ValueError(
-        f"unknown data source {c.source!r}: wiki_excerpt, text, tfds, prepared, tfrecord or synthetic"
-    )
+    names = [s for s in c.source.split(",") if s]
+    joined = len(names) > 1
+    inputs = []
+    for name in names:
+        if name == "wiki_excerpt":
+            path = "" if joined else c.input_files
+            inputs.append(prepare_data.Input(path or corpora.wiki_excerpt_path()))
+        elif name == "bbc_news":
+            path = "" if joined else c.input_files
+            inputs.append(prepare_data.Input(path or bbc.default_dir(), reader="bbc_news"))
+        elif name == "text" and not joined:
+            inputs += prepare_data.list_inputs(c.input_files)
+        elif name == "tfds" and not joined:
+            if not c.tfds_name:
+                raise ValueError("source=tfds needs --config.data.tfds_name=NAME")
+            inputs += prepare_data.list_inputs(tfds_name=c.tfds_name, tfds_num_shards=int(c.tfds_num_shards))
+        else:
+            raise ValueError(
+                f"data.source={c.source!r}: one of wiki_excerpt, bbc_news, text, tfds, prepared, "
+                "tfrecord, synthetic, or built-in corpora joined by commas (wiki_excerpt,bbc_news)"
+            )
+    return inputs
 
 
 def prepared_dir(c: ml_collections.ConfigDict, max_seq_length: int, seed: int, split: str = "train") -> str:

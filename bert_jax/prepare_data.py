@@ -71,14 +71,18 @@ class Options:
 
 @dataclasses.dataclass(frozen=True)
 class Input:
-    """One input of a preparation: a file, or part `part` of `parts` of a TFDS split."""
+    """One input of a preparation: a file, the BBC News train articles (``reader=
+    "bbc_news"``, `path` their folder) or part `part` of `parts` of a TFDS split."""
 
     path: str
     tfds_split: str = ""
     part: int = 0
     parts: int = 1
+    reader: str = ""
 
     def describe(self) -> str:
+        if self.reader:
+            return f"{self.reader}:{self.path}"
         return (
             f"tfds:{self.path}[{self.tfds_split} {self.part + 1}/{self.parts}]"
             if self.tfds_split
@@ -86,11 +90,15 @@ class Input:
         )
 
     def size(self) -> int:
+        if self.reader == "bbc_news":
+            return sum(os.path.getsize(f) for f in glob.glob(os.path.join(self.path, "*", "*.txt")))
         return os.path.getsize(self.path) if not self.tfds_split else 1
 
     def documents(self) -> list[corpora.Document]:
         if self.tfds_split:
             docs = corpora.read_tfds(self.path, split=self.tfds_split, part=self.part, parts=self.parts)
+        elif self.reader == "bbc_news":
+            docs = corpora.read_bbc_news(self.path)
         elif self.path.endswith((".xml", ".xml.bz2", ".bz2")):
             docs = corpora.read_wiki_dump(self.path)
         else:

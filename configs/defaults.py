@@ -46,7 +46,9 @@ def training() -> ml_collections.ConfigDict:
 
 def data() -> ml_collections.ConfigDict:
     c = ml_collections.ConfigDict()
-    c.source = "wiki_excerpt"  # wiki_excerpt | text | tfds | prepared | tfrecord | synthetic
+    # wiki_excerpt | bbc_news | text | tfds | prepared | tfrecord | synthetic; built-in
+    # corpora may be joined: "wiki_excerpt,bbc_news" (bbc_news: the `bbc` task's train articles)
+    c.source = "wiki_excerpt"
     # text: glob(s); prepared: folder(s), one per sequence length; tfrecord: glob(s).
     c.input_files = ""
     c.eval_files = ""  # held-out data for source=prepared (default: input_files' eval split) / tfrecord
@@ -84,6 +86,10 @@ def finetuning() -> ml_collections.ConfigDict:
     # their longest row: a few compiled programs instead of padding every row to the
     # maximum. () pads every batch to max_seq_length.
     c.length_buckets = (16, 32, 48, 64, 96, 128, 192, 256, 384, 512)
+    # Sentence(-pair) classification and regression: the training examples of a batch share
+    # rows of max_seq_length (each attends to itself only, positions restart; same logits as
+    # alone), so short sentences compute little padding. Other tasks use length_buckets.
+    c.pack_examples = True
     c.batch_size = 32
     c.eval_batch_size = 64
     c.seed = 0

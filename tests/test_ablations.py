@@ -157,6 +157,32 @@ def test_dry_run_reports_the_papers_figures_and_every_rows_config(tmp_path, tabl
         assert cells["finetune_base"] == "finetune" and cells["last_hidden"] == "n/a"
 
 
+def test_cpu_preset_pretrains_offline_text_and_skips_columns_that_need_a_network(tmp_path) -> None:
+    config = ablation_configs.get_config("table6.cpu")
+    assert list(config.column_order) == [*COLUMNS["table6"], "bbc"]
+    rows = config.rows
+    sizes = [(rows[r].model.num_hidden_layers, rows[r].model.hidden_size) for r in config.row_order]
+    assert sizes == [(1, 96), (2, 96), (2, 96), (4, 96), (4, 128), (8, 128)]  # layers / 3, width / 8
+    assert all(rows[r].data.source == "wiki_excerpt,bbc_news" for r in config.row_order)
+    report = ablations.run_table(config, str(tmp_path), dry_run=True)
+    cells = report["rows"][0]["config"]["cells"]
+    assert cells["mnli_m"]["approach"] == "n/a" and "network" in cells["mnli_m"]["reason"]
+    assert cells["bbc"]["approach"] == "finetune" and cells["lm_ppl"]["approach"] == "lm_ppl"
+    assert report["rows"][0]["paper"]["mnli_m"] == 77.9  # the paper's columns stay
+    md = (tmp_path / "report.md").read_text()
+    assert "Not run (task data needs a network" in md and "MNLI-m acc, MRPC acc, SST-2 acc" in md
+
+
+def test_bbc_news_pretraining_text_holds_out_the_tasks_dev_articles() -> None:
+    from bert_jax import corpora
+    from bert_jax.tasks import bbc
+
+    docs = list(corpora.read_bbc_news())
+    train, dev = bbc.read("", "train"), bbc.read("", "dev")
+    assert len(docs) == len(train) and [d[0] for d in docs] == [e.text_a for e in train]
+    assert not {d[0] for d in docs} & {e.text_a for e in dev} - {e.text_a for e in train}
+
+
 def test_report_from_finished_cells_mean_std_seeds_and_tau(tmp_path) -> None:
     config = ablation_configs.get_config("table6")
     ours = {  # accuracy fractions per seed, and the held-out LM loss, per row
