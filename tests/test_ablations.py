@@ -222,10 +222,7 @@ def test_bilstm_heads_keep_the_encoder_and_the_outputs_shapes() -> None:
     mask, seg = (ids > 0).astype(jnp.int32), jnp.zeros_like(ids)
     for name, shape in (("sst2", (2, 2)), ("squad1.1", ((2, 6), (2, 6)))):
         task = get_task(f"{name}+bilstm")
-        assert (
-            task.name == f"{name}+bilstm"
-            and task.main_metric == get_task(name).main_metric
-        )
+        assert task.name == f"{name}+bilstm" and task.main_metric == get_task(name).main_metric
         model = task.model(TINY)
         params = jax.eval_shape(model.init, jax.random.key(0), ids, mask, seg)["params"]
         assert {"bert", "bilstm"} <= set(params) and "layer_1" not in params["bilstm"]
