@@ -8,9 +8,10 @@ bert-base-uncased vocabulary; batch 32, max_seq_length 128 (the paper's GLUE set
 
 - bert_jax runs its real fine-tuning path (`configs/bbc.py`): `finetune.prepare` for the
   encoder and the fresh head, a train `Split` holding the sentences, and
-  `Finetuning.batches` (host rows cut to the shortest of ``length_buckets`` holding the
-  batch's longest row, placed on the mesh) into `engine.train_step`, not waiting for each
-  step (as the training loop).
+  `Finetuning.batches` (the batch's sentences packed into rows of 128, `packing.py`; with
+  ``--unpacked``, rows cut to the shortest of ``length_buckets`` holding the batch's
+  longest; placed on the mesh) into `engine.train_step`, not waiting for each step (as the
+  training loop).
 - The peer is `transformers`' `BertForSequenceClassification` from the same weights, as
   its `Trainer` trains it: `DataCollatorWithPadding` (each batch padded to its longest
   row), clipping at 1.0, `torch.optim.AdamW` (fused, the Trainer's default), a linear
@@ -18,14 +19,14 @@ bert-base-uncased vocabulary; batch 32, max_seq_length 128 (the paper's GLUE set
 
 Both train on the same sequence of batches (`Finetuning.rows` of steps 0..steps-1: the
 first epoch's shuffled order: the same rows at every step for both). Before timing, each
-runs one step on the first batch of every length bert_jax will use (bert_jax compiles one
-program per length; that warm-up is reported separately). Each contender runs in its own
+runs one step on the first batch of every shape bert_jax will use (bert_jax compiles one
+program per shape: packed, per row count; that warm-up is reported separately). Each contender runs in its own
 subprocess, the contenders take turns for ``--rounds`` rounds and each one's best round
 counts (a neighbour's load on a shared machine does not decide the ratio). The XLA fp32
 matmul peak is measured before each contender's run (printed per round: how loaded the
 machine was); the best one is the MFU denominator.
 
-    .venv/bin/python bench/finetune_throughput.py [--steps 40] [--rounds 3] [--buckets 32,64,128]
+    .venv/bin/python bench/finetune_throughput.py [--steps 40] [--rounds 3] [--unpacked] [--buckets 32,64]
 
 Tokens/s counts real (non-pad) tokens; MFU counts the model FLOPs of the padded shapes
 each contender computes. Prints a line per round and a table, then ``ratio_finetune=<x>``
@@ -52,11 +53,14 @@ sys.path.insert(0, str(ROOT))
 
 
 def _config(buckets: str | None):
-    """`configs/bbc.py`'s config, with ``length_buckets`` replaced when `buckets` is given."""
+    """`configs/bbc.py`'s config; `buckets` given: unpacked rows cut to those lengths
+    ("" for the config's own ``length_buckets``, "none" for none)."""
     from configs import bbc
 
     c = bbc.get_config()
     if buckets is not None:
+        c.pack_examples = False
+    if buckets and buckets != "none":
         c.length_buckets = tuple(int(b) for b in buckets.split(",") if b.strip())
     return c
 
@@ -91,7 +95,7 @@ def step_rows(n: int, seed: int, batch_size: int, steps: int) -> np.ndarray:
 def prepare_data(path: str, steps: int, buckets: str | None) -> None:
     """Worker: tokenizes the sentences and writes them, each step's rows and the warm-up
     steps (the first step of each bucket length) to `path` (.npz)."""
-    from bert_jax import convert, finetune, tokenization
+    from bert_jax import convert, finetune, packing, tokenization
     from bert_jax.pretraining_loss import model_flops_per_step
     from bert_jax.tasks import bbc
 
@@ -102,21 +106,24 @@ def prepare_data(path: str, steps: int, buckets: str | None) -> None:
     arrays = tok.encode_pairs(texts, None, int(c.max_seq_length))
     arrays["labels"] = np.asarray(labels, np.int32)
     rows = step_rows(len(texts), int(c.seed), int(c.batch_size), steps)
-    mask = arrays["input_mask"]
-    lengths = [finetune.bucket_length(mask[r], tuple(c.length_buckets), int(c.max_seq_length)) for r in rows]
-    warm = [lengths.index(n) for n in dict.fromkeys(lengths)]
+    mask, batch, max_len = arrays["input_mask"], int(c.batch_size), int(c.max_seq_length)
+    if c.pack_examples:  # as `Finetuning.rows` packs them on one device
+        pack = lambda r: packing.pack({k: v[r] for k, v in arrays.items()}, max_len)
+        shapes = [pack(r)["input_ids"].shape for r in rows]
+    else:
+        shapes = [(batch, finetune.bucket_length(mask[r], tuple(c.length_buckets), max_len)) for r in rows]
+    warm = [shapes.index(n) for n in dict.fromkeys(shapes)]
     # Model FLOPs (the encoder's matmuls, forward + backward) on the shapes each computes.
     _, bert_config = convert.load_checkpoint(checkpoint)
-    batch = int(c.batch_size)
-    longest = [int(mask[r].sum(1).max()) for r in rows]  # the peer's padded lengths
+    longest = [(batch, int(mask[r].sum(1).max())) for r in rows]  # the peer's padded shapes
     flops = {
-        name: sum(model_flops_per_step(bert_config, batch, n, 0, nsp=False) for n in ns)
-        for name, ns in (("bert_jax", lengths), ("torch", longest))
+        name: sum(model_flops_per_step(bert_config, b, n, 0, nsp=False) for b, n in ns)
+        for name, ns in (("bert_jax", shapes), ("torch", longest))
     }
     np.savez(
         path,
         rows=rows,
-        bucket_lengths=np.asarray(lengths),
+        step_shapes=np.asarray(shapes),
         warm=np.asarray(warm),
         flops=np.asarray([flops["bert_jax"], flops["torch"]]),
         **arrays,
@@ -128,7 +135,7 @@ def _bert_jax(data: dict[str, np.ndarray], steps: int, buckets: str | None) -> d
 
     import jax
 
-    from bert_jax import finetune
+    from bert_jax import finetune, packing
     from bert_jax.tasks import Split
 
     c = _config(buckets)
@@ -138,17 +145,16 @@ def _bert_jax(data: dict[str, np.ndarray], steps: int, buckets: str | None) -> d
     run = dataclasses.replace(run, train=Split("train", arrays))
     total = finetune.steps_per_epoch(c, run) * int(c.num_epochs)
     ft = finetune.Finetuning(c, run, total_steps=total)
-    for step, idx in enumerate(data["rows"]):  # the same rows as the peer, cut to the bucket
-        got = ft.rows(step)
-        length = got["input_ids"].shape[1]
-        if length != data["bucket_lengths"][step] or not np.array_equal(
-            got["input_ids"], data["input_ids"][idx, :length]
-        ):
+    for step, idx in enumerate(data["rows"]):  # the same sentences as the peer's
+        got, (r, length) = ft.rows(step), data["step_shapes"][step]
+        rows = {k: v[idx] for k, v in arrays.items()}
+        want = packing.pack(rows, length, ft.row_multiple)["input_ids"] if ft.packed else rows["input_ids"]
+        if got["input_ids"].shape != (r, length) or not np.array_equal(got["input_ids"], want[:, :length]):
             raise RuntimeError(f"Finetuning.rows({step}) differs from the benchmark's batch")
     state = ft.engine.init_state(int(c.seed), run.params)
 
     start = time.perf_counter()
-    for step in data["warm"]:  # compiles one program per bucket length
+    for step in data["warm"]:  # compiles one program per shape
         state, metrics = ft.engine.train_step(state, ft.engine.place(ft.rows(int(step)), process_local=False))
         jax.block_until_ready(metrics)
     warmup = time.perf_counter() - start
@@ -169,9 +175,10 @@ def _bert_jax(data: dict[str, np.ndarray], steps: int, buckets: str | None) -> d
         "seconds": seconds,
         "warmup_seconds": warmup,
         "host_seconds": host,
-        "padded_tokens": int(sum(data["bucket_lengths"])) * int(c.batch_size),
+        "padded_tokens": int(np.prod(data["step_shapes"], axis=1).sum()),
         "loss": float(losses[-1]),
         "buckets": list(c.length_buckets),
+        "packed": ft.packed,
     }
 
 
@@ -269,8 +276,9 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument(
-        "--buckets", default=None, help="bert_jax's length_buckets, comma-separated (default: the config's)"
+        "--buckets", default=None, help="unpacked, with these length_buckets (comma-separated; none: none)"
     )
+    parser.add_argument("--unpacked", action="store_true", help="unpacked, with the config's length_buckets")
     parser.add_argument("--worker", nargs=2, metavar=("NAME", "DATA"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
@@ -283,13 +291,15 @@ def main() -> None:
         return
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "TF_CPP_MIN_LOG_LEVEL": "3"}
     torch_env = {**env, "USE_TF": "0"}  # the PyTorch peer: no TensorFlow import
+    if args.unpacked and args.buckets is None:
+        args.buckets = ""
     extra = ["--steps", str(args.steps)] + (["--buckets", args.buckets] if args.buckets is not None else [])
     print(f"cpu: {_cpu_description()}", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "bbc_sentences.npz")
         _subprocess(["--worker", "data", path, *extra], env, "data preparation")
         with np.load(path) as loaded:
-            lengths, rows, used = loaded["input_mask"].sum(1), loaded["rows"], loaded["bucket_lengths"]
+            lengths, rows, shapes = loaded["input_mask"].sum(1), loaded["rows"], loaded["step_shapes"]
         results: dict[str, dict] = {}
         peaks = []
         for i in range(args.rounds):
@@ -306,15 +316,21 @@ def main() -> None:
                     results[name] = result
             print(f"round {i + 1}: {', '.join(line)}", flush=True)
     peak = max(peaks)
-    buckets, counts = np.unique(used, return_counts=True)
+    r = results["bert_jax"]
+    if r["packed"]:
+        n, counts = np.unique(shapes[: args.steps, 0], return_counts=True)
+        used = f"bert_jax packs each batch into rows of {shapes[0, 1]}, rows per step: "
+    else:
+        n, counts = np.unique(shapes[: args.steps, 1], return_counts=True)
+        used = f"bert_jax length_buckets {tuple(r['buckets'])}: "
     print(
         f"\nBBC News sentences: {len(lengths):,} ({lengths.mean():.1f} tokens on average), batch "
         f"{rows.shape[1]}, max_seq_length 128; {args.steps} steps, "
         f"{results['bert_jax']['real_tokens']:,} real tokens"
     )
     print(
-        f"bert_jax length_buckets {tuple(results['bert_jax']['buckets'])}: "
-        + ", ".join(f"{n} x{k}" for n, k in zip(buckets, counts, strict=True))
+        used
+        + ", ".join(f"{a} x{k}" for a, k in zip(n, counts, strict=True))
         + "; the peer pads each batch to its longest row"
     )
     print(

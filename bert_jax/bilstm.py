@@ -23,7 +23,8 @@ import jax
 import jax.numpy as jnp
 
 from bert_jax.config import BertConfig
-from bert_jax.modeling import BertModel, dropout
+from bert_jax.layers import dropout
+from bert_jax.modeling import BertModel
 
 Array = jax.Array
 

@@ -40,6 +40,35 @@ def layer_indices(spec: str, num_layers: int) -> list[int]:
     return index
 
 
+def _functions(
+    encoder: BertModel, model: FeatureTagger, task: ner.NerTask, index: list[int], tx: Any
+) -> tuple:
+    """(states, step, predict): the frozen encoder's chosen layers, the jitted training
+    step of the tagger and its jitted logits. The encoder's parameters are an argument of
+    the compiled functions, not constants in them."""
+
+    def states(bert: Any, ids: jax.Array, mask: jax.Array, seg: jax.Array) -> jax.Array:
+        _, _, hidden = encoder.apply({"params": bert}, ids, mask, seg, output_hidden_states=True)
+        return jax.lax.stop_gradient(jnp.stack([hidden[i].astype(jnp.float32) for i in index], axis=2))
+
+    def logits(params: Any, bert: Any, batch: dict[str, jax.Array]) -> jax.Array:
+        feats = states(bert, batch["input_ids"], batch["input_mask"], batch["segment_ids"])
+        return model.apply({"params": params}, feats, batch["input_mask"])
+
+    def loss_fn(params: Any, bert: Any, batch: dict[str, jax.Array]) -> jax.Array:
+        return task.loss(logits(params, bert, batch), batch)
+
+    @jax.jit
+    def step(
+        params: Any, opt_state: Any, bert: Any, batch: dict[str, jax.Array]
+    ) -> tuple[Any, Any, jax.Array]:
+        loss, grads = jax.value_and_grad(loss_fn)(params, bert, batch)
+        updates, opt_state = tx.update(grads, opt_state, params)
+        return optax.apply_updates(params, updates), opt_state, loss
+
+    return states, step, jax.jit(logits)
+
+
 def train(
     config: ml_collections.ConfigDict,
     tagger: ml_collections.ConfigDict,
@@ -56,42 +85,16 @@ def train(
         config.vocab_file or tokenization.vocab_beside(checkpoint), config.do_lower_case
     )
     task = ner.NerTask()
-    train_split = task.load(config, tok, "train")
-    dev = task.load(config, tok, "dev")
+    train_split, dev = task.load(config, tok, "train"), task.load(config, tok, "dev")
     index = layer_indices(layers, bert_config.num_hidden_layers)
-    encoder, bert_params = BertModel(bert_config, add_pooler=False), loaded["bert"]
     model = FeatureTagger(len(ner.TAGS), int(tagger.lstm_size), int(tagger.lstm_layers), combine)
-
-    # The encoder's parameters are an argument of the compiled steps, not constants in them.
-    bert_params = jax.device_put(bert_params)
-
-    def states(bert: Any, ids: jax.Array, mask: jax.Array, seg: jax.Array) -> jax.Array:
-        _, _, hidden = encoder.apply({"params": bert}, ids, mask, seg, output_hidden_states=True)
-        return jax.lax.stop_gradient(jnp.stack([hidden[i].astype(jnp.float32) for i in index], axis=2))
-
-    def logits(params: Any, bert: Any, batch: dict[str, jax.Array]) -> jax.Array:
-        feats = states(bert, batch["input_ids"], batch["input_mask"], batch["segment_ids"])
-        return model.apply({"params": params}, feats, batch["input_mask"])
-
-    def loss_fn(params: Any, bert: Any, batch: dict[str, jax.Array]) -> jax.Array:
-        return task.loss(logits(params, bert, batch), batch)
-
-    rng = jax.random.key(int(config.seed))
+    tx = optax.adam(float(tagger.learning_rate))
+    states, step, predict = _functions(BertModel(bert_config, add_pooler=False), model, task, index, tx)
+    bert_params = jax.device_put(loaded["bert"])
     sample = {k: jnp.asarray(v[:1]) for k, v in train_split.arrays.items()}
     feats = states(bert_params, sample["input_ids"], sample["input_mask"], sample["segment_ids"])
-    params = model.init(rng, feats, sample["input_mask"])["params"]
-    tx = optax.adam(float(tagger.learning_rate))
+    params = model.init(jax.random.key(int(config.seed)), feats, sample["input_mask"])["params"]
     opt_state = tx.init(params)
-
-    @jax.jit
-    def step(
-        params: Any, opt_state: Any, bert: Any, batch: dict[str, jax.Array]
-    ) -> tuple[Any, Any, jax.Array]:
-        loss, grads = jax.value_and_grad(loss_fn)(params, bert, batch)
-        updates, opt_state = tx.update(grads, opt_state, params)
-        return optax.apply_updates(params, updates), opt_state, loss
-
-    predict = jax.jit(logits)
     buckets, max_len = tuple(config.length_buckets), int(config.max_seq_length)
     batch_size = min(int(tagger.batch_size), len(train_split))
     epochs, best = [], None

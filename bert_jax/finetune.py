@@ -10,9 +10,12 @@ save. The encoder comes from any checkpoint `convert.load_checkpoint` reads (a b
 pre-training workdir or export, a Hugging Face folder, an original TF checkpoint); the
 head is initialised fresh from the seed, so (checkpoint, config, seed) fixes the result.
 
-Training batches are cut to the shortest of ``length_buckets`` that holds their longest
-row (a few compiled programs rather than every row padded to ``max_seq_length``); the
-padding removed is masked out anyway, so the result is the same as padding to the maximum.
+Training batches of sentence(-pair) classification tasks are packed (``pack_examples``,
+`packing.py`: several examples per row of ``max_seq_length``, each attending only to
+itself); other tasks' batches are cut to the shortest of ``length_buckets`` that holds
+their longest row (a few compiled programs rather than every row padded to
+``max_seq_length``). Either way each example's logits are those it has alone in a row
+padded to the maximum (tested). Evaluation runs unpacked at ``max_seq_length``.
 The grid sweep is `sweep.py`.
 """
 
@@ -32,8 +35,9 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from bert_jax import convert, engine, param_shapes, run_config, sharding, tokenization
+from bert_jax import convert, engine, packing, param_shapes, run_config, sharding, tokenization
 from bert_jax.finetune_outputs import EpochHistory, load_saved_params, save_model, write_json
+from bert_jax.packing import PACKED_INPUTS
 from bert_jax.pretraining_loss import model_flops_per_step
 from bert_jax.tasks import MODEL_INPUTS, Split, Task, get_task
 from bert_jax.training_loop import StopRequested, TrainingRun
@@ -58,7 +62,8 @@ class FinetuningObjective:
         return jnp.maximum(jnp.asarray(self.task.loss_weight(batch), jnp.float32), 1.0)
 
     def _apply(self, params: Any, batch: dict[str, Any], **kw: Any) -> Any:
-        return self.model.apply({"params": params}, *(batch[k] for k in MODEL_INPUTS), **kw)
+        packed = {k: batch[k] for k in PACKED_INPUTS if k in batch}
+        return self.model.apply({"params": params}, *(batch[k] for k in MODEL_INPUTS), **packed, **kw)
 
     def loss(
         self, params: Any, batch: dict[str, Any], *, totals: Any, rng: jax.Array
@@ -148,6 +153,9 @@ class Finetuning:
         self.mesh = make_mesh(
             config, {"batch_size": self.batch_size, "eval_batch_size": config.eval_batch_size}
         )
+        # Packed training rows: their count is rounded to what the mesh and accumulation split.
+        self.packed = bool(config.pack_examples) and run.task.packable
+        self.row_multiple = self.mesh.shape["data"] * self.mesh.shape["fsdp"] * int(config.grad_accum_steps)
         self.model_config = engine.model_config(run.bert_config, config, self.mesh)
         model = run.task.model(self.model_config)
         self.objective = FinetuningObjective(model, run.task)
@@ -172,6 +180,10 @@ class Finetuning:
         order = np.random.default_rng([int(self.config.seed), epoch + 1]).permutation(len(self.run.train))
         idx = np.sort(order[s * self.batch_size : (s + 1) * self.batch_size])
         rows = {k: v[idx] for k, v in self.run.train.arrays.items()}
+        if self.packed:
+            packed = packing.pack(rows, int(self.config.max_seq_length), self.row_multiple)
+            del packed["example_index"]
+            return packed
         length = bucket_length(
             rows["input_mask"], tuple(self.config.length_buckets), int(self.config.max_seq_length)
         )

@@ -15,7 +15,8 @@ import jax
 import jax.numpy as jnp
 
 from bert_jax.config import BertConfig
-from bert_jax.modeling import BertModel, _dtype, _zeros, activation, dense, dropout, layer_norm
+from bert_jax.layers import activation, compute_dtype, dense, dropout, layer_norm, zeros_init
+from bert_jax.modeling import BertModel
 
 Array = jax.Array
 
@@ -36,8 +37,8 @@ class MaskedLMHead(nn.Module):
         h = dense(c, c.hidden_size, ("embed", "dense_out"), "transform")(hidden)
         h = activation(c.hidden_act)(h)
         h = layer_norm(c, "transform_LayerNorm")(h)
-        bias = self.param("bias", _zeros(("vocab",)), (c.padded_vocab_size,), jnp.float32)
-        logits = bert.attend(h.astype(_dtype(c)), bias)  # [..., V] float32
+        bias = self.param("bias", zeros_init(("vocab",)), (c.padded_vocab_size,), jnp.float32)
+        logits = bert.attend(h.astype(compute_dtype(c)), bias)  # [..., V] float32
         return nn.with_logical_constraint(
             mask_padded_vocab(logits, c), ("activation_batch", "activation_length", "activation_vocab")
         )
@@ -85,17 +86,31 @@ class BertForPreTraining(nn.Module):
 
 
 class BertForSequenceClassification(nn.Module):
-    """Pooled [CLS] → dropout → dense. ``num_labels == 1`` is regression (STS-B)."""
+    """Pooled [CLS] → dropout → dense: [B, num_labels]. ``num_labels == 1`` is regression
+    (STS-B). Packed rows (`bert_jax.packing`: `position_ids`, `cls_positions` [B, K]) give
+    [B, K, num_labels], one per example slot."""
 
     config: BertConfig
     num_labels: int
 
     @nn.compact
     def __call__(
-        self, input_ids: Array, input_mask: Array, segment_ids: Array, *, deterministic: bool = True
+        self,
+        input_ids: Array,
+        input_mask: Array,
+        segment_ids: Array,
+        position_ids: Array | None = None,
+        cls_positions: Array | None = None,
+        *,
+        deterministic: bool = True,
     ) -> Array:
         _, pooled, _ = BertModel(self.config, name="bert")(
-            input_ids, input_mask, segment_ids, deterministic=deterministic
+            input_ids,
+            input_mask,
+            segment_ids,
+            position_ids,
+            deterministic=deterministic,
+            cls_positions=cls_positions,
         )
         pooled = dropout(self.config, self.config.hidden_dropout_prob)(pooled, deterministic)
         logits = dense(self.config, self.num_labels, ("dense_out", "classes"), "classifier")(pooled)

@@ -2,7 +2,7 @@
 
 Embeddings (word + learned position + segment, LayerNorm, dropout) → N post-LayerNorm
 Transformer layers (multi-head self-attention, GELU feed-forward of 4H) → pooler (dense +
-tanh on [CLS]). Heads live in `heads.py`.
+tanh on [CLS]). Heads live in `heads.py`, the dense/LayerNorm/dropout blocks in `layers.py`.
 
 Every parameter carries logical axis names (`nn.with_logical_partitioning`) and large
 activations carry logical constraints, so `sharding.py` decides where everything lives
@@ -14,7 +14,6 @@ Shapes in comments: B batch, S sequence, H hidden, N heads, D head dim, F interm
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -24,125 +23,18 @@ import jax.numpy as jnp
 
 from bert_jax import ops
 from bert_jax.config import BertConfig
+from bert_jax.layers import (
+    activation,
+    compute_dtype,
+    dense,
+    dropout,
+    layer_norm,
+    normal_init,
+    weight_grad,
+    zeros_init,
+)
 
 Array = jax.Array
-
-
-def _dtype(config: BertConfig) -> jnp.dtype:
-    return jnp.dtype(config.dtype)
-
-
-def _init(config: BertConfig, axes: tuple[str | None, ...]) -> Callable[..., Any]:
-    """Truncated-normal(0.02) init, as the original, tagged with logical axes."""
-    return nn.with_logical_partitioning(
-        nn.initializers.truncated_normal(stddev=config.initializer_range), axes
-    )
-
-
-def _zeros(axes: tuple[str | None, ...]) -> Callable[..., Any]:
-    return nn.with_logical_partitioning(nn.initializers.zeros_init(), axes)
-
-
-def _ones(axes: tuple[str | None, ...]) -> Callable[..., Any]:
-    return nn.with_logical_partitioning(nn.initializers.ones_init(), axes)
-
-
-def activation(name: str) -> Callable[[Array], Array]:
-    """GELU exact (erf) by default; the TF1 release's tanh approximation as an option."""
-    if name == "gelu":
-        return ops.gelu
-    if name == "gelu_tanh":
-        return functools.partial(jax.nn.gelu, approximate=True)
-    if name == "relu":
-        return jax.nn.relu
-    raise ValueError(f"Unknown activation {name!r}")
-
-
-class Dropout(nn.Module):
-    """Inverted dropout with the config's mask generator (`ops.dropout_keep_mask`)."""
-
-    rate: float
-    impl: str = "hash"
-
-    @nn.compact
-    def __call__(self, x: Array, deterministic: bool) -> Array:
-        if deterministic or self.rate == 0.0:
-            return x
-        if self.rate >= 1.0:
-            return jnp.zeros_like(x)
-        keep = ops.dropout_keep_mask(self.make_rng("dropout"), self.rate, x.shape, self.impl)
-        return jnp.where(keep, x / jnp.asarray(1.0 - self.rate, x.dtype), jnp.zeros_like(x))
-
-
-def dropout(config: BertConfig, rate: float, name: str | None = None) -> Dropout:
-    return Dropout(rate, config.dropout_rng, name=name)
-
-
-def layer_norm(config: BertConfig, name: str) -> nn.LayerNorm:
-    """LayerNorm with eps 1e-12 and float32 statistics."""
-    return nn.LayerNorm(
-        epsilon=config.layer_norm_eps,
-        dtype=_dtype(config),
-        param_dtype=jnp.float32,
-        scale_init=_ones(("norm",)),
-        bias_init=_zeros(("norm",)),
-        name=name,
-    )
-
-
-# Under "transposed_copy_wide", layers narrower than this keep the direct weight gradient.
-_MIN_COPY_WIDTH = 512
-
-
-def weight_grad(config: BertConfig, fan_in: int, fan_out: int, copy: str = "copy_x") -> str:
-    """How `ops.dense` computes the weight gradient of a ``[fan_in, fan_out]`` kernel:
-    `copy` (which operand to transpose) where the config asks for transposed copies, else
-    "direct". "auto" is decided once, for the mesh's platform, where a run builds its model
-    config (`engine.model_config`); a model built without that (inference, conversion)
-    computes no weight gradients, and "auto" reads as "direct" here."""
-    choice = config.weight_grad_matmul
-    if choice == "transposed_copy_wide":
-        choice = "transposed_copy" if min(fan_in, fan_out) >= _MIN_COPY_WIDTH else "direct"
-    return copy if choice == "transposed_copy" else "direct"
-
-
-class Dense(nn.Module):
-    """A dense layer (``kernel [in, out]``, ``bias [out]``, as `nn.Dense`) computed by
-    `ops.dense` on a 2-D ``[-1, in]`` view of its input (a free reshape).
-
-    On ``[B, S, in]`` arrays XLA's CPU backend copies the activation gradient into a
-    transposed layout for every weight gradient (measured 3-7% of a BERT-Base step);
-    on the 2-D view the weight gradient is a plain matmul.
-    """
-
-    config: BertConfig
-    features: int
-    axes: tuple[str | None, str | None]
-    # Which operand the weight gradient transposes when the config asks for copies
-    # (`ops.dense`): "copy_g" where the input is an elementwise result (the GELU output)
-    # that XLA would recompute, column by column, inside its copy (~6x slower).
-    copy: str = "copy_x"
-
-    @nn.compact
-    def __call__(self, inputs: Array) -> Array:
-        c = self.config
-        dt = _dtype(c)
-        kernel = self.param("kernel", _init(c, self.axes), (inputs.shape[-1], self.features))
-        bias = self.param("bias", _zeros(self.axes[1:]), (self.features,))
-        x2 = inputs.reshape(-1, inputs.shape[-1]).astype(dt)
-        how = weight_grad(c, inputs.shape[-1], self.features, self.copy)
-        y = ops.dense(x2, kernel.astype(dt), bias.astype(dt), how)
-        return y.reshape(*inputs.shape[:-1], self.features)
-
-
-def dense(
-    config: BertConfig,
-    features: int,
-    axes: tuple[str | None, str | None],
-    name: str,
-    copy: str = "copy_x",
-) -> Dense:
-    return Dense(config, features, axes, copy, name=name)
 
 
 class BertEmbeddings(nn.Module):
@@ -155,23 +47,23 @@ class BertEmbeddings(nn.Module):
         self.word_embeddings = nn.Embed(
             c.padded_vocab_size,  # rows past vocab_size: padding (`BertConfig.vocab_pad_multiple`)
             c.hidden_size,
-            dtype=_dtype(c),
+            dtype=compute_dtype(c),
             param_dtype=jnp.float32,
-            embedding_init=_init(c, ("vocab", "embed")),
+            embedding_init=normal_init(c, ("vocab", "embed")),
         )
         self.position_embeddings = nn.Embed(
             c.max_position_embeddings,
             c.hidden_size,
-            dtype=_dtype(c),
+            dtype=compute_dtype(c),
             param_dtype=jnp.float32,
-            embedding_init=_init(c, ("position", "embed")),
+            embedding_init=normal_init(c, ("position", "embed")),
         )
         self.token_type_embeddings = nn.Embed(
             c.type_vocab_size,
             c.hidden_size,
-            dtype=_dtype(c),
+            dtype=compute_dtype(c),
             param_dtype=jnp.float32,
-            embedding_init=_init(c, ("type_vocab", "embed")),
+            embedding_init=normal_init(c, ("type_vocab", "embed")),
         )
         self.layer_norm = layer_norm(c, "LayerNorm")
         self.dropout = dropout(c, c.hidden_dropout_prob)
@@ -210,14 +102,14 @@ class _HeadsDense(nn.Module):
     def __call__(self, x: Array) -> Array:
         c = self.config
         n, d, h = c.num_attention_heads, c.head_dim, c.hidden_size
-        dt = _dtype(c)
+        dt = compute_dtype(c)
         if self.to_heads:
             shape, axes, bias_axes = (h, n, d), ("embed", "heads", "kv"), ("heads", "kv")
         else:
             shape, axes, bias_axes = (n, d, h), ("heads", "kv", "embed"), ("embed",)
-        kernel = self.param("kernel", _init(c, axes), shape)
+        kernel = self.param("kernel", normal_init(c, axes), shape)
         bias_shape = shape[1:] if self.to_heads else (h,)
-        bias = self.param("bias", _zeros(bias_axes), bias_shape)
+        bias = self.param("bias", zeros_init(bias_axes), bias_shape)
         # The product as a plain 2-D matmul on reshaped views (free bitcasts): written as
         # a 3-D einsum, XLA's CPU backend copies every kernel into transposed layouts for
         # the backward pass (~4% of a BERT-Base step).
@@ -242,7 +134,7 @@ class BertSelfAttention(nn.Module):
     @nn.compact
     def __call__(self, x: Array, attention_bias: Array, deterministic: bool) -> Array:
         c = self.config
-        dt = _dtype(c)
+        dt = compute_dtype(c)
         d = c.head_dim
         q = _HeadsDense(c, to_heads=True, name="query")(x)  # [B, S, N, D]
         k = _HeadsDense(c, to_heads=True, name="key")(x)
@@ -356,21 +248,42 @@ def stack_layers(params: Any, num_layers: int) -> Any:
 
 
 class BertPooler(nn.Module):
-    """Dense + tanh on the [CLS] position: the sentence-level representation."""
+    """Dense + tanh on the [CLS] position (or each of `positions` [B, K] of packed rows):
+    the sentence-level representation, [B, H] (or [B, K, H])."""
 
     config: BertConfig
 
     @nn.compact
-    def __call__(self, sequence_output: Array) -> Array:
-        cls = sequence_output[:, 0]
+    def __call__(self, sequence_output: Array, positions: Array | None = None) -> Array:
+        if positions is None:
+            cls = sequence_output[:, 0]
+        else:
+            cls = jnp.take_along_axis(sequence_output, positions[..., None].astype(jnp.int32), axis=1)
         return jnp.tanh(dense(self.config, self.config.hidden_size, ("embed", "dense_out"), "dense")(cls))
+
+
+def attention_bias(input_mask: Array, causal: bool, packed: bool) -> Array:
+    """Additive float32 mask, 0 where attended, a large negative elsewhere: [B, 1, 1, S]
+    (every query sees the row's tokens) or, for causal or packed rows, [B, 1, S, S]. Packed
+    rows number their examples in `input_mask` (1, 2, ...; 0 = padding): a token sees only
+    its own example's tokens."""
+    visible = input_mask[:, None, None, :] > 0  # [B, 1, 1, S]
+    if packed:
+        query = input_mask[:, None, :, None]
+        visible = visible & ((query == input_mask[:, None, None, :]) | (query == 0))
+    if causal:  # position i sees positions <= i only
+        s = input_mask.shape[-1]
+        visible = visible & (jnp.arange(s)[None, :] <= jnp.arange(s)[:, None])
+    return jnp.where(visible, 0.0, jnp.finfo(jnp.float32).min).astype(jnp.float32)
 
 
 class BertModel(nn.Module):
     """The bare encoder: returns (sequence_output, pooled_output, hidden_states).
 
     `hidden_states` is the embedding output followed by each layer's output (L+1 arrays)
-    when `output_hidden_states=True`, else empty.
+    when `output_hidden_states=True`, else empty. With `cls_positions` [B, K] the rows are
+    packed (several examples per row, numbered in `input_mask`, `position_ids` restarting
+    at each): attention stays within each example and the pooled output is [B, K, H].
     """
 
     config: BertConfig
@@ -391,6 +304,7 @@ class BertModel(nn.Module):
         *,
         deterministic: bool = True,
         output_hidden_states: bool = False,
+        cls_positions: Array | None = None,
     ) -> tuple[Array, Array | None, tuple[Array, ...]]:
         if input_mask is None:
             input_mask = jnp.ones_like(input_ids)
@@ -399,14 +313,9 @@ class BertModel(nn.Module):
         if position_ids is None:
             position_ids = jnp.broadcast_to(jnp.arange(input_ids.shape[-1]), input_ids.shape)
         x = self.embeddings(input_ids, segment_ids, position_ids, deterministic)
-        # Additive mask, float32: 0 where attended, a large negative at padding.
-        visible = input_mask[:, None, None, :] > 0  # [B, 1, 1, S]
-        if self.config.causal_attention:  # position i sees positions <= i only
-            s = input_ids.shape[-1]
-            visible = visible & (jnp.arange(s)[None, :] <= jnp.arange(s)[:, None])
-        attention_bias = jnp.where(visible, 0.0, jnp.finfo(jnp.float32).min).astype(jnp.float32)
-        sequence_output, hidden_states = self.encoder(x, attention_bias, deterministic, output_hidden_states)
-        pooled = self.pooler(sequence_output) if self.add_pooler else None
+        bias = attention_bias(input_mask, self.config.causal_attention, packed=cls_positions is not None)
+        sequence_output, hidden_states = self.encoder(x, bias, deterministic, output_hidden_states)
+        pooled = self.pooler(sequence_output, cls_positions) if self.add_pooler else None
         return sequence_output, pooled, hidden_states
 
     def attend(self, x: Array, bias: Array) -> Array:

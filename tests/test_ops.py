@@ -12,7 +12,7 @@ from scipy import stats
 
 from bert_jax import ops
 from bert_jax.config import BertConfig
-from bert_jax.modeling import Dropout
+from bert_jax.layers import Dropout
 
 
 @pytest.mark.parametrize("weight_grad", ops.WEIGHT_GRADS)

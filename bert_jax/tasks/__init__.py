@@ -71,6 +71,9 @@ class Task:
     main_metric: str = ""
     eval_splits: tuple[str, ...] = ("dev",)
     test_splits: tuple[str, ...] = ()
+    # Training rows may be packed (`bert_jax.packing`): the model and loss take packed
+    # batches (one label per example slot, weighted by ``label_weights``).
+    packable: bool = False
 
     def model(self, bert_config: Any) -> Any:
         """The flax module (a head of `bert_jax.heads`) with the encoder under ``bert``."""

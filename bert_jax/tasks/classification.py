@@ -11,6 +11,8 @@ from bert_jax.tasks import Split, Task, TaskSpec, subset
 
 
 class ClassificationTask(Task):
+    packable = True
+
     def __init__(self, spec: TaskSpec) -> None:
         self.spec = spec
         self.name = spec.name
@@ -39,12 +41,25 @@ class ClassificationTask(Task):
         return Split(split, arrays, examples)
 
     def loss(self, outputs: Any, batch: dict[str, Any]) -> Any:
+        """Mean over the batch's examples (packed: over the slots ``label_weights`` marks)."""
         import jax.numpy as jnp
         import optax
 
         if self.regression:
-            return jnp.mean((outputs[:, 0] - batch["labels"]) ** 2)
-        return jnp.mean(optax.softmax_cross_entropy_with_integer_labels(outputs, batch["labels"]))
+            per_example = (outputs[..., 0] - batch["labels"]) ** 2
+        else:
+            per_example = optax.softmax_cross_entropy_with_integer_labels(outputs, batch["labels"])
+        if "label_weights" not in batch:
+            return jnp.mean(per_example)
+        weights = batch["label_weights"]
+        return jnp.sum(per_example * weights) / jnp.maximum(jnp.sum(weights), 1.0)
+
+    def loss_weight(self, batch: dict[str, Any]) -> Any:
+        if "label_weights" not in batch:
+            return batch["input_ids"].shape[0]
+        import jax.numpy as jnp
+
+        return jnp.sum(batch["label_weights"])
 
     def predictions(self, outputs: np.ndarray) -> np.ndarray:
         return outputs[:, 0] if self.regression else np.argmax(outputs, -1)
