@@ -119,9 +119,7 @@ def stop_commands(args: argparse.Namespace) -> list[list[str]]:
 
 def delete_commands(args: argparse.Namespace) -> list[list[str]]:
     if args.queued:
-        return [
-            [*_gcloud(args, "queued-resources", "delete", f"{args.name}-qr"), "--force", "--quiet"]
-        ]
+        return [[*_gcloud(args, "queued-resources", "delete", f"{args.name}-qr"), "--force", "--quiet"]]
     return [[*_gcloud(args, "tpu-vm", "delete", args.name), "--quiet"]]
 
 
