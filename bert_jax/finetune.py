@@ -154,7 +154,9 @@ class Finetuning:
             config, {"batch_size": self.batch_size, "eval_batch_size": config.eval_batch_size}
         )
         # Packed training rows: their count is rounded to what the mesh and accumulation split.
-        self.packed = bool(config.pack_examples) and run.task.packable
+        # (Not for a left-to-right model: its pooled output is each row's last token.)
+        causal = run.bert_config.causal_attention
+        self.packed = bool(config.pack_examples) and run.task.packable and not causal
         self.row_multiple = self.mesh.shape["data"] * self.mesh.shape["fsdp"] * int(config.grad_accum_steps)
         self.model_config = engine.model_config(run.bert_config, config, self.mesh)
         model = run.task.model(self.model_config)

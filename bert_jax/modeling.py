@@ -281,7 +281,9 @@ class BertModel(nn.Module):
     """The bare encoder: returns (sequence_output, pooled_output, hidden_states).
 
     `hidden_states` is the embedding output followed by each layer's output (L+1 arrays)
-    when `output_hidden_states=True`, else empty. With `cls_positions` [B, K] the rows are
+    when `output_hidden_states=True`, else empty. The pooled output reads [CLS] (a causal
+    model: the last real token, the only one that has seen the whole row). With
+    `cls_positions` [B, K] the rows are
     packed (several examples per row, numbered in `input_mask`, `position_ids` restarting
     at each): attention stays within each example and the pooled output is [B, K, H].
     """
@@ -315,7 +317,14 @@ class BertModel(nn.Module):
         x = self.embeddings(input_ids, segment_ids, position_ids, deterministic)
         bias = attention_bias(input_mask, self.config.causal_attention, packed=cls_positions is not None)
         sequence_output, hidden_states = self.encoder(x, bias, deterministic, output_hidden_states)
-        pooled = self.pooler(sequence_output, cls_positions) if self.add_pooler else None
+        pooled = None
+        if self.add_pooler and self.config.causal_attention and cls_positions is None:
+            # A left-to-right model's [CLS] sees only itself: read the sentence at its last
+            # token, the one that has seen all of it (as GPT's classifier does).
+            last = jnp.sum(input_mask > 0, axis=-1) - 1
+            pooled = self.pooler(sequence_output, last[:, None])[:, 0]
+        elif self.add_pooler:
+            pooled = self.pooler(sequence_output, cls_positions)
         return sequence_output, pooled, hidden_states
 
     def attend(self, x: Array, bias: Array) -> Array:

@@ -88,3 +88,17 @@ def test_a_packed_batch_has_the_loss_and_gradients_of_the_unpacked_one() -> None
     assert float(loss_p) == pytest.approx(float(loss), rel=1e-5)
     diffs = jax.tree.leaves(jax.tree.map(lambda a, b: float(np.max(np.abs(a - b))), grads, grads_p))
     assert max(diffs) < 1e-5
+
+
+def test_a_left_to_right_model_classifies_from_the_last_token() -> None:
+    """Its [CLS] sees only itself: the logits must follow the last token, not ignore it."""
+    model = get_task("sst2").model(TINY.replace(causal_attention=True))
+    rows = _pairs(n=4)
+    inputs = [rows[k] for k in MODEL_INPUTS]
+    params = model.init(jax.random.key(0), *inputs)["params"]
+    changed = rows["input_ids"].copy()
+    last = rows["input_mask"].sum(-1) - 1
+    changed[np.arange(4), last] = 7  # the last real token of every row
+    before = np.asarray(model.apply({"params": params}, *inputs))
+    after = np.asarray(model.apply({"params": params}, changed, *inputs[1:]))
+    assert np.all(np.abs(after - before).max(-1) > 1e-4)
