@@ -37,7 +37,6 @@ import numpy as np
 
 from bert_jax import convert, engine, packing, param_shapes, run_config, sharding, tokenization
 from bert_jax.finetune_outputs import EpochHistory, load_saved_params, save_model, write_json
-from bert_jax.packing import PACKED_INPUTS
 from bert_jax.pretraining_loss import model_flops_per_step
 from bert_jax.tasks import MODEL_INPUTS, Split, Task, get_task
 from bert_jax.training_loop import StopRequested, TrainingRun
@@ -62,7 +61,7 @@ class FinetuningObjective:
         return jnp.maximum(jnp.asarray(self.task.loss_weight(batch), jnp.float32), 1.0)
 
     def _apply(self, params: Any, batch: dict[str, Any], **kw: Any) -> Any:
-        packed = {k: batch[k] for k in PACKED_INPUTS if k in batch}
+        packed = {k: batch[k] for k in packing.PACKED_INPUTS if k in batch}
         return self.model.apply({"params": params}, *(batch[k] for k in MODEL_INPUTS), **packed, **kw)
 
     def loss(
