@@ -211,6 +211,18 @@ def _done(out_dir: str, stem: str, opts: Options) -> dict | None:
     return info
 
 
+def _writer_alive(tmp: str) -> bool:
+    """Whether the process named in a temporary file (``NAME.tmp<pid>``) still runs on this
+    machine: another job preparing the same folder (e.g. the shared cache) keeps its file."""
+    try:
+        os.kill(int(tmp.rsplit(".tmp", 1)[1]), 0)
+    except (ValueError, ProcessLookupError):
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def write_metadata(out_dir: str, inputs: list[Input], opts: Options) -> dict | None:
     """metadata.json once every shard is done (by any host); None while some are missing."""
     infos = [_done(out_dir, prepared_data.shard_stem(i, len(inputs)), opts) for i in range(len(inputs))]
@@ -264,7 +276,8 @@ def prepare(
         for stale in glob.glob(
             os.path.join(glob.escape(out_dir), f"{prepared_data.shard_stem(i, count)}.*.tmp*")
         ):
-            os.remove(stale)
+            if not _writer_alive(stale):
+                os.remove(stale)
     by_bytes = not inputs[0].tfds_split
     bar = _progress(
         sum(inputs[i].size() for i in todo) if by_bytes else len(todo), "B" if by_bytes else "shard"

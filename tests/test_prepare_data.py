@@ -77,9 +77,17 @@ def test_parallel_pod_and_resumed_preparations_write_the_same_bytes(corpus, tmp_
     (serial / "shard-00001-of-00003.train.bin").unlink()
     (serial / prepared_data.METADATA).unlink()
     before = {p.name: p.stat().st_mtime_ns for p in serial.glob("shard-0000[02]*")}
-    (serial / "shard-00001-of-00003.train.bin.tmp999").write_bytes(b"half a killed write")
-    prepare_data.prepare(inputs, str(serial), OPTS, progress=False)
-    assert not list(serial.glob("*.tmp*"))  # the killed worker's leftovers are gone
+    exited = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True)
+    (serial / f"shard-00001-of-00003.train.bin.tmp{int(exited.stdout)}").write_bytes(b"half a killed write")
+    # A temporary file of a process still running (another job preparing the same folder) stays.
+    running = subprocess.Popen(["sleep", "120"])
+    try:
+        (serial / f"shard-00001-of-00003.eval.bin.tmp{running.pid}").write_bytes(b"being written")
+        prepare_data.prepare(inputs, str(serial), OPTS, progress=False)
+        assert [p.name for p in serial.glob("*.tmp*")] == [f"shard-00001-of-00003.eval.bin.tmp{running.pid}"]
+    finally:
+        running.kill()
+        running.wait()
     assert {p.name: p.stat().st_mtime_ns for p in serial.glob("shard-0000[02]*")} == before
     assert _bytes(serial) == _bytes(parallel)
     # The same folder with other flags is refused, not mixed.

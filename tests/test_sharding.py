@@ -30,7 +30,7 @@ def test_same_losses_on_every_mesh(result) -> None:
     losses = result["losses"]
     reference = losses["1x1x1"]
     assert len(reference) == 3 and all(x > 0 for x in reference)
-    for mesh in ("8x1x1", "2x4x1", "2x2x2", "2x1x4", "1x1x8"):
+    for mesh in ("8x1x1", "2x4x1", "2x2x2", "1x1x8"):
         assert losses[mesh] == pytest.approx(reference, rel=1e-5), mesh
     # BERT's 30522-row vocabulary, padded to 30592, splits 8 ways over the tensor axis.
     assert result["tensor8_word_shard"] == [30592 // 8, 128]

@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _text(tmp_path) -> Path:
-    docs = corpora.load_documents("wiki_excerpt")[:30]
+    docs = corpora.load_documents("wiki_excerpt")[:10]
     path = tmp_path / "corpus.txt"
     path.write_text("\n\n".join("\n".join(d) for d in docs) + "\n")
     return path

@@ -61,7 +61,8 @@ def main(workdir):
     devices = jax.devices()
     assert len(devices) == 8, devices
     out = {"losses": {}}
-    for shape in [(1, 1, 1), (8, 1, 1), (2, 4, 1), (2, 2, 2), (2, 1, 4), (1, 1, 8)]:
+    # (2, 1, 4) is covered with BERT's padded vocabulary by vocab_tensor_parallel.py.
+    for shape in [(1, 1, 1), (8, 1, 1), (2, 4, 1), (2, 2, 2), (1, 1, 8)]:
         n = int(np.prod(shape))
         setup, state, losses = run(shape, devices[:n], workdir if shape == (2, 4, 1) else None)
         out["losses"]["x".join(map(str, shape))] = losses
