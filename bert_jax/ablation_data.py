@@ -14,6 +14,8 @@ import json
 import os
 from typing import Any
 
+from bert_jax import atomic_files
+
 # task → (TFDS name, {file split: TFDS split})
 _TFDS = {
     "squad1.1": ("squad/v1.1", {"train": "train", "dev": "validation"}),
@@ -100,6 +102,4 @@ def _write_squad(rows: list[dict[str, Any]], path: str, version: str) -> None:
 
 
 def _write(path: str, text: str) -> None:
-    from bert_jax.ablation_report import write_file
-
-    write_file(path, text)
+    atomic_files.write_text(path, text)

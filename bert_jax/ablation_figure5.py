@@ -2,7 +2,8 @@
 
 Each row pre-trains in stages (``stop_after_step`` at each of the table's ``steps``),
 its checkpoint at every stage fine-tuned like any cell of `ablations`; the report has one
-row per (model, steps) and the plot ``figure5.svg`` (and PNG when matplotlib is there).
+row per (model, steps) and, for every column with figures, its plot against steps
+(``figure5_<column>.png`` with matplotlib, else ``.svg``).
 """
 
 from __future__ import annotations
@@ -12,8 +13,8 @@ from typing import Any
 
 import ml_collections
 
-from bert_jax import ablation_report
-from bert_jax.ablations import cell_values, fill_cell, row_config
+from bert_jax import ablation_report, atomic_files
+from bert_jax.ablations import cell_done, cell_values, fill_cell, row_config
 
 
 def latest_checkpoint_step(row_dir: str) -> int | None:
@@ -50,7 +51,8 @@ def run(
             "The paper publishes Figure 5 as a plot only: MLM overtakes LTR almost at once, "
             "and 1M steps give almost 1.0% more MNLI accuracy than 500k (Appendix C.1).",
         ]
-        rep["figure"] = write_figure5(rep, workdir)
+        rep["figures"] = write_figures(rep, workdir)
+        rep["notes"] += [f"![{labels[c]} against pre-training steps]({f})" for c, f in rep["figures"].items()]
         ablation_report.write(rep, workdir)
         return rep
 
@@ -65,8 +67,7 @@ def run(
             raise ValueError(f"figure5 steps {bad} are not within the {total} pre-training steps of {row}")
         for k in steps:
             cells = os.path.join(workdir, row, f"step{k}")
-            if all(len(cell_values(table, row, c, None, os.path.join(cells, c))) == int(table.finetune_seeds)
-                   for c in cols):  # fmt: skip
+            if all(cell_done(table, row, c, os.path.join(cells, c)) for c in cols):
                 continue
             latest = latest_checkpoint_step(row_dir)
             if latest is not None and latest > k:
@@ -87,24 +88,31 @@ def run(
     return report()
 
 
-def write_figure5(report: dict[str, Any], workdir: str) -> str | None:
-    """Accuracy against pre-training steps, one line per objective: ``figure5.png`` with
-    matplotlib, else ``figure5.svg``; None while no figure is in."""
-    col = report["columns"][0]
-    lines: dict[str, list[tuple[int, float]]] = {}
-    for r in report["rows"]:
-        if r["ours"][col] is not None:
-            lines.setdefault(r["row"].split("@")[0], []).append((r["step"], r["ours"][col]))
-    if not lines:
-        return None
-    label = report["labels"][col]
+def write_figures(report: dict[str, Any], workdir: str) -> dict[str, str]:
+    """Each column's figures against pre-training steps, one line per objective (columns
+    with no figure yet, e.g. those without data here, get no plot); column → file name
+    in `workdir`."""
+    out = {}
+    for col in report["columns"]:
+        lines: dict[str, list[tuple[int, float]]] = {}
+        for r in report["rows"]:
+            if r["ours"][col] is not None:
+                lines.setdefault(r["row"].split("@")[0], []).append((r["step"], r["ours"][col]))
+        if lines:
+            path = _plot(lines, report["labels"][col], os.path.join(workdir, f"figure5_{col}"))
+            out[col] = os.path.basename(path)
+    return out
+
+
+def _plot(lines: dict[str, list[tuple[int, float]]], label: str, stem: str) -> str:
+    """``stem.png`` with matplotlib, else ``stem.svg``; returns the path."""
     try:
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        return _svg(lines, label, os.path.join(workdir, "figure5.svg"))
+        return _svg(lines, label, f"{stem}.svg")
     fig, ax = plt.subplots(figsize=(5, 3.5))
     for name, points in lines.items():
         ax.plot(*zip(*sorted(points), strict=True), marker="o", label=name.upper())
@@ -112,7 +120,7 @@ def write_figure5(report: dict[str, Any], workdir: str) -> str | None:
     ax.set_ylabel(f"{label} (dev)")
     ax.legend()
     fig.tight_layout()
-    path = os.path.join(workdir, "figure5.png")
+    path = f"{stem}.png"
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
@@ -145,6 +153,5 @@ def _svg(lines: dict[str, list[tuple[int, float]]], label: str, path: str) -> st
             f'<text x="450" y="{50 + 15 * i}" fill="{colour}" text-anchor="end">{name.upper()}</text>'
         )
     parts.append("</svg>")
-    with open(path, "w") as f:
-        f.write("\n".join(parts) + "\n")
+    atomic_files.write_text(path, "\n".join(parts) + "\n")
     return path

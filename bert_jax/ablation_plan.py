@@ -18,7 +18,7 @@ from typing import Any
 
 import ml_collections
 
-from bert_jax import ablation_report, ablations, hardware, run_config
+from bert_jax import ablations, atomic_files, hardware, run_config
 from bert_jax.pretraining_loss import model_flops_per_step
 
 # Training rows (examples; SQuAD: windows of 384 pieces every 128) of the paper's tasks.
@@ -58,8 +58,8 @@ def finetune_flops(table: ml_collections.ConfigDict, row: str, column: str) -> f
     model = run_config.bert_config(table.rows[plan["model_from"]])
     if plan["approach"] == "features":
         batch, epochs, share = (
-            int(table.feature_tagger.batch_size),
-            int(table.feature_tagger.num_epochs),
+            int(table.feature_bilstm.batch_size),
+            int(table.feature_bilstm.num_epochs),
             1 / 3,
         )
     else:
@@ -143,10 +143,9 @@ def markdown(p: dict[str, Any]) -> str:
 
 
 def write(p: dict[str, Any], workdir: str) -> str:
-    import json
     import os
 
     text = markdown(p)
-    ablation_report.write_file(os.path.join(workdir, "plan.json"), json.dumps(p, indent=2))
-    ablation_report.write_file(os.path.join(workdir, "plan.md"), text)
+    atomic_files.write_json(os.path.join(workdir, "plan.json"), p, indent=2)
+    atomic_files.write_text(os.path.join(workdir, "plan.md"), text)
     return text

@@ -16,11 +16,11 @@ in the last line, then the pre-training details of each row.
 
 from __future__ import annotations
 
-import json
 import math
 import os
-import socket
 from typing import Any
+
+from bert_jax import atomic_files
 
 
 def kendall_tau(xs: list[float], ys: list[float]) -> float | None:
@@ -155,20 +155,9 @@ def markdown(report: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_file(path: str, text: str) -> None:
-    """Writes `path` whole or not at all (a temporary file renamed over it). The temporary
-    name is the writer's own, so the hosts of a pod that write the same file into a shared
-    folder do not write into one another's."""
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    tmp = f"{path}.tmp-{socket.gethostname()}-{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-    os.replace(tmp, path)
-
-
 def write(report: dict[str, Any], workdir: str) -> str:
     """``report.json`` and ``report.md`` in `workdir`; returns the markdown."""
     text = markdown(report)
-    write_file(os.path.join(workdir, "report.json"), json.dumps(report, indent=2))
-    write_file(os.path.join(workdir, "report.md"), text)
+    atomic_files.write_json(os.path.join(workdir, "report.json"), report, indent=2)
+    atomic_files.write_text(os.path.join(workdir, "report.md"), text)
     return text

@@ -8,8 +8,9 @@ For each row and column the runner fills one cell:
 - ``finetune``: `bert_jax.finetune.finetune` from the row's model (``head="bilstm"``: the
   task ``<task>+bilstm``, a BiLSTM under the output layer), once per seed
   0..``finetune_seeds``-1, in ``WORKDIR/<row>/<column>/seed<k>/``;
-- ``features`` (the column's approach or the row's): `feature_tagging.train`, a BiLSTM on
-  the frozen features of ``layers`` of the row's model, once per seed likewise.
+- ``features`` (the column's approach or the row's): `feature_based.train`, a BiLSTM on
+  the frozen features of ``layers`` of the row's model, once per seed likewise (NER and
+  classification columns; others are "n/a").
 
 A row pre-trains in ``WORKDIR/<row>/`` (its final held-out metrics kept in
 ``pretraining.json``: a rerun with the same ``num_train_steps`` does not evaluate again;
@@ -20,7 +21,7 @@ after every cell, so an interrupted run leaves a report of what it has.
 ``figure5``: each row pre-trains in stages, stopping at each of ``steps`` (the learning-
 rate schedule is that of the whole run), and the columns are filled from each stage's
 model (``WORKDIR/<row>/step<k>/<column>/seed<j>/``); the report has one row per (row,
-step) and ``figure5.png`` (with matplotlib) or ``figure5.svg``.
+step) and a plot against steps per column (`ablation_figure5`).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from typing import Any
 
 import ml_collections
 
-from bert_jax import ablation_data, ablation_report
+from bert_jax import ablation_data, ablation_report, atomic_files
 
 # Task name → the family whose data folder ``data_dirs`` gives.
 _FAMILY = {"squad1.1": "squad", "squad2.0": "squad", "conll2003": "conll2003", "swag": "swag", "bbc": "bbc"}
@@ -98,8 +99,11 @@ def cell_plan(table: ml_collections.ConfigDict, row: str, column: str) -> dict[s
         family = _FAMILY.get(config.task, "glue")
         config.data_dir = table.data_dirs.get(family, "")
     if approach == "features":
-        if config.task != "conll2003":  # e.g. a classification column added to Table 7
-            return {**plan, "approach": "n/a", "reason": "the feature-based approach is built for NER only"}
+        from bert_jax import feature_based
+
+        if not feature_based.supports(config.task):  # e.g. a SQuAD column added to Table 7
+            reason = "the feature-based approach serves NER and classification only"
+            return {**plan, "approach": "n/a", "reason": reason}
         plan.update(layers=settings.layers or col.layers, combine=settings.combine or col.combine)
     elif settings.head:
         config.task = f"{config.task}+{settings.head}"
@@ -306,6 +310,14 @@ def cell_values(
     return values
 
 
+def cell_done(table: ml_collections.ConfigDict, row: str, column: str, cell_dir: str) -> bool:
+    """Whether the cell has nothing left to train: every seed finished, or nothing to run
+    (a skipped column, one the row's approach does not serve, or perplexity)."""
+    if cell_plan(table, row, column)["approach"] in ("lm_ppl", "n/a"):
+        return True
+    return len(cell_values(table, row, column, None, cell_dir)) == int(table.finetune_seeds)
+
+
 def fill_cell(
     table: ml_collections.ConfigDict,
     row: str,
@@ -329,9 +341,9 @@ def fill_cell(
             f"== {table.table} / {row} / {column}: {plan['approach']}, seed {seed} in {seed_dir}", flush=True
         )
         if plan["approach"] == "features":
-            from bert_jax import feature_tagging
+            from bert_jax import feature_based
 
-            feature_tagging.train(config, table.feature_tagger, plan["layers"], plan["combine"], seed_dir)
+            feature_based.train(config, table.feature_bilstm, plan["layers"], plan["combine"], seed_dir)
         else:
             from bert_jax import finetune
 
@@ -351,4 +363,4 @@ def _plain(metrics: dict[str, Any]) -> dict[str, Any]:
 
 
 def _write_json(path: str, obj: Any) -> None:
-    ablation_report.write_file(path, json.dumps(obj, indent=2))
+    atomic_files.write_json(path, obj, indent=2)

@@ -8,9 +8,9 @@ of Table 7 (Devlin et al., 2019, §5.1 and §5.3).
   added a randomly initialized BiLSTM on top" of the LTR model). A sentence is
   represented by the forward direction's last real token and the backward direction's
   first (the LTR model's [CLS] vector has seen nothing but itself).
-- `FeatureTagger`: the feature-based approach of Table 7: frozen hidden states of some
+- `FeatureBiLSTM`: the feature-based approach of Table 7: frozen hidden states of some
   layers (concatenated, or mixed by learned softmax weights for the "Weighted Sum" rows)
-  into a two-layer BiLSTM and a token classifier.
+  into a two-layer BiLSTM and a classifier per token (NER) or per sentence.
 
 The encoder stays under the name ``bert``, so a pre-trained ``params["bert"]`` loads as
 for the plain heads; the LSTMs and the output layer are fresh.
@@ -141,15 +141,17 @@ class BertBiLSTMForMultipleChoice(nn.Module):
         return nn.Dense(1, name="classifier")(sentence_vector(out, lengths, size)).reshape(b, c)
 
 
-class FeatureTagger(nn.Module):
-    """Per-token tags from frozen features ``[B, S, layers, H]``: the layers concatenated
+class FeatureBiLSTM(nn.Module):
+    """Logits from frozen features ``[B, S, layers, H]``: the layers concatenated
     (``combine="concat"``) or mixed with learned softmax weights and a scale
-    (``"weighted"``), then a BiLSTM and a dense classifier → [B, S, num_labels]."""
+    (``"weighted"``), then a BiLSTM and a dense classifier, per token → [B, S, num_labels]
+    or (``per_token=False``) on the sentence vector → [B, num_labels]."""
 
     num_labels: int
     lstm_size: int
     lstm_layers: int = 2
     combine: str = "concat"
+    per_token: bool = True
 
     @nn.compact
     def __call__(self, features: Array, input_mask: Array) -> Array:
@@ -162,5 +164,8 @@ class FeatureTagger(nn.Module):
             x = features.reshape(b, s, n * h)
         else:
             raise ValueError(f"combine must be concat or weighted, got {self.combine!r}")
-        out = BiLSTM(self.lstm_size, self.lstm_layers, name="bilstm")(x, _lengths(input_mask))
+        lengths = _lengths(input_mask)
+        out = BiLSTM(self.lstm_size, self.lstm_layers, name="bilstm")(x, lengths)
+        if not self.per_token:
+            out = sentence_vector(out, lengths, self.lstm_size)
         return nn.Dense(self.num_labels, name="classifier")(out)

@@ -33,7 +33,7 @@ import orbax.checkpoint as ocp
 from etils import epath
 from jax.sharding import NamedSharding, PartitionSpec
 
-from bert_jax import param_shapes, vocab_padding
+from bert_jax import atomic_files, param_shapes, vocab_padding
 from bert_jax.config import SHAPE_KEYS, BertConfig
 
 
@@ -68,11 +68,7 @@ def write_model_config(workdir: str, config: BertConfig) -> None:
     path = os.path.join(workdir, "bert_config.json")
     if os.path.exists(path):
         return
-    os.makedirs(workdir, exist_ok=True)
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w") as f:
-        json.dump(config.to_dict(), f, indent=2)
-    os.replace(tmp, path)
+    atomic_files.write_json(path, config.to_dict(), indent=2)
 
 
 class CheckpointDamagedError(ValueError):
@@ -131,9 +127,7 @@ class Checkpointer:
         self._best = float(value)
         if jax.process_index() == 0:
             path = os.path.join(self.workdir, "best_metric.json")
-            with open(f"{path}.tmp{os.getpid()}", "w") as f:
-                json.dump({"step": step, self.best_metric: self._best}, f)
-            os.replace(f"{path}.tmp{os.getpid()}", path)
+            atomic_files.write_json(path, {"step": step, self.best_metric: self._best})
         return True
 
     def _load_best(self) -> float | None:

@@ -13,7 +13,7 @@ import jax
 import ml_collections
 import numpy as np
 
-from bert_jax import convert, param_shapes
+from bert_jax import atomic_files, convert, param_shapes
 
 
 class EpochHistory:
@@ -43,9 +43,7 @@ class EpochHistory:
 
 
 def write_json(path: str, value: Any) -> None:
-    with open(f"{path}.tmp", "w") as f:
-        json.dump(value, f, indent=2, default=str)
-    os.replace(f"{path}.tmp", path)
+    atomic_files.write_json(path, value, indent=2, default=str)
 
 
 def save_model(folder: str, params: Any, run: Any, config: ml_collections.ConfigDict, best: dict) -> None:
@@ -55,7 +53,7 @@ def save_model(folder: str, params: Any, run: Any, config: ml_collections.Config
     Written beside the folder and swapped in, so a reader never sees half a model."""
     from flax import serialization
 
-    tmp = f"{folder}.tmp"
+    tmp = f"{folder}.tmp"  # one name: a killed save's leftover is removed by the next
     shutil.rmtree(tmp, ignore_errors=True)
     encoder = dict(params["bert"])
     if "pooler" not in encoder:  # span / token heads: the pooler is the checkpoint's, unused

@@ -32,7 +32,7 @@ import time
 
 import numpy as np
 
-from bert_jax import corpora, prepared_data, pretraining_data, tokenization
+from bert_jax import atomic_files, corpora, prepared_data, pretraining_data, tokenization
 
 EVAL_SEED = 20_190_524  # held-out documents and masks never depend on the training seed
 
@@ -177,7 +177,7 @@ def prepare_shard(item: Input, index: int, count: int, out_dir: str, opts: Optio
     counts = {"train": 0, "eval": 0}
     for split in prepared_data.SPLITS:
         final = os.path.join(out_dir, f"{stem}.{split}.bin")
-        tmp = f"{final}.tmp{os.getpid()}"
+        tmp = atomic_files.temp_path(final)
         with open(tmp, "wb") as f:
             for split_docs, seed in pairings[split]:
                 instances = shard_instances(split_docs, opts, tok.special, seed)
@@ -192,7 +192,7 @@ def prepare_shard(item: Input, index: int, count: int, out_dir: str, opts: Optio
         **counts,
         "flags": opts.flags(),
     }
-    prepared_data.write_json(os.path.join(out_dir, f"{stem}.json"), info)
+    atomic_files.write_json(os.path.join(out_dir, f"{stem}.json"), info, indent=1, sort_keys=True)
     return info
 
 
@@ -209,18 +209,6 @@ def _done(out_dir: str, stem: str, opts: Options) -> dict | None:
             "use another --output_dir or the same flags"
         )
     return info
-
-
-def _writer_alive(tmp: str) -> bool:
-    """Whether the process named in a temporary file (``NAME.tmp<pid>``) still runs on this
-    machine: another job preparing the same folder (e.g. the shared cache) keeps its file."""
-    try:
-        os.kill(int(tmp.rsplit(".tmp", 1)[1]), 0)
-    except (ValueError, ProcessLookupError):
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def write_metadata(out_dir: str, inputs: list[Input], opts: Options) -> dict | None:
@@ -242,7 +230,7 @@ def write_metadata(out_dir: str, inputs: list[Input], opts: Options) -> dict | N
         "counts": totals,
         "shards": [{k: i[k] for k in ("stem", "input", "train", "eval", "tokens")} for i in infos],
     }
-    prepared_data.write_json(os.path.join(out_dir, prepared_data.METADATA), meta)
+    atomic_files.write_json(os.path.join(out_dir, prepared_data.METADATA), meta, indent=1, sort_keys=True)
     return meta
 
 
@@ -276,7 +264,7 @@ def prepare(
         for stale in glob.glob(
             os.path.join(glob.escape(out_dir), f"{prepared_data.shard_stem(i, count)}.*.tmp*")
         ):
-            if not _writer_alive(stale):
+            if not atomic_files.writer_alive(stale):
                 os.remove(stale)
     by_bytes = not inputs[0].tfds_split
     bar = _progress(

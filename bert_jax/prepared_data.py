@@ -81,15 +81,6 @@ def decode(records: np.ndarray, max_seq_length: int) -> dict[str, np.ndarray]:
     }
 
 
-def write_json(path: str, obj: dict) -> None:
-    """Atomically (a reader sees the old file or the whole new one)."""
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w") as f:
-        json.dump(obj, f, indent=1, sort_keys=True)
-        f.write("\n")
-    os.replace(tmp, path)
-
-
 def read_metadata(directory: str) -> dict:
     path = os.path.join(directory, METADATA)
     if not os.path.isdir(directory):

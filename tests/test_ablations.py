@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from bert_jax import ablation_figure5, ablation_report, ablations, bilstm, feature_tagging, tokenization
+from bert_jax import ablation_figure5, ablation_report, ablations, bilstm, feature_based, tokenization
 from bert_jax.tasks import get_task
 from configs import ablations as ablation_configs
 from tests.helpers.task_data import TINY, bbc_sentences, write_tiny_checkpoint
@@ -150,12 +150,16 @@ def test_dry_run_reports_the_papers_figures_and_every_rows_config(tmp_path, tabl
     if table == "table7":
         cell = {r["row"]: r for r in on_disk["rows"]}["weighted_sum_all_12"]["config"]["cells"]["ner_f1"]
         assert (cell["approach"], cell["layers"], cell["combine"]) == ("features", "all", "weighted")
-        # A column the feature-based approach does not serve is "n/a" in those rows, not an error.
+        # A classification column is served by both approaches; one the feature-based
+        # approach does not serve (spans) is "n/a" in those rows, not an error.
         extra = ablations.run_table(
-            ablation_configs.get_config("table7+bbc"), str(tmp_path / "bbc"), dry_run=True
+            ablation_configs.get_config("table7+bbc+squad_f1"), str(tmp_path / "bbc"), dry_run=True
         )
-        cells = {r["row"]: r["config"]["cells"]["bbc"]["approach"] for r in extra["rows"]}
-        assert cells["finetune_base"] == "finetune" and cells["last_hidden"] == "n/a"
+        cells = {r["row"]: r["config"]["cells"] for r in extra["rows"]}
+        assert cells["finetune_base"]["bbc"]["approach"] == "finetune"
+        assert cells["last_hidden"]["bbc"]["approach"] == "features"
+        assert cells["last_hidden"]["squad_f1"]["approach"] == "n/a"
+        assert cells["finetune_base"]["squad_f1"]["approach"] == "finetune"
 
 
 def test_cpu_preset_pretrains_offline_text_and_skips_columns_that_need_a_network(tmp_path) -> None:
@@ -259,15 +263,21 @@ def _write_conll(folder: Path) -> Path:
     return folder
 
 
-def test_table7_feature_row_trains_a_bilstm_on_the_frozen_layers(tmp_path) -> None:
-    """Table 7's "Weighted Sum All 12 Layers" row: a BiLSTM on a learned mix of every layer
-    of the BERT-Base row's model (here a tiny random BERT standing in for it)."""
+def _stand_in_base_model(tmp_path: Path) -> None:
+    """A tiny random BERT standing in for Table 7's pre-trained BERT-Base row."""
     model_dir = tmp_path / "finetune_base"
     write_tiny_checkpoint(model_dir)
     shutil.copy(tokenization.default_vocab_file(), model_dir / "vocab.txt")
     (model_dir / "pretraining.json").write_text(
         json.dumps({"num_train_steps": 6, "final": {"mlm_loss": 5.0}})
     )
+
+
+def test_table7_feature_row_trains_a_bilstm_on_the_frozen_layers(tmp_path) -> None:
+    """Table 7's "Weighted Sum All 12 Layers" row: a BiLSTM on a learned mix of every layer
+    of the BERT-Base row's model."""
+    _stand_in_base_model(tmp_path)
+    model_dir = tmp_path / "finetune_base"
     table = _tiny_table("table7.tiny")
     table.data_dirs.conll2003 = str(_write_conll(tmp_path / "conll"))
     table.columns.ner_f1.finetune.max_seq_length = 32
@@ -285,10 +295,30 @@ def test_table7_feature_row_trains_a_bilstm_on_the_frozen_layers(tmp_path) -> No
     )
     assert row["seeds"]["ner_f1"] == [pytest.approx(100 * results["best"]["f1"])]
     assert (run / "eval" / "epoch2" / "dev" / "dev_predictions.txt").exists()
-    assert feature_tagging.layer_indices("0,-1,-2", 2) == [0, 2, 1]
-    assert feature_tagging.layer_indices("all", 2) == [1, 2]
+    assert feature_based.layer_indices("0,-1,-2", 2) == [0, 2, 1]
+    assert feature_based.layer_indices("all", 2) == [1, 2]
     with pytest.raises(ValueError, match="out of range"):
-        feature_tagging.layer_indices("-3,5", 2)
+        feature_based.layer_indices("-3,5", 2)
+
+
+def test_table7_feature_row_classifies_bbc_topics_from_frozen_layers(tmp_path) -> None:
+    """Table 7 offline: the "Last Hidden" row on BBC News topics, a BiLSTM's sentence
+    vector over the frozen last layer."""
+    _stand_in_base_model(tmp_path)
+    table = _tiny_table("table7.tiny+bbc")
+    table.columns.bbc.finetune.max_seq_length = 32
+    report = ablations.run_table(table, str(tmp_path), rows=["last_hidden"], columns=["bbc"])
+    (row,) = report["rows"]
+    run = tmp_path / "last_hidden" / "bbc" / "seed0"
+    results = json.loads((run / "results.json").read_text())
+    assert (results["task"], results["approach"], results["layers"]) == ("bbc", "features", "-1")
+    assert results["main_metric"] == "accuracy" and results["train_rows"] == 48
+    assert results["epochs"][1]["train_loss"] < results["epochs"][0]["train_loss"]
+    assert row["seeds"]["bbc"] == [pytest.approx(100 * results["best"]["accuracy"])]
+    model = bilstm.FeatureBiLSTM(5, 8, 1, "weighted", per_token=False)
+    feats, mask = jnp.ones((3, 7, 2, 4)), jnp.ones((3, 7), jnp.int32)
+    params = model.init(jax.random.key(0), feats, mask)
+    assert model.apply(params, feats, mask).shape == (3, 5)
 
 
 STEPS = dict(num_train_steps=6, checkpoint_every_steps=6, eval_every_steps=6, async_checkpointing=False)
@@ -337,17 +367,36 @@ def test_ablate_table5_plus_bilstm_row_on_a_user_added_column(tmp_path, capsys) 
     assert "pre-training in" not in out and "seed 0 in" not in out
 
 
+def test_figure5_plots_every_column_that_has_figures(tmp_path, monkeypatch) -> None:
+    """At the cpu preset MNLI-m (no network) is empty and BBC topics has figures: the
+    plot is of BBC topics, one line per objective through its steps (SVG, as without
+    matplotlib)."""
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    rows = [
+        {"row": f"{obj}@{k}", "step": k, "ours": {"mnli_m": None, "bbc": acc}}
+        for obj, accs in (("mlm", (40.0, 55.0)), ("ltr", (78.0, 93.0)))
+        for k, acc in zip((300, 1200), accs, strict=True)
+    ]
+    report = {"columns": ["mnli_m", "bbc"], "labels": {"mnli_m": "MNLI-m", "bbc": "BBC"}, "rows": rows}
+    figures = ablation_figure5.write_figures(report, str(tmp_path))
+    assert list(figures) == ["bbc"]
+    svg = (tmp_path / figures["bbc"]).read_text()
+    assert svg.count("<polyline") == 2 and ">MLM<" in svg and ">LTR<" in svg and "BBC (dev)" in svg
+    assert not ablation_figure5.write_figures({**report, "columns": ["mnli_m"]}, str(tmp_path / "none"))
+
+
 def test_figure5_pretrains_in_stages_and_finetunes_mnli_from_each(tmp_path) -> None:
     """MNLI from TFDS (mock data), fine-tuned from the MLM model at steps 3 and 6."""
     import tensorflow_datasets as tfds
 
-    table = _tiny_table("figure5.tiny")
+    table = _tiny_table("figure5.tiny+squad_f1")
+    table.columns.squad_f1.skip = "no data here"  # a column that runs nothing (as at cpu)
     assert tuple(table.steps) == (3, 6) and table.data_dirs.glue == "tfds"
     with tfds.testing.mock_data(num_examples=16, policy=tfds.testing.MockPolicy.USE_CODE):
         report = ablations.run_table(table, str(tmp_path), rows=["mlm"])
     assert [(r["row"], r["step"]) for r in report["rows"]] == [("mlm@3", 3), ("mlm@6", 6)]
-    _check_schema(report, ["mnli_m"])
-    assert all(len(r["seeds"]["mnli_m"]) == 1 for r in report["rows"])
+    _check_schema(report, ["mnli_m", "squad_f1"])
+    assert all(len(r["seeds"]["mnli_m"]) == 1 and r["ours"]["squad_f1"] is None for r in report["rows"])
     for step in (3, 6):
         results = json.loads(
             (tmp_path / "mlm" / f"step{step}" / "mnli_m" / "seed0" / "results.json").read_text()
@@ -355,8 +404,9 @@ def test_figure5_pretrains_in_stages_and_finetunes_mnli_from_each(tmp_path) -> N
         assert results["task"] == "mnli" and results["train_rows"] == 16
         assert "dev_mismatched/accuracy" in results["best"]
     assert ablation_figure5.latest_checkpoint_step(str(tmp_path / "mlm")) == 6
-    assert report["figure"] and Path(report["figure"]).exists()
-    # Nothing to redo: the stages are not pre-trained again.
+    assert list(report["figures"]) == ["mnli_m"] and (tmp_path / report["figures"]["mnli_m"]).exists()
+    assert f"]({report['figures']['mnli_m']})" in (tmp_path / "report.md").read_text()
+    # Nothing to redo (the skipped column neither): the stages are not pre-trained again.
     again = ablations.run_table(table, str(tmp_path), rows=["mlm"])
     assert again["rows"] == report["rows"]
 

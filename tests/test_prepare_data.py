@@ -2,6 +2,7 @@
 
 import json
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -78,13 +79,22 @@ def test_parallel_pod_and_resumed_preparations_write_the_same_bytes(corpus, tmp_
     (serial / prepared_data.METADATA).unlink()
     before = {p.name: p.stat().st_mtime_ns for p in serial.glob("shard-0000[02]*")}
     exited = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True)
-    (serial / f"shard-00001-of-00003.train.bin.tmp{int(exited.stdout)}").write_bytes(b"half a killed write")
-    # A temporary file of a process still running (another job preparing the same folder) stays.
+    host = socket.gethostname()
+    (serial / f"shard-00001-of-00003.train.bin.tmp-{host}-{int(exited.stdout)}").write_bytes(b"killed")
+    # Temporary files of a process still running (another job preparing the same folder)
+    # and of another host (whose processes cannot be seen from here) stay.
     running = subprocess.Popen(["sleep", "120"])
     try:
-        (serial / f"shard-00001-of-00003.eval.bin.tmp{running.pid}").write_bytes(b"being written")
+        kept = [
+            f"shard-00001-of-00003.eval.bin.tmp-{host}-{running.pid}",
+            f"shard-00001-of-00003.train.bin.tmp-other-host-{int(exited.stdout)}",
+        ]
+        for name in kept:
+            (serial / name).write_bytes(b"being written")
         prepare_data.prepare(inputs, str(serial), OPTS, progress=False)
-        assert [p.name for p in serial.glob("*.tmp*")] == [f"shard-00001-of-00003.eval.bin.tmp{running.pid}"]
+        assert sorted(p.name for p in serial.glob("*.tmp*")) == kept
+        for name in kept:
+            (serial / name).unlink()
     finally:
         running.kill()
         running.wait()

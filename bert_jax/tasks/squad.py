@@ -14,14 +14,13 @@ are importable from here too.
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-from bert_jax import metrics
+from bert_jax import atomic_files, metrics
 from bert_jax.tasks import Split, Task, subset
 from bert_jax.tasks.squad_answers import predict_answers
 from bert_jax.tasks.squad_examples import SquadExample, load_json, read_examples, restrict, split_words
@@ -138,5 +137,4 @@ class SquadTask(Task):
 
 
 def write_json(path: str, obj: Any) -> None:
-    with open(path, "w", encoding="utf-8") as f:
-        json.dump(obj, f, indent=2, ensure_ascii=False)
+    atomic_files.write_json(path, obj, indent=2, ensure_ascii=False)

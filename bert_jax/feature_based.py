@@ -1,18 +1,20 @@
-"""The feature-based approach of Table 7 (§5.3): CoNLL-2003 NER from frozen BERT features.
+"""The feature-based approach of Table 7 (§5.3): a BiLSTM trained on frozen BERT features.
 
 The pre-trained encoder is not trained: each batch's hidden states of the chosen layers
 (``0`` the embeddings, ``-1`` the last layer, ``all`` every Transformer layer; counted as
 in `bert_jax.features`) are computed under `jax.lax.stop_gradient` and fed to
-`bilstm.FeatureTagger` (a two-layer BiLSTM and a classifier), which alone is trained
-(Adam). Tags are predicted at each word's first WordPiece and scored as entity F1 on dev
-every epoch, as the NER fine-tuning task does (`tasks.ner`). ``results.json`` has the
-fine-tuning job's shape (``main_metric``, ``best``, ``epochs``); a run whose
-``results.json`` exists is not repeated by the ablation runner.
+`bilstm.FeatureBiLSTM` (a two-layer BiLSTM and a classifier), which alone is trained
+(Adam). The task decides what is predicted and how it is scored, as in fine-tuning:
+CoNLL-2003 NER (the paper's) tags each word's first WordPiece and scores entity F1;
+a sentence(-pair) classification task (e.g. BBC News topics, the offline stand-in)
+classifies the BiLSTM's sentence vector (`bilstm.sentence_vector`) and scores its own
+metric. Dev is scored every epoch. ``results.json`` has the fine-tuning job's shape
+(``main_metric``, ``best``, ``epochs``); a run whose ``results.json`` exists is not
+repeated by the ablation runner.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from typing import Any
@@ -23,12 +25,27 @@ import ml_collections
 import numpy as np
 import optax
 
-from bert_jax import convert, features, tokenization
-from bert_jax.ablation_report import write_file
-from bert_jax.bilstm import FeatureTagger
+from bert_jax import atomic_files, convert, features, tasks, tokenization
+from bert_jax.bilstm import FeatureBiLSTM
 from bert_jax.finetune import bucket_length, cut_to_length
 from bert_jax.modeling import BertModel
-from bert_jax.tasks import ner
+from bert_jax.tasks import classification, ner
+
+
+def supports(task_name: str) -> bool:
+    """Whether the feature-based approach serves the task: NER, or sentence(-pair)
+    classification and regression (not span extraction or multiple choice)."""
+    task = tasks.get_task(task_name)
+    return isinstance(task, ner.NerTask | classification.ClassificationTask)
+
+
+def _model(task: tasks.Task, settings: ml_collections.ConfigDict, combine: str) -> FeatureBiLSTM:
+    size, layers = int(settings.lstm_size), int(settings.lstm_layers)
+    if isinstance(task, ner.NerTask):
+        return FeatureBiLSTM(len(ner.TAGS), size, layers, combine)
+    if isinstance(task, classification.ClassificationTask):
+        return FeatureBiLSTM(task.spec.num_labels, size, layers, combine, per_token=False)
+    raise ValueError(f"task {task.name}: the feature-based approach serves NER and classification only")
 
 
 def layer_indices(spec: str, num_layers: int) -> list[int]:
@@ -41,10 +58,10 @@ def layer_indices(spec: str, num_layers: int) -> list[int]:
 
 
 def _functions(
-    encoder: BertModel, model: FeatureTagger, task: ner.NerTask, index: list[int], tx: Any
+    encoder: BertModel, model: FeatureBiLSTM, task: tasks.Task, index: list[int], tx: Any
 ) -> tuple:
     """(states, step, predict): the frozen encoder's chosen layers, the jitted training
-    step of the tagger and its jitted logits. The encoder's parameters are an argument of
+    step of the BiLSTM and its jitted logits. The encoder's parameters are an argument of
     the compiled functions, not constants in them."""
 
     def states(bert: Any, ids: jax.Array, mask: jax.Array, seg: jax.Array) -> jax.Array:
@@ -71,24 +88,25 @@ def _functions(
 
 def train(
     config: ml_collections.ConfigDict,
-    tagger: ml_collections.ConfigDict,
+    settings: ml_collections.ConfigDict,
     layers: str,
     combine: str,
     workdir: str,
 ) -> dict[str, Any]:
-    """Trains the tagger on the features of ``config.init_checkpoint`` (the NER task
-    config: data, lengths, casing, seed, subsets); returns and writes the results."""
+    """Trains the BiLSTM on the features of ``config.init_checkpoint`` for ``config.task``
+    (the task's fine-tuning config: data, lengths, casing, seed, subsets); returns the best
+    epoch's scores and writes ``results.json``."""
     os.makedirs(workdir, exist_ok=True)
     checkpoint = config.init_checkpoint
     loaded, bert_config = convert.load_checkpoint(checkpoint)
     tok = tokenization.load_tokenizer(
         config.vocab_file or tokenization.vocab_beside(checkpoint), config.do_lower_case
     )
-    task = ner.NerTask()
+    task = tasks.get_task(config.task)
+    model = _model(task, settings, combine)
     train_split, dev = task.load(config, tok, "train"), task.load(config, tok, "dev")
     index = layer_indices(layers, bert_config.num_hidden_layers)
-    model = FeatureTagger(len(ner.TAGS), int(tagger.lstm_size), int(tagger.lstm_layers), combine)
-    tx = optax.adam(float(tagger.learning_rate))
+    tx = optax.adam(float(settings.learning_rate))
     states, step, predict = _functions(BertModel(bert_config, add_pooler=False), model, task, index, tx)
     bert_params = jax.device_put(loaded["bert"])
     sample = {k: jnp.asarray(v[:1]) for k, v in train_split.arrays.items()}
@@ -96,9 +114,9 @@ def train(
     params = model.init(jax.random.key(int(config.seed)), feats, sample["input_mask"])["params"]
     opt_state = tx.init(params)
     buckets, max_len = tuple(config.length_buckets), int(config.max_seq_length)
-    batch_size = min(int(tagger.batch_size), len(train_split))
+    batch_size = min(int(settings.batch_size), len(train_split))
     epochs, best = [], None
-    for epoch in range(1, int(tagger.num_epochs) + 1):
+    for epoch in range(1, int(settings.num_epochs) + 1):
         start, losses = time.time(), []
         order = np.random.default_rng([int(config.seed), epoch]).permutation(len(train_split))
         for s in range(len(order) // batch_size):
@@ -112,8 +130,9 @@ def train(
         entry = {"epoch": epoch, "train_loss": float(np.mean(jax.device_get(losses))),
                  "seconds": time.time() - start, **scores}  # fmt: skip
         epochs.append(entry)
-        print(f"features {layers} ({combine}) epoch {epoch}: f1 {scores['f1']:.4f}", flush=True)
-        if best is None or scores["f1"] >= best["f1"]:
+        metric = task.main_metric
+        print(f"features {layers} ({combine}) epoch {epoch}: {metric} {scores[metric]:.4f}", flush=True)
+        if best is None or scores[metric] >= best[metric]:
             best = {"epoch": epoch, **scores}
     results = {
         "task": task.name,
@@ -122,14 +141,14 @@ def train(
         "layers": layers,
         "combine": combine,
         "seed": int(config.seed),
-        "tagger": tagger.to_dict(),
+        "bilstm": settings.to_dict(),
         "train_rows": len(train_split),
         "eval_rows": {"dev": len(dev)},
         "main_metric": task.main_metric,
         "epochs": epochs,
         "best": best,
     }
-    write_file(os.path.join(workdir, "results.json"), json.dumps(results, indent=2))
+    atomic_files.write_json(os.path.join(workdir, "results.json"), results, indent=2)
     return best
 
 

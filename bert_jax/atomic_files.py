@@ -1,0 +1,49 @@
+"""Files written whole or not at all: a temporary file beside the target, renamed over it.
+
+A reader sees the old file or the whole new one, and a run killed mid-write leaves the
+target as it was. The temporary name is the writer's own (``PATH.tmp-<host>-<pid>``), so
+two jobs, or the hosts of a pod, writing one file into a shared folder never write into
+each other's, and a leftover can be told from a write in progress (`writer_alive`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from typing import Any
+
+_MARK = ".tmp-"
+
+
+def temp_path(path: str) -> str:
+    """Where this process writes `path` before renaming it into place."""
+    return f"{path}{_MARK}{socket.gethostname()}-{os.getpid()}"
+
+
+def writer_alive(tmp: str) -> bool:
+    """Whether the process that named `tmp` (a `temp_path`) may still be writing it: its
+    process still runs on this machine, or it was another host's (not checkable here)."""
+    host, _, pid = tmp.rpartition(_MARK)[2].rpartition("-")
+    if host != socket.gethostname():
+        return True
+    try:
+        os.kill(int(pid), 0)
+    except (ValueError, ProcessLookupError):
+        return False
+    except PermissionError:  # another user's live process
+        return True
+    return True
+
+
+def write_text(path: str, text: str) -> None:
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    tmp = temp_path(path)
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def write_json(path: str, value: Any, **dump_options: Any) -> None:
+    """`value` as JSON (``dump_options`` as for `json.dumps`, e.g. ``indent=2``)."""
+    write_text(path, json.dumps(value, **dump_options) + "\n")
