@@ -64,7 +64,8 @@ def _select(kind: str, wanted: list[str] | None, known: list[str], table: str) -
 
 
 def check_table(table: ml_collections.ConfigDict) -> None:
-    """Every row's model is a pre-trained row; every approach is known."""
+    """Every row's model is a pre-trained row; every approach is known; the layers of a
+    feature-based cell exist in its model (checked before anything is trained)."""
     for row in table.row_order:
         s = table.row_settings[row]
         if s.model_from not in table.rows:
@@ -79,6 +80,17 @@ def check_table(table: ml_collections.ConfigDict) -> None:
         col = table.columns[name]
         if col.approach not in ("finetune", "features", "lm_ppl"):
             raise ValueError(f"column {name}: approach {col.approach!r}: finetune, features or lm_ppl")
+    for row in table.row_order:
+        for name in table.column_order:
+            plan = cell_plan(table, row, name)
+            if plan["approach"] == "features":
+                from bert_jax import feature_based
+
+                layers = int(table.rows[plan["model_from"]].model.num_hidden_layers)
+                try:
+                    feature_based.layer_indices(plan["layers"], layers)
+                except ValueError as e:
+                    raise ValueError(f"row {row}, column {name}: {e} ({plan['model_from']})") from None
 
 
 def cell_plan(table: ml_collections.ConfigDict, row: str, column: str) -> dict[str, Any]:

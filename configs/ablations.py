@@ -140,7 +140,7 @@ TABLES: dict[str, dict[str, Any]] = {
         columns=("ner_f1",),
         rows={
             "finetune_large": _size(24, 1024, 16),
-            "finetune_base": {},
+            "finetune_base": _size(12, 768, 12),
             "embeddings": None,
             "second_to_last_hidden": None,
             "last_hidden": None,

@@ -178,6 +178,24 @@ def test_cpu_preset_pretrains_offline_text_and_skips_columns_that_need_a_network
     assert "Not run (task data needs a network" in md and "MNLI-m acc, MRPC acc, SST-2 acc" in md
 
 
+def test_table7_cpu_scales_base_and_large_alike_and_checks_feature_layers_up_front(tmp_path) -> None:
+    config = ablation_configs.get_config("table7.cpu")
+    sizes = {r: (m.num_hidden_layers, m.hidden_size, m.num_attention_heads) for r, m in
+             ((r, config.rows[r].model) for r in ("finetune_large", "finetune_base"))}  # fmt: skip
+    assert sizes == {"finetune_large": (8, 128, 16), "finetune_base": (4, 96, 12)}
+    report = ablations.run_table(config, str(tmp_path / "ok"), dry_run=True)
+    cells = {r["row"]: r["config"]["cells"]["bbc"] for r in report["rows"]}
+    assert (
+        cells["concat_last_four"]["approach"] == "features"
+        and cells["concat_last_four"]["layers"] == "-1,-2,-3,-4"
+    )
+    # A Base too shallow for "the last four" is refused before anything trains.
+    config.rows.finetune_base.model.num_hidden_layers = 2
+    with pytest.raises(ValueError, match=r"row weighted_sum_last_four, column bbc: layers .* out of range"):
+        ablations.run_table(config, str(tmp_path / "shallow"))
+    assert not (tmp_path / "shallow" / "finetune_base").exists()
+
+
 def test_bbc_news_pretraining_text_holds_out_the_tasks_dev_articles() -> None:
     from bert_jax import corpora
     from bert_jax.tasks import bbc
