@@ -22,6 +22,8 @@ INSTALL_REQUIRES = [
     "tqdm>=4.60",
     # Ships the embedded default pre-training data (an English Wikipedia excerpt).
     "gensim>=4.3",
+    # Figure 5's plot as PNG (`bert-jax ablate`; SVG is written without it).
+    "matplotlib>=3.8",
 ]
 
 EXTRAS = {
