@@ -47,7 +47,7 @@ def resolve(task: str, data_dir: str, cache: str) -> str:
             else:
                 version = task.removeprefix("squad")
                 _write_squad(rows, os.path.join(folder, f"{split}-v{version}.json"), version)
-        _write(done, f"{name}\n")
+        atomic_files.write_text(done, f"{name}\n")
     return folder
 
 
@@ -72,7 +72,7 @@ def _write_conll(rows: list[dict[str, Any]], path: str, name: str, data_dir: str
             tags = [names[k][int(row[k][i])] for k in ("pos", "chunks", "ner")]
             lines.append(" ".join([_text(token).replace(" ", "_") or "_", *tags]))
         lines.append("")
-    _write(path, "\n".join(lines) + "\n")
+    atomic_files.write_text(path, "\n".join(lines) + "\n")
 
 
 def _answers(block: dict[str, Any]) -> list[dict[str, Any]]:
@@ -98,8 +98,4 @@ def _write_squad(rows: list[dict[str, Any]], path: str, version: str) -> None:
                 qa["answers"] = []
                 qa["plausible_answers"] = _answers(row["plausible_answers"])
         paragraphs[(title, context)]["qas"].append(qa)
-    _write(path, json.dumps({"version": version, "data": list(articles.values())}))
-
-
-def _write(path: str, text: str) -> None:
-    atomic_files.write_text(path, text)
+    atomic_files.write_text(path, json.dumps({"version": version, "data": list(articles.values())}))
