@@ -28,6 +28,7 @@ import optax
 from bert_jax import atomic_files, convert, features, tasks, tokenization
 from bert_jax.bilstm import FeatureBiLSTM
 from bert_jax.finetune import bucket_length, cut_to_length
+from bert_jax.metrics_logging import format_eta
 from bert_jax.modeling import BertModel
 from bert_jax.tasks import classification, ner
 
@@ -113,25 +114,29 @@ def train(
     feats = states(bert_params, sample["input_ids"], sample["input_mask"], sample["segment_ids"])
     params = model.init(jax.random.key(int(config.seed)), feats, sample["input_mask"])["params"]
     opt_state = tx.init(params)
-    buckets, max_len = tuple(config.length_buckets), int(config.max_seq_length)
-    batch_size = min(int(settings.batch_size), len(train_split))
-    epochs, best = [], None
-    for epoch in range(1, int(settings.num_epochs) + 1):
-        start, losses = time.time(), []
+    epochs, best, num_epochs, t0 = [], None, int(settings.num_epochs), time.time()
+    for epoch in range(1, num_epochs + 1):
+        start = time.time()
         order = np.random.default_rng([int(config.seed), epoch]).permutation(len(train_split))
-        for s in range(len(order) // batch_size):
-            idx = np.sort(order[s * batch_size : (s + 1) * batch_size])
-            rows = {k: v[idx] for k, v in train_split.arrays.items()}
-            rows = cut_to_length(rows, bucket_length(rows["input_mask"], buckets, max_len))
+        batches = _batches(train_split.arrays, order, min(int(settings.batch_size), len(order)), config)
+        losses, tokens = [], 0
+        for rows in batches:
             params, opt_state, loss = step(params, opt_state, bert_params, rows)
             losses.append(loss)
+            tokens += int(rows["input_mask"].sum())
         outputs = _predict(lambda p, b: predict(p, bert_params, b), params, dev, int(config.eval_batch_size))
         scores = task.evaluate(outputs, dev, os.path.join(workdir, "eval", f"epoch{epoch}", "dev"))
         entry = {"epoch": epoch, "train_loss": float(np.mean(jax.device_get(losses))),
                  "seconds": time.time() - start, **scores}  # fmt: skip
         epochs.append(entry)
         metric = task.main_metric
-        print(f"features {layers} ({combine}) epoch {epoch}: {metric} {scores[metric]:.4f}", flush=True)
+        eta = (num_epochs - epoch) * (time.time() - t0) / epoch
+        print(
+            f"features {layers} ({combine}) epoch {epoch}/{num_epochs}: "
+            f"train loss {entry['train_loss']:.4f}  {metric} {scores[metric]:.4f}  "
+            f"tok/s {tokens / entry['seconds']:,.0f}  eta {format_eta(eta)}",
+            flush=True,
+        )
         if best is None or scores[metric] >= best[metric]:
             best = {"epoch": epoch, **scores}
     results = {
@@ -150,6 +155,16 @@ def train(
     }
     atomic_files.write_json(os.path.join(workdir, "results.json"), results, indent=2)
     return best
+
+
+def _batches(arrays: dict[str, np.ndarray], order: np.ndarray, batch_size: int, config: Any) -> Any:
+    """The epoch's training batches in ``order`` (whole batches only), each cut to its
+    length bucket as in fine-tuning."""
+    buckets, max_len = tuple(config.length_buckets), int(config.max_seq_length)
+    for s in range(len(order) // batch_size):
+        idx = np.sort(order[s * batch_size : (s + 1) * batch_size])
+        rows = {k: v[idx] for k, v in arrays.items()}
+        yield cut_to_length(rows, bucket_length(rows["input_mask"], buckets, max_len))
 
 
 def _predict(predict: Any, params: Any, split: Any, batch_size: int) -> np.ndarray:

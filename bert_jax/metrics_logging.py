@@ -55,7 +55,7 @@ class MetricsLogger:
             f"step {step:>7}/{self.total_steps}  loss {metrics['loss']:.4f}  "
             + "".join(f"{k} {metrics[k]:.4f}  " for k in self.console_keys if k in metrics)
             + f"tok/s {metrics['tokens_per_sec']:,.0f}  mfu {metrics['mfu']:.1%}  "
-            f"eta {_fmt_eta(eta)}",
+            f"eta {format_eta(eta)}",
             flush=True,
         )
 
@@ -70,7 +70,7 @@ def _plain(v: Any) -> Any:
     return float(v) if isinstance(v, float) else v
 
 
-def _fmt_eta(seconds: float) -> str:
+def format_eta(seconds: float) -> str:
     if seconds != seconds:  # NaN
         return "?"
     m, s = divmod(int(seconds), 60)
