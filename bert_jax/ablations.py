@@ -267,6 +267,7 @@ def pretraining_summary(
         "mask/same/rnd": f"{round(100 * m)}/{round(100 * (1 - m - r))}/{round(100 * r)}",
         "steps": int(config.num_train_steps),
         "lm_accuracy": final.get("mlm_accuracy"),
+        "lm_accuracy_changed": final.get("mlm_accuracy_changed"),
         "lm_loss": final.get("mlm_loss"),
         "nsp_accuracy": final.get("nsp_accuracy") if nsp else None,
         "done": done is not None,

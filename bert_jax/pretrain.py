@@ -237,6 +237,7 @@ def evaluate(run: Pretraining, params: Any, phase: Phase) -> tuple[dict[str, flo
         raise ValueError("the eval split is empty: no held-out examples to evaluate on")
     metrics = {k: float(v) for k, v in finalize_metrics(sums, run.nsp).items()}
     metrics["num_predictions"] = sums["mlm_weight"]
+    metrics["num_changed_predictions"] = sums["mlm_changed_weight"]
     return metrics, np.concatenate(targets) if targets else np.zeros((0,), np.int32)
 
 
@@ -362,6 +363,8 @@ def report(final: dict[str, Any], workdir: str, nsp: bool) -> None:
         return
     lines = [
         f"held-out MLM accuracy: {final['mlm_accuracy']:.4f} ({int(final['num_predictions'])} masked tokens)",
+        f"  on the {int(final['num_changed_predictions'])} shown as [MASK] or a random token "
+        f"(not the original): {final['mlm_accuracy_changed']:.4f}",
     ]
     if "unigram_baseline_accuracy" in final:
         lines.append(

@@ -3,6 +3,9 @@
 Loss: masked-LM cross-entropy at the masked positions, weighted by ``masked_lm_weights``
 and averaged over the real predictions of the whole batch, plus next-sentence
 cross-entropy (left out when ``config.data.nsp`` is False, the paper's "No NSP" ablation).
+Metrics: MLM accuracy over every masked position and over the *changed* ones only
+(``mlm_accuracy_changed``: input [MASK] or a random token, not the kept original, which a
+model can copy; the figure that compares masking mixes, Table 8), NSP accuracy.
 `PretrainingObjective` is what the engine (`engine.py`) trains; `pretrain.py` runs it.
 """
 
@@ -39,10 +42,13 @@ def pretraining_loss(
     total_mlm_weight: jax.Array,
     batch_size: jax.Array | int,
     nsp: bool,
+    causal: bool = False,
 ) -> tuple[jax.Array, dict[str, jax.Array]]:
     """Loss normalised by whole-batch totals, so micro-batch losses and grads simply add.
 
     Returns the loss and *sums* (not means) of the metrics; `finalize_metrics` divides.
+    ``causal``: a left-to-right model predicts the next token, which it never sees, so
+    every prediction counts as changed.
     """
     weights = batch["masked_lm_weights"].astype(jnp.float32)
     # Loss and "label is the top logit" in one pass, with a one-pass gradient (`ops`).
@@ -50,6 +56,12 @@ def pretraining_loss(
     mlm_correct = mlm_top * weights
     nsp_ce = optax.softmax_cross_entropy_with_integer_labels(nsp_logits, batch["next_sentence_labels"])
     nsp_correct = jnp.argmax(nsp_logits, -1) == batch["next_sentence_labels"]
+    # Positions whose input token is not the target ([MASK] or a random token, not a kept
+    # SAME token): the model cannot copy them, so their accuracy compares masking mixes.
+    changed = weights
+    if not causal:
+        shown = jnp.take_along_axis(batch["input_ids"], batch["masked_lm_positions"], axis=1)
+        changed = weights * (shown != batch["masked_lm_ids"]).astype(jnp.float32)
     mlm_sum = jnp.sum(mlm_ce * weights)
     loss = mlm_sum / total_mlm_weight
     if nsp:
@@ -58,6 +70,8 @@ def pretraining_loss(
         "mlm_loss_sum": mlm_sum,
         "mlm_correct": jnp.sum(mlm_correct),
         "mlm_weight": jnp.sum(weights),
+        "mlm_changed_correct": jnp.sum(mlm_top * changed),
+        "mlm_changed_weight": jnp.sum(changed),
         "nsp_loss_sum": jnp.sum(nsp_ce),
         "nsp_correct": jnp.sum(nsp_correct.astype(jnp.float32)),
         "examples": jnp.asarray(nsp_ce.shape[0], jnp.float32),
@@ -72,6 +86,7 @@ def finalize_metrics(sums: dict[str, jax.Array], nsp: bool) -> dict[str, jax.Arr
     out = {
         "mlm_loss": sums["mlm_loss_sum"] / w,
         "mlm_accuracy": sums["mlm_correct"] / w,
+        "mlm_accuracy_changed": sums["mlm_changed_correct"] / jnp.maximum(sums["mlm_changed_weight"], 1.0),
         "nsp_loss": sums["nsp_loss_sum"] / n,
         "nsp_accuracy": sums["nsp_correct"] / n,
     }
@@ -108,6 +123,7 @@ class PretrainingObjective:
             total_mlm_weight=totals["mlm_weight"],
             batch_size=totals["examples"],
             nsp=self.nsp,
+            causal=self.model.config.causal_attention,
         )
 
     def loss(self, params: Any, batch: Batch, *, totals: Any, rng: jax.Array) -> tuple[jax.Array, dict]:

@@ -370,6 +370,7 @@ def test_ablate_table5_plus_bilstm_row_on_a_user_added_column(tmp_path, capsys) 
         assert r["pretraining"]["objective"] == "ltr" and r["pretraining"]["steps"] == 6
         assert r["pretraining"]["model_from"] == "ltr_no_nsp"
         assert 0.0 <= r["pretraining"]["lm_accuracy"] <= 1.0 and r["pretraining"]["pretraining_flops"] > 0
+        assert r["pretraining"]["lm_accuracy_changed"] == r["pretraining"]["lm_accuracy"]  # LTR
     results = json.loads((tmp_path / "plus_bilstm" / "bbc" / "seed0" / "results.json").read_text())
     assert results["task"] == "bbc+bilstm" and results["checkpoint"] == str(tmp_path / "ltr_no_nsp")
     assert results["train_rows"] == 48 and results["learning_rate"] == 3e-5

@@ -7,9 +7,10 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
-from bert_jax import checkpointing, pretrain, training_loop
+from bert_jax import checkpointing, pretrain, pretraining_loss, training_loop
 from configs import pretrain as pretrain_config
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -39,6 +40,31 @@ def rows(workdir: Path, split: str = "train") -> dict[int, dict]:
         if row.get("split", "train") == split:
             out[row["step"]] = row
     return out
+
+
+def test_mlm_accuracy_on_changed_tokens_leaves_out_the_kept_originals() -> None:
+    # Targets 5, 6, 7 at positions 1-3, shown as [MASK] (id 3), kept (6) and random (9);
+    # a padded fourth prediction (weight 0). The logits get the first two right.
+    batch = {
+        "input_ids": np.array([[0, 3, 6, 9, 0]]),
+        "masked_lm_positions": np.array([[1, 2, 3, 0]]),
+        "masked_lm_ids": np.array([[5, 6, 7, 0]]),
+        "masked_lm_weights": np.array([[1.0, 1.0, 1.0, 0.0]]),
+        "next_sentence_labels": np.array([0]),
+    }
+    logits = np.full((1, 4, 10), -5.0, np.float32)
+    logits[0, 0, 5] = logits[0, 1, 6] = logits[0, 2, 1] = logits[0, 3, 0] = 5.0
+    _, sums = pretraining_loss.pretraining_loss(
+        logits, np.zeros((1, 2), np.float32), batch, total_mlm_weight=3.0, batch_size=1, nsp=True
+    )
+    metrics = pretraining_loss.finalize_metrics(sums, nsp=True)
+    assert float(metrics["mlm_accuracy"]) == pytest.approx(2 / 3)
+    assert float(sums["mlm_changed_weight"]) == 2.0  # [MASK] and random; not the kept 6
+    assert float(metrics["mlm_accuracy_changed"]) == pytest.approx(1 / 2)
+    _, sums = pretraining_loss.pretraining_loss(
+        logits, np.zeros((1, 2), np.float32), batch, total_mlm_weight=3.0, batch_size=1, nsp=True, causal=True
+    )
+    assert float(sums["mlm_changed_weight"]) == 3.0  # left-to-right: the next token is never seen
 
 
 def test_resumed_run_matches_uninterrupted_run(tmp_path) -> None:
