@@ -254,13 +254,23 @@ def masked_targets(batch: Batch) -> np.ndarray:
 
 def unigram_baseline(
     run: Pretraining, phase: Phase, eval_targets: np.ndarray, batches: int
-) -> tuple[int, float]:
-    """Accuracy of always predicting the most frequent masked target of the training data."""
+) -> tuple[int, float, float]:
+    """The unigram model of the training data's masked targets (`batches` batches) on the
+    held-out targets: its most frequent token, the accuracy of always predicting it, and
+    its cross-entropy in nats (comparable with the MLM loss; add-k smoothed over the
+    vocabulary with the k that suits the held-out targets best, so the baseline is at its
+    strongest)."""
     seen = [masked_targets(b) for _, b in zip(range(batches), run.batches(phase, phase.start), strict=False)]
-    values, counts = np.unique(np.concatenate(seen), return_counts=True)
-    top = int(values[np.argmax(counts)])
-    acc = float(np.mean(eval_targets == top)) if eval_targets.size else 0.0
-    return top, acc
+    counts = np.bincount(np.concatenate(seen), minlength=run.model_config.vocab_size).astype(np.float64)
+    top = int(np.argmax(counts))
+    if not eval_targets.size:
+        return top, 0.0, 0.0
+    acc = float(np.mean(eval_targets == top))
+    loss = min(
+        float(-np.mean(np.log((counts[eval_targets] + k) / (counts.sum() + k * counts.size))))
+        for k in (1.0, 0.3, 0.1, 0.03, 0.01, 0.003, 0.001)
+    )
+    return top, acc, loss
 
 
 def keep_vocab(config: ml_collections.ConfigDict, workdir: str) -> None:
@@ -351,8 +361,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
         return {"stopped_at": stop.step}
     if int(config.baseline_batches):
         with jax.set_mesh(run.mesh):
-            top, acc = unigram_baseline(run, final_phase, eval_targets, int(config.baseline_batches))
-        final["unigram_baseline_accuracy"], final["unigram_baseline_token"] = acc, top
+            top, acc, loss = unigram_baseline(run, final_phase, eval_targets, int(config.baseline_batches))
+        final["unigram_baseline_token"] = top
+        final["unigram_baseline_accuracy"], final["unigram_baseline_loss"] = acc, loss
     report(final, workdir, run.nsp)
     return final
 
@@ -362,14 +373,17 @@ def report(final: dict[str, Any], workdir: str, nsp: bool) -> None:
     if jax.process_index() != 0:
         return
     lines = [
-        f"held-out MLM accuracy: {final['mlm_accuracy']:.4f} ({int(final['num_predictions'])} masked tokens)",
+        f"held-out MLM accuracy: {final['mlm_accuracy']:.4f}, loss {final['mlm_loss']:.3f} "
+        f"({int(final['num_predictions'])} masked tokens)",
         f"  on the {int(final['num_changed_predictions'])} shown as [MASK] or a random token "
-        f"(not the original): {final['mlm_accuracy_changed']:.4f}",
+        f"(not the original): accuracy {final['mlm_accuracy_changed']:.4f}, "
+        f"loss {final['mlm_loss_changed']:.3f}",
     ]
     if "unigram_baseline_accuracy" in final:
         lines.append(
-            f"unigram baseline (always the most frequent masked token, id "
-            f"{final['unigram_baseline_token']}): {final['unigram_baseline_accuracy']:.4f}"
+            "unigram baseline (training-data token frequencies; always id "
+            f"{final['unigram_baseline_token']}): accuracy {final['unigram_baseline_accuracy']:.4f}, "
+            f"loss {final['unigram_baseline_loss']:.3f}"
         )
     if nsp:  # without NSP its head is untrained and its accuracy meaningless
         lines.append(f"held-out NSP accuracy: {final['nsp_accuracy']:.4f}")

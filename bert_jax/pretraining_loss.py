@@ -3,9 +3,10 @@
 Loss: masked-LM cross-entropy at the masked positions, weighted by ``masked_lm_weights``
 and averaged over the real predictions of the whole batch, plus next-sentence
 cross-entropy (left out when ``config.data.nsp`` is False, the paper's "No NSP" ablation).
-Metrics: MLM accuracy over every masked position and over the *changed* ones only
-(``mlm_accuracy_changed``: input [MASK] or a random token, not the kept original, which a
-model can copy; the figure that compares masking mixes, Table 8), NSP accuracy.
+Metrics: MLM loss and accuracy over every masked position and over the *changed* ones
+only (``mlm_loss_changed``, ``mlm_accuracy_changed``: input [MASK] or a random token, not
+the kept original, which a model can copy; the figures that compare masking mixes, Table
+8), NSP accuracy.
 `PretrainingObjective` is what the engine (`engine.py`) trains; `pretrain.py` runs it.
 """
 
@@ -70,6 +71,7 @@ def pretraining_loss(
         "mlm_loss_sum": mlm_sum,
         "mlm_correct": jnp.sum(mlm_correct),
         "mlm_weight": jnp.sum(weights),
+        "mlm_changed_loss_sum": jnp.sum(mlm_ce * changed),
         "mlm_changed_correct": jnp.sum(mlm_top * changed),
         "mlm_changed_weight": jnp.sum(changed),
         "nsp_loss_sum": jnp.sum(nsp_ce),
@@ -83,10 +85,12 @@ def finalize_metrics(sums: dict[str, jax.Array], nsp: bool) -> dict[str, jax.Arr
     """Means from sums; the total loss is MLM + NSP as optimised."""
     w = jnp.maximum(sums["mlm_weight"], 1.0)
     n = jnp.maximum(sums["examples"], 1.0)
+    changed = jnp.maximum(sums["mlm_changed_weight"], 1.0)
     out = {
         "mlm_loss": sums["mlm_loss_sum"] / w,
         "mlm_accuracy": sums["mlm_correct"] / w,
-        "mlm_accuracy_changed": sums["mlm_changed_correct"] / jnp.maximum(sums["mlm_changed_weight"], 1.0),
+        "mlm_loss_changed": sums["mlm_changed_loss_sum"] / changed,
+        "mlm_accuracy_changed": sums["mlm_changed_correct"] / changed,
         "nsp_loss": sums["nsp_loss_sum"] / n,
         "nsp_accuracy": sums["nsp_correct"] / n,
     }

@@ -321,11 +321,14 @@ def test_finetuning_starts_from_a_pretraining_workdir(tmp_path) -> None:
 
     pre = pretrain_config.get_config("tiny")
     pre.num_train_steps, pre.checkpoint_every_steps, pre.eval_every_steps = 4, 4, 4
-    pre.async_checkpointing = False
+    pre.async_checkpointing, pre.baseline_batches = False, 4
     workdir = tmp_path / "pretrain"
     final = pretrain.train_and_evaluate(pre, str(workdir))
     # Dynamic 80/10/10 masking of real text: some masked tokens are shown unchanged.
     assert 0 < final["num_changed_predictions"] < final["num_predictions"]
+    # Four steps leave the model near uniform; the unigram model of the text is far better.
+    assert final["unigram_baseline_loss"] < final["mlm_loss_changed"] - 1.0 < np.log(30522)
+    assert 0.0 < final["unigram_baseline_accuracy"] < 0.5
     assert (workdir / "vocab.txt").read_bytes() == Path(tokenization.default_vocab_file()).read_bytes()
 
     c = glue_config.get_config("sst2")

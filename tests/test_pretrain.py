@@ -61,6 +61,10 @@ def test_mlm_accuracy_on_changed_tokens_leaves_out_the_kept_originals() -> None:
     assert float(metrics["mlm_accuracy"]) == pytest.approx(2 / 3)
     assert float(sums["mlm_changed_weight"]) == 2.0  # [MASK] and random; not the kept 6
     assert float(metrics["mlm_accuracy_changed"]) == pytest.approx(1 / 2)
+    lse = np.log(np.exp(logits[0]).sum(-1))
+    ce = lse - logits[0, np.arange(4), batch["masked_lm_ids"][0]]
+    assert float(metrics["mlm_loss_changed"]) == pytest.approx((ce[0] + ce[2]) / 2, rel=1e-5)
+    assert float(metrics["mlm_loss"]) == pytest.approx(ce[:3].mean(), rel=1e-5)
     _, sums = pretraining_loss.pretraining_loss(
         logits, np.zeros((1, 2), np.float32), batch, total_mlm_weight=3.0, batch_size=1, nsp=True, causal=True
     )
