@@ -27,7 +27,7 @@ import optax
 
 from bert_jax import atomic_files, convert, features, tasks, tokenization
 from bert_jax.bilstm import FeatureBiLSTM
-from bert_jax.finetune import bucket_length, cut_to_length
+from bert_jax.finetune import bucket_length, cut_to_length, epoch_batch
 from bert_jax.metrics_logging import format_eta
 from bert_jax.modeling import BertModel
 from bert_jax.tasks import classification, ner
@@ -114,13 +114,14 @@ def train(
     feats = states(bert_params, sample["input_ids"], sample["input_mask"], sample["segment_ids"])
     params = model.init(jax.random.key(int(config.seed)), feats, sample["input_mask"])["params"]
     opt_state = tx.init(params)
+    buckets, max_len = tuple(config.length_buckets), int(config.max_seq_length)
+    batch_size, seed = min(int(settings.batch_size), len(train_split)), int(config.seed)
     epochs, best, num_epochs, t0 = [], None, int(settings.num_epochs), time.time()
     for epoch in range(1, num_epochs + 1):
-        start = time.time()
-        order = np.random.default_rng([int(config.seed), epoch]).permutation(len(train_split))
-        batches = _batches(train_split.arrays, order, min(int(settings.batch_size), len(order)), config)
-        losses, tokens = [], 0
-        for rows in batches:
+        start, losses, tokens = time.time(), [], 0
+        for s in range(len(train_split) // batch_size):
+            rows = epoch_batch(train_split, seed=seed, epoch=epoch, index=s, batch_size=batch_size)
+            rows = cut_to_length(rows, bucket_length(rows["input_mask"], buckets, max_len))
             params, opt_state, loss = step(params, opt_state, bert_params, rows)
             losses.append(loss)
             tokens += int(rows["input_mask"].sum())
@@ -155,16 +156,6 @@ def train(
     }
     atomic_files.write_json(os.path.join(workdir, "results.json"), results, indent=2)
     return best
-
-
-def _batches(arrays: dict[str, np.ndarray], order: np.ndarray, batch_size: int, config: Any) -> Any:
-    """The epoch's training batches in ``order`` (whole batches only), each cut to its
-    length bucket as in fine-tuning."""
-    buckets, max_len = tuple(config.length_buckets), int(config.max_seq_length)
-    for s in range(len(order) // batch_size):
-        idx = np.sort(order[s * batch_size : (s + 1) * batch_size])
-        rows = {k: v[idx] for k, v in arrays.items()}
-        yield cut_to_length(rows, bucket_length(rows["input_mask"], buckets, max_len))
 
 
 def _predict(predict: Any, params: Any, split: Any, batch_size: int) -> np.ndarray:

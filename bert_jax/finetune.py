@@ -131,6 +131,15 @@ def bucket_length(input_mask: np.ndarray, buckets: tuple[int, ...], max_len: int
     return min([b for b in buckets if longest <= b < max_len] + [max_len])
 
 
+def epoch_batch(split: Split, *, seed: int, epoch: int, index: int, batch_size: int) -> dict[str, np.ndarray]:
+    """The rows of training batch `index` of `epoch` (1-based): each epoch's order is a
+    permutation by (seed, epoch), so any batch is known without replaying; within a batch
+    the rows keep the split's order."""
+    order = np.random.default_rng([seed, epoch]).permutation(len(split))
+    idx = np.sort(order[index * batch_size : (index + 1) * batch_size])
+    return {k: v[idx] for k, v in split.arrays.items()}
+
+
 def cut_to_length(rows: dict[str, np.ndarray], length: int) -> dict[str, np.ndarray]:
     """Every per-token array (the shape of ``input_ids``) cut to `length` positions."""
     shape = rows["input_ids"].shape
@@ -178,9 +187,8 @@ class Finetuning:
         """The training rows of global step `step` (0-based): epoch e's batches are a
         permutation by (seed, e), so any step's batch is known without replaying."""
         epoch, s = divmod(step, self.steps_per_epoch)
-        order = np.random.default_rng([int(self.config.seed), epoch + 1]).permutation(len(self.run.train))
-        idx = np.sort(order[s * self.batch_size : (s + 1) * self.batch_size])
-        rows = {k: v[idx] for k, v in self.run.train.arrays.items()}
+        rows = epoch_batch(self.run.train, seed=int(self.config.seed), epoch=epoch + 1, index=s,
+                           batch_size=self.batch_size)  # fmt: skip
         if self.packed:
             packed = packing.pack(rows, int(self.config.max_seq_length), self.row_multiple)
             del packed["example_index"]
