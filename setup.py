@@ -14,6 +14,9 @@ INSTALL_REQUIRES = [
     "tensorflow-datasets==4.9.10",
     "importlib_resources>=6",
     "sentencepiece==0.2.3",
+    # BERT's normaliser and word splitter for learning WordPiece vocabularies (`build-vocab`,
+    # `data.learned_vocab_size`; see `tokenization.build_wordpiece_vocab`).
+    "tokenizers>=0.19",
     "ml-collections==1.1.0",
     "absl-py==2.5.1",
     "numpy==2.4.6",
@@ -35,7 +38,6 @@ EXTRAS = {
         "pytest-xdist>=3",
         "transformers>=4.40,<5",
         "torch==2.13.0",
-        "tokenizers>=0.19",
         "seqeval>=1.2",
         # The TPU compiler, for the `plan` tests (AOT compilation for TPU topologies).
         "libtpu==0.0.42.*",

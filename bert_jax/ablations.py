@@ -39,21 +39,6 @@ from bert_jax import ablation_data, ablation_report, atomic_files
 _FAMILY = {"squad1.1": "squad", "squad2.0": "squad", "conll2003": "conll2003", "swag": "swag", "bbc": "bbc"}
 
 
-def set_keys(config: ml_collections.ConfigDict, changes: dict[str, Any]) -> ml_collections.ConfigDict:
-    """Sets dotted keys (``data.nsp``); a key the config does not have is an error naming it."""
-    for dotted, value in changes.items():
-        *parents, leaf = dotted.split(".")
-        node = config
-        for p in parents:
-            if p not in node:
-                raise KeyError(f"{dotted!r}: the config has no {p!r}")
-            node = node[p]
-        if leaf not in node:
-            raise KeyError(f"{dotted!r}: the config has no such key")
-        node[leaf] = value
-    return config
-
-
 def _select(kind: str, wanted: list[str] | None, known: list[str], table: str) -> list[str]:
     if not wanted:
         return known

@@ -34,7 +34,7 @@ from etils import epath
 from jax.sharding import NamedSharding, PartitionSpec
 
 from bert_jax import atomic_files, param_shapes, vocab_padding
-from bert_jax.config import SHAPE_KEYS, BertConfig
+from bert_jax.config import ARCHITECTURE_KEYS, SHAPE_KEYS, BertConfig
 
 
 class CheckpointMismatchError(ValueError):
@@ -52,9 +52,12 @@ def check_model_config(workdir: str, config: BertConfig) -> None:
     current = config.to_dict()
     with open(path) as f:
         saved = json.load(f)
+    # A config written before the recipe switches existed is the paper's architecture.
+    defaults = BertConfig().to_dict()
+    saved = {**{k: defaults[k] for k in ARCHITECTURE_KEYS}, **saved}
     diffs = [
         f"{k}: checkpoint {saved.get(k)} vs config {current[k]}"
-        for k in SHAPE_KEYS
+        for k in SHAPE_KEYS + ARCHITECTURE_KEYS
         if saved.get(k) != current[k]
     ]
     if diffs:

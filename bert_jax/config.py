@@ -25,6 +25,11 @@ SHAPE_KEYS = (
     "max_position_embeddings",
     "type_vocab_size",
 )
+# Fields that change the parameter tree or the function beyond the shape keys: the modern
+# small-compute switches (off by default: the paper's BERT). A checkpoint's config must
+# agree on them too; a config file written before they existed means the defaults.
+ARCHITECTURE_KEYS = ("pre_layer_norm", "gated_ffn", "position_embedding_type", "rotary_base", "use_bias")
+POSITION_EMBEDDINGS = ("absolute", "rotary")
 REMAT_POLICIES = ("none", "full", "dots", "dots_no_batch")
 WEIGHT_GRAD_MATMULS = ("auto", "transposed_copy", "transposed_copy_wide", "direct")
 
@@ -82,6 +87,21 @@ class BertConfig:
     # prediction changes. Conversion adds the padding on load and removes it on export;
     # 1 (no padding) is what a config without this key (an older checkpoint) means.
     vocab_pad_multiple: int = 1
+    # -- Recipe switches (the paper's BERT when all are at their defaults) --------------
+    # Pre-LayerNorm layers, x + f(LN(x)), with a final LayerNorm after the last layer
+    # (Xiong et al., 2020; Cramming, Geiping & Goldstein, 2022): stable at higher learning
+    # rates with a short warm-up. The paper's (and Hugging Face's) layers are post-LN.
+    pre_layer_norm: bool = False
+    # Gated feed-forward: act(x W_gate) * (x W) → W_out (Shazeer, 2020; GeGLU with gelu),
+    # as in Cramming, MosaicBERT and ModernBERT. Adds an ``intermediate_gate`` kernel.
+    gated_ffn: bool = False
+    # "absolute": the paper's learned position table; "rotary": rotary position
+    # embeddings on queries and keys (Su et al., 2021; ModernBERT), no position table.
+    position_embedding_type: str = "absolute"
+    rotary_base: float = 10_000.0
+    # False: no biases in the encoder's dense layers and the MLM transform (Cramming;
+    # ModernBERT); LayerNorms, the MLM output bias and task heads keep theirs.
+    use_bias: bool = True
 
     def __post_init__(self) -> None:
         if self.hidden_size % self.num_attention_heads:
@@ -99,8 +119,25 @@ class BertConfig:
             raise ValueError(f"weight_grad_matmul={self.weight_grad_matmul!r} not in {WEIGHT_GRAD_MATMULS}")
         if not isinstance(self.vocab_pad_multiple, int) or self.vocab_pad_multiple < 1:
             raise ValueError(f"vocab_pad_multiple={self.vocab_pad_multiple!r} must be an integer >= 1")
+        if self.position_embedding_type not in POSITION_EMBEDDINGS:
+            raise ValueError(
+                f"position_embedding_type={self.position_embedding_type!r} not in {POSITION_EMBEDDINGS}"
+            )
+        if self.position_embedding_type == "rotary" and self.head_dim % 2:
+            raise ValueError(f"rotary position embeddings need an even head size, not {self.head_dim}")
         if self.dtype not in ("float32", "bfloat16", "float16"):
             raise ValueError(f"dtype={self.dtype!r} must be float32, bfloat16 or float16")
+
+    @property
+    def rotary(self) -> bool:
+        return self.position_embedding_type == "rotary"
+
+    def switches_on(self) -> list[str]:
+        """The recipe switches set away from the paper's BERT, as ``key=value``."""
+        default = BertConfig()
+        return [
+            f"{k}={getattr(self, k)}" for k in ARCHITECTURE_KEYS if getattr(self, k) != getattr(default, k)
+        ]
 
     @property
     def head_dim(self) -> int:
@@ -128,7 +165,6 @@ class BertConfig:
             "architectures",
             "transformers_version",
             "pad_token_id",
-            "position_embedding_type",
             "use_cache",
             "classifier_dropout",
             "torch_dtype",

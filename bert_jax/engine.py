@@ -86,6 +86,8 @@ def create_optimizer(
         b2=float(config.adam_b2),
         eps=float(config.adam_eps),
         clip_norm=float(config.grad_clip_norm),
+        schedule=config.lr_schedule,
+        decay_fraction=float(config.lr_decay_fraction),
     )
 
 

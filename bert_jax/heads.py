@@ -34,7 +34,7 @@ class MaskedLMHead(nn.Module):
     @nn.compact
     def __call__(self, hidden: Array, bert: BertModel) -> Array:
         c = self.config
-        h = dense(c, c.hidden_size, ("embed", "dense_out"), "transform")(hidden)
+        h = dense(c, c.hidden_size, ("embed", "dense_out"), "transform", use_bias=c.use_bias)(hidden)
         h = activation(c.hidden_act)(h)
         h = layer_norm(c, "transform_LayerNorm")(h)
         bias = self.param("bias", zeros_init(("vocab",)), (c.padded_vocab_size,), jnp.float32)

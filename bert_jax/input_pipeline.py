@@ -42,7 +42,57 @@ def vocab_size_of(data_config: ml_collections.ConfigDict) -> int:
 
 def tokenizer_of(c: ml_collections.ConfigDict):
     """The tokenizer the data config names (cached: the vocab is read once)."""
-    return _load_tokenizer(c.vocab_file, bool(c.do_lower_case), c.tokenizer)
+    return _load_tokenizer(vocab_file_of(c), bool(c.do_lower_case), c.tokenizer)
+
+
+def vocab_file_of(c: ml_collections.ConfigDict) -> str:
+    """The data config's vocabulary: ``vocab_file`` ("" = bert-base-uncased), or with
+    ``learned_vocab_size`` > 0 a WordPiece vocabulary of that size learned on the training
+    documents of the source (held-out documents excluded), once, into the cache."""
+    size = int(c.learned_vocab_size)
+    if not size:
+        return c.vocab_file
+    if c.vocab_file:
+        raise ValueError("data.vocab_file and data.learned_vocab_size are both set: keep one of them")
+    if c.tokenizer != "wordpiece":
+        raise ValueError(
+            f"data.learned_vocab_size learns a WordPiece vocabulary, not data.tokenizer={c.tokenizer}"
+        )
+    if c.source in ("prepared", "tfrecord", "synthetic"):
+        raise ValueError(
+            f"data.learned_vocab_size learns on text (wiki_excerpt, bbc_news, text, tfds), not on "
+            f"data.source={c.source}: prepare the data with the vocabulary in data.vocab_file"
+        )
+    inputs = _builtin_inputs(c)
+    learner = "spm-bpe-wordpiece-1"  # `tokenization.build_wordpiece_vocab`'s method
+    raw = json.dumps([c.source, _stamp(inputs), size, bool(c.do_lower_case), float(c.eval_fraction), learner])
+    path = os.path.join(_cache_dir(c), f"vocab-{hashlib.sha256(raw.encode()).hexdigest()[:16]}.txt")
+    if not os.path.exists(path):
+        from bert_jax import atomic_files, prepare_data
+
+        print(f"learning a {size:,}-token WordPiece vocabulary on {c.source} once into {path}", flush=True)
+        sentences = (
+            s
+            for i, item in enumerate(inputs)
+            for doc in prepare_data.split_held_out(item.documents(), float(c.eval_fraction), i)[0]
+            for s in doc
+        )
+        vocab = tokenization.build_wordpiece_vocab(sentences, size, bool(c.do_lower_case))
+        atomic_files.write_text(path, "\n".join(vocab) + "\n")
+    return path
+
+
+def _cache_dir(c: ml_collections.ConfigDict) -> str:
+    return c.cache_dir or os.path.join(os.path.expanduser("~"), ".cache", "bert_jax")
+
+
+def _stamp(inputs: list) -> list:
+    """What identifies the inputs' contents: paths, parts, and files' sizes and times."""
+    return [
+        (i.path, i.tfds_split, i.parts)
+        + ((os.path.getsize(i.path), os.path.getmtime(i.path)) if not i.tfds_split else ())
+        for i in inputs
+    ]
 
 
 @functools.lru_cache(maxsize=4)
@@ -84,6 +134,7 @@ def _prepare_options(c: ml_collections.ConfigDict, max_seq_length: int, seed: in
         random_seed=seed,
         nsp=bool(c.nsp),
         eval_fraction=float(c.eval_fraction),
+        full_sentences=bool(c.full_sentences),
     )
 
 
@@ -144,14 +195,8 @@ def prepared_dir(c: ml_collections.ConfigDict, max_seq_length: int, seed: int, s
 
     inputs = _builtin_inputs(c)
     opts = _prepare_options(c, max_seq_length, seed)
-    stamp = [
-        (i.path, i.tfds_split, i.parts)
-        + ((os.path.getsize(i.path), os.path.getmtime(i.path)) if not i.tfds_split else ())
-        for i in inputs
-    ]
-    raw = json.dumps([c.source, stamp, opts.flags(), prepared_data.file_sha256(opts.vocab_file)])
-    cache = c.cache_dir or os.path.join(os.path.expanduser("~"), ".cache", "bert_jax")
-    directory = os.path.join(cache, f"prepared-{hashlib.sha256(raw.encode()).hexdigest()[:16]}")
+    raw = json.dumps([c.source, _stamp(inputs), opts.flags(), prepared_data.file_sha256(opts.vocab_file)])
+    directory = os.path.join(_cache_dir(c), f"prepared-{hashlib.sha256(raw.encode()).hexdigest()[:16]}")
     if not os.path.exists(os.path.join(directory, prepared_data.METADATA)):
         print(f"preparing {c.source} data (seq {max_seq_length}) once into {directory}", flush=True)
         prepare_data.prepare(inputs, directory, opts)
@@ -171,6 +216,7 @@ def open_prepared(
         max_seq_length=max_seq_length,
         nsp=bool(c.nsp),
         do_lower_case=bool(c.do_lower_case),
+        full_sentences=bool(c.full_sentences),
     )
     if data.size == 0:
         hint = (

@@ -113,16 +113,19 @@ class Dense(nn.Module):
     # (`ops.dense`): "copy_g" where the input is an elementwise result (the GELU output)
     # that XLA would recompute, column by column, inside its copy (~6x slower).
     copy: str = "copy_x"
+    use_bias: bool = True
 
     @nn.compact
     def __call__(self, inputs: Array) -> Array:
         c = self.config
         dt = compute_dtype(c)
         kernel = self.param("kernel", normal_init(c, self.axes), (inputs.shape[-1], self.features))
-        bias = self.param("bias", zeros_init(self.axes[1:]), (self.features,))
+        bias = None
+        if self.use_bias:
+            bias = self.param("bias", zeros_init(self.axes[1:]), (self.features,)).astype(dt)
         x2 = inputs.reshape(-1, inputs.shape[-1]).astype(dt)
         how = weight_grad(c, inputs.shape[-1], self.features, self.copy)
-        y = ops.dense(x2, kernel.astype(dt), bias.astype(dt), how)
+        y = ops.dense(x2, kernel.astype(dt), bias, how)
         return y.reshape(*inputs.shape[:-1], self.features)
 
 
@@ -132,5 +135,24 @@ def dense(
     axes: tuple[str | None, str | None],
     name: str,
     copy: str = "copy_x",
+    use_bias: bool = True,
 ) -> Dense:
-    return Dense(config, features, axes, copy, name=name)
+    """A `Dense` layer; ``use_bias=False`` leaves out its bias (`BertConfig.use_bias`)."""
+    return Dense(config, features, axes, copy, use_bias, name=name)
+
+
+def rotary_tables(position_ids: Array, head_dim: int, base: float) -> tuple[Array, Array]:
+    """(sin, cos) of rotary position embeddings (Su et al., 2021), each [B, S, D/2] float32:
+    angle ``position * base^(-2i/D)`` for frequency i of the head's D/2 pairs."""
+    inv_freq = base ** (-jnp.arange(0, head_dim, 2, dtype=jnp.float32) / head_dim)  # [D/2]
+    angles = position_ids.astype(jnp.float32)[..., None] * inv_freq  # [B, S, D/2]
+    return jnp.sin(angles), jnp.cos(angles)
+
+
+def apply_rotary(x: Array, sin: Array, cos: Array) -> Array:
+    """Rotates each pair (x_i, x_{i+D/2}) of ``x [B, S, N, D]`` by its angle (the "rotate
+    half" pairing of GPT-NeoX, Hugging Face and ModernBERT), in float32."""
+    half = x.shape[-1] // 2
+    x1, x2 = x[..., :half].astype(jnp.float32), x[..., half:].astype(jnp.float32)
+    s, c = sin[:, :, None, :], cos[:, :, None, :]  # broadcast over heads
+    return jnp.concatenate([x1 * c - x2 * s, x2 * c + x1 * s], axis=-1).astype(x.dtype)

@@ -4,6 +4,11 @@ Embeddings (word + learned position + segment, LayerNorm, dropout) → N post-La
 Transformer layers (multi-head self-attention, GELU feed-forward of 4H) → pooler (dense +
 tanh on [CLS]). Heads live in `heads.py`, the dense/LayerNorm/dropout blocks in `layers.py`.
 
+The modern small-compute switches of `BertConfig` (all off by default) change the layer
+but not the contract: pre-LayerNorm with a final LayerNorm (`pre_layer_norm`), a gated
+feed-forward (`gated_ffn`, GeGLU), rotary positions in place of the position table
+(`position_embedding_type="rotary"`), dense layers without biases (`use_bias=False`).
+
 Every parameter carries logical axis names (`nn.with_logical_partitioning`) and large
 activations carry logical constraints, so `sharding.py` decides where everything lives
 from rules alone. Parameters are float32; `BertConfig.dtype` sets the compute dtype.
@@ -25,11 +30,13 @@ from bert_jax import ops
 from bert_jax.config import BertConfig
 from bert_jax.layers import (
     activation,
+    apply_rotary,
     compute_dtype,
     dense,
     dropout,
     layer_norm,
     normal_init,
+    rotary_tables,
     weight_grad,
     zeros_init,
 )
@@ -38,7 +45,8 @@ Array = jax.Array
 
 
 class BertEmbeddings(nn.Module):
-    """Word + learned absolute position + segment (token type) embeddings."""
+    """Word + learned absolute position + segment (token type) embeddings (no position
+    table with rotary positions, which act inside attention)."""
 
     config: BertConfig
 
@@ -51,13 +59,14 @@ class BertEmbeddings(nn.Module):
             param_dtype=jnp.float32,
             embedding_init=normal_init(c, ("vocab", "embed")),
         )
-        self.position_embeddings = nn.Embed(
-            c.max_position_embeddings,
-            c.hidden_size,
-            dtype=compute_dtype(c),
-            param_dtype=jnp.float32,
-            embedding_init=normal_init(c, ("position", "embed")),
-        )
+        if not c.rotary:
+            self.position_embeddings = nn.Embed(
+                c.max_position_embeddings,
+                c.hidden_size,
+                dtype=compute_dtype(c),
+                param_dtype=jnp.float32,
+                embedding_init=normal_init(c, ("position", "embed")),
+            )
         self.token_type_embeddings = nn.Embed(
             c.type_vocab_size,
             c.hidden_size,
@@ -71,11 +80,9 @@ class BertEmbeddings(nn.Module):
     def __call__(
         self, input_ids: Array, token_type_ids: Array, position_ids: Array, deterministic: bool
     ) -> Array:
-        x = (
-            self.word_embeddings(input_ids)
-            + self.position_embeddings(position_ids)
-            + self.token_type_embeddings(token_type_ids)
-        )  # [B, S, H]
+        x = self.word_embeddings(input_ids) + self.token_type_embeddings(token_type_ids)  # [B, S, H]
+        if not self.config.rotary:
+            x = x + self.position_embeddings(position_ids)
         x = self.layer_norm(x)
         x = self.dropout(x, deterministic=deterministic)
         return nn.with_logical_constraint(x, ("activation_batch", "activation_length", "activation_embed"))
@@ -108,8 +115,10 @@ class _HeadsDense(nn.Module):
         else:
             shape, axes, bias_axes = (n, d, h), ("heads", "kv", "embed"), ("embed",)
         kernel = self.param("kernel", normal_init(c, axes), shape)
-        bias_shape = shape[1:] if self.to_heads else (h,)
-        bias = self.param("bias", zeros_init(bias_axes), bias_shape)
+        bias = None
+        if c.use_bias:
+            bias_shape = shape[1:] if self.to_heads else (h,)
+            bias = self.param("bias", zeros_init(bias_axes), bias_shape).reshape(-1).astype(dt)
         # The product as a plain 2-D matmul on reshaped views (free bitcasts): written as
         # a 3-D einsum, XLA's CPU backend copies every kernel into transposed layouts for
         # the backward pass (~4% of a BERT-Base step).
@@ -118,7 +127,7 @@ class _HeadsDense(nn.Module):
         k2 = kernel.reshape((h, n * d) if self.to_heads else (n * d, h)).astype(dt)
         # The bias too is added to the 2-D product: its gradient is then a mat-vec on the
         # 2-D gradient the kernel gradient uses, not on one more transposed copy.
-        y = ops.dense(x2, k2, bias.reshape(-1).astype(dt), weight_grad(c, *k2.shape))
+        y = ops.dense(x2, k2, bias, weight_grad(c, *k2.shape))
         return y.reshape(*lead, n, d) if self.to_heads else y.reshape(*lead, h)
 
 
@@ -126,19 +135,24 @@ class BertSelfAttention(nn.Module):
     """Multi-head scaled dot-product self-attention with a padding mask.
 
     Query/key/value kernels are stored as [H, N, D] (and the output as [N, D, H]) so the
-    head axis can be sharded over the tensor mesh axis without reshapes.
+    head axis can be sharded over the tensor mesh axis without reshapes. `rope`, the
+    (sin, cos) tables of `layers.rotary_tables`, rotates queries and keys.
     """
 
     config: BertConfig
 
     @nn.compact
-    def __call__(self, x: Array, attention_bias: Array, deterministic: bool) -> Array:
+    def __call__(
+        self, x: Array, attention_bias: Array, deterministic: bool, rope: tuple[Array, Array] | None = None
+    ) -> Array:
         c = self.config
         dt = compute_dtype(c)
         d = c.head_dim
         q = _HeadsDense(c, to_heads=True, name="query")(x)  # [B, S, N, D]
         k = _HeadsDense(c, to_heads=True, name="key")(x)
         v = _HeadsDense(c, to_heads=True, name="value")(x)
+        if rope is not None:
+            q, k = apply_rotary(q, *rope), apply_rotary(k, *rope)
         q = nn.with_logical_constraint(
             q, ("activation_batch", "activation_length", "activation_heads", "activation_kv")
         )
@@ -152,23 +166,47 @@ class BertSelfAttention(nn.Module):
 
 
 class BertLayer(nn.Module):
-    """One post-LayerNorm Transformer encoder layer."""
+    """One Transformer encoder layer: post-LayerNorm (the paper's), or pre-LayerNorm with
+    ``config.pre_layer_norm``. Parameter names are the same in both (each LayerNorm named
+    by the sub-layer it belongs to)."""
 
     config: BertConfig
 
     @nn.compact
-    def __call__(self, x: Array, attention_bias: Array, deterministic: bool) -> Array:
+    def __call__(
+        self, x: Array, attention_bias: Array, deterministic: bool, rope: tuple[Array, Array] | None = None
+    ) -> Array:
         c = self.config
-        attn = BertSelfAttention(c, name="attention")(x, attention_bias, deterministic)
-        attn = dropout(c, c.hidden_dropout_prob)(attn, deterministic)
-        x = layer_norm(c, "attention_LayerNorm")(x + attn)
-        h = dense(c, c.intermediate_size, ("embed", "mlp"), "intermediate")(x)  # [B, S, F]
-        h = nn.with_logical_constraint(h, ("activation_batch", "activation_length", "activation_mlp"))
-        h = activation(c.hidden_act)(h)
-        h = dense(c, c.hidden_size, ("mlp", "embed"), "output", copy="copy_g")(h)
-        h = dropout(c, c.hidden_dropout_prob)(h, deterministic)
-        x = layer_norm(c, "output_LayerNorm")(x + h)
+        attention = BertSelfAttention(c, name="attention")
+        attention_norm = layer_norm(c, "attention_LayerNorm")
+        output_norm = layer_norm(c, "output_LayerNorm")
+        if c.pre_layer_norm:  # x + f(LN(x)): the residual stream is never normalised
+            attn = attention(attention_norm(x), attention_bias, deterministic, rope)
+            x = x + dropout(c, c.hidden_dropout_prob)(attn, deterministic)
+            h = dropout(c, c.hidden_dropout_prob)(self.feed_forward(output_norm(x)), deterministic)
+            x = x + h
+        else:  # LN(x + f(x))
+            attn = attention(x, attention_bias, deterministic, rope)
+            attn = dropout(c, c.hidden_dropout_prob)(attn, deterministic)
+            x = attention_norm(x + attn)
+            h = dropout(c, c.hidden_dropout_prob)(self.feed_forward(x), deterministic)
+            x = output_norm(x + h)
         return nn.with_logical_constraint(x, ("activation_batch", "activation_length", "activation_embed"))
+
+    def feed_forward(self, x: Array) -> Array:
+        """[B, S, H] → [B, S, H]: act(x W_in) W_out, or act(x W_gate) * (x W_in) W_out
+        (`gated_ffn`: GeGLU with gelu)."""
+        c = self.config
+        h = dense(c, c.intermediate_size, ("embed", "mlp"), "intermediate", use_bias=c.use_bias)(
+            x
+        )  # [B, S, F]
+        h = nn.with_logical_constraint(h, ("activation_batch", "activation_length", "activation_mlp"))
+        if c.gated_ffn:
+            gate = dense(c, c.intermediate_size, ("embed", "mlp"), "intermediate_gate", use_bias=c.use_bias)
+            h = activation(c.hidden_act)(gate(x)) * h
+        else:
+            h = activation(c.hidden_act)(h)
+        return dense(c, c.hidden_size, ("mlp", "embed"), "output", copy="copy_g", use_bias=c.use_bias)(h)
 
 
 def _remat(policy: str) -> Callable[[type[nn.Module]], type[nn.Module]]:
@@ -191,18 +229,29 @@ class _ScannedLayer(nn.Module):
     output_hidden_states: bool
 
     @nn.compact
-    def __call__(self, x: Array, attention_bias: Array, deterministic: bool) -> tuple[Array, Any]:
+    def __call__(
+        self, x: Array, attention_bias: Array, deterministic: bool, rope: tuple[Array, Array] | None
+    ) -> tuple[Array, Any]:
         layer_cls = _remat(self.config.remat_policy)(BertLayer)
-        x = layer_cls(self.config, name="layer")(x, attention_bias, deterministic)
+        x = layer_cls(self.config, name="layer")(x, attention_bias, deterministic, rope)
         return x, (x if self.output_hidden_states else None)
 
 
 class BertEncoder(nn.Module):
+    """The layers (looped, or scanned with ``scan_layers``) and, for pre-LN models, the
+    final LayerNorm. Returns the output [B, S, H] and, when asked, the embedding output
+    followed by each layer's output (the last one normalised like the output)."""
+
     config: BertConfig
 
     @nn.compact
     def __call__(
-        self, x: Array, attention_bias: Array, deterministic: bool, output_hidden_states: bool
+        self,
+        x: Array,
+        attention_bias: Array,
+        deterministic: bool,
+        output_hidden_states: bool,
+        rope: tuple[Array, Array] | None = None,
     ) -> tuple[Array, tuple[Array, ...]]:
         c = self.config
         if c.scan_layers:
@@ -210,21 +259,25 @@ class BertEncoder(nn.Module):
                 _ScannedLayer,
                 variable_axes={"params": 0},
                 split_rngs={"params": True, "dropout": True},
-                in_axes=(nn.broadcast, nn.broadcast),
+                in_axes=(nn.broadcast, nn.broadcast, nn.broadcast),
                 length=c.num_hidden_layers,
                 metadata_params={nn.PARTITION_NAME: "layers"},
             )
             embedded = x
-            x, ys = scanned(c, output_hidden_states, name="layers")(x, attention_bias, deterministic)
-            if not output_hidden_states:
-                return x, ()
-            return x, (embedded, *(ys[i] for i in range(c.num_hidden_layers)))
-        layer_cls = _remat(c.remat_policy)(BertLayer)
-        hidden_states = [x]
-        for i in range(c.num_hidden_layers):
-            x = layer_cls(c, name=f"layer_{i}")(x, attention_bias, deterministic)
-            if output_hidden_states:
+            x, ys = scanned(c, output_hidden_states, name="layers")(x, attention_bias, deterministic, rope)
+            hidden_states = (
+                [embedded, *(ys[i] for i in range(c.num_hidden_layers))] if output_hidden_states else []
+            )
+        else:
+            layer_cls = _remat(c.remat_policy)(BertLayer)
+            hidden_states = [x]
+            for i in range(c.num_hidden_layers):
+                x = layer_cls(c, name=f"layer_{i}")(x, attention_bias, deterministic, rope)
                 hidden_states.append(x)
+        if c.pre_layer_norm:
+            x = layer_norm(c, "final_LayerNorm")(x)
+            if hidden_states:
+                hidden_states[-1] = x
         return x, tuple(hidden_states) if output_hidden_states else ()
 
 
@@ -233,8 +286,9 @@ def unstack_layers(params: Any, num_layers: int) -> Any:
     per-layer names (``encoder/layer_i/...``). Anything else passes through unchanged."""
     if "encoder" in params and "layers" in params["encoder"]:
         stacked = params["encoder"]["layers"]["layer"]
+        rest = {k: v for k, v in params["encoder"].items() if k != "layers"}  # final_LayerNorm
         encoder = {f"layer_{i}": jax.tree.map(lambda x, i=i: x[i], stacked) for i in range(num_layers)}
-        return {**params, "encoder": encoder}
+        return {**params, "encoder": {**encoder, **rest}}
     return {k: unstack_layers(v, num_layers) if isinstance(v, dict) else v for k, v in params.items()}
 
 
@@ -243,7 +297,8 @@ def stack_layers(params: Any, num_layers: int) -> Any:
     if "encoder" in params and "layer_0" in params["encoder"]:
         layers = [params["encoder"][f"layer_{i}"] for i in range(num_layers)]
         stacked = jax.tree.map(lambda *xs: jnp.stack(xs), *layers)
-        return {**params, "encoder": {"layers": {"layer": stacked}}}
+        rest = {k: v for k, v in params["encoder"].items() if not k.startswith("layer_")}
+        return {**params, "encoder": {"layers": {"layer": stacked}, **rest}}
     return {k: stack_layers(v, num_layers) if isinstance(v, dict) else v for k, v in params.items()}
 
 
@@ -314,9 +369,11 @@ class BertModel(nn.Module):
             segment_ids = jnp.zeros_like(input_ids)
         if position_ids is None:
             position_ids = jnp.broadcast_to(jnp.arange(input_ids.shape[-1]), input_ids.shape)
+        c = self.config
         x = self.embeddings(input_ids, segment_ids, position_ids, deterministic)
-        bias = attention_bias(input_mask, self.config.causal_attention, packed=cls_positions is not None)
-        sequence_output, hidden_states = self.encoder(x, bias, deterministic, output_hidden_states)
+        bias = attention_bias(input_mask, c.causal_attention, packed=cls_positions is not None)
+        rope = rotary_tables(position_ids, c.head_dim, c.rotary_base) if c.rotary else None
+        sequence_output, hidden_states = self.encoder(x, bias, deterministic, output_hidden_states, rope)
         pooled = None
         if self.add_pooler and self.config.causal_attention and cls_positions is None:
             # A left-to-right model's [CLS] sees only itself: read the sentence at its last

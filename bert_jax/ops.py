@@ -79,20 +79,26 @@ def _column_sum(g: Array) -> Array:
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(3,))
-def dense(x: Array, kernel: Array, bias: Array, weight_grad: str = "direct") -> Array:
-    """``[N, K] @ [K, M] + [M]``; `weight_grad` (`WEIGHT_GRADS`): see the module docstring."""
-    return x @ kernel + bias
+def dense(x: Array, kernel: Array, bias: Array | None, weight_grad: str = "direct") -> Array:
+    """``[N, K] @ [K, M] + [M]`` (no bias when `bias` is None); `weight_grad`
+    (`WEIGHT_GRADS`): see the module docstring."""
+    return _affine(x, kernel, bias)
 
 
-def _dense_fwd(x: Array, kernel: Array, bias: Array, weight_grad: str) -> tuple[Array, tuple]:
-    return x @ kernel + bias, (x, kernel, bias)
+def _affine(x: Array, kernel: Array, bias: Array | None) -> Array:
+    y = x @ kernel
+    return y if bias is None else y + bias
 
 
-def _dense_bwd(weight_grad: str, res: tuple, g: Array) -> tuple[Array, Array, Array]:
+def _dense_fwd(x: Array, kernel: Array, bias: Array | None, weight_grad: str) -> tuple[Array, tuple]:
+    return _affine(x, kernel, bias), (x, kernel, bias)
+
+
+def _dense_bwd(weight_grad: str, res: tuple, g: Array) -> tuple[Array, Array, Array | None]:
     x, kernel, bias = res
     dx = (g @ kernel.T).astype(x.dtype)
     dk = _weight_grad(x, g, weight_grad).astype(kernel.dtype)
-    return dx, dk, _column_sum(g).astype(bias.dtype)
+    return dx, dk, None if bias is None else _column_sum(g).astype(bias.dtype)
 
 
 dense.defvjp(_dense_fwd, _dense_bwd)

@@ -1,5 +1,11 @@
 """The optimizer of the paper (§A.2): AdamW, linear warmup then linear decay, clipping.
 
+Learning-rate schedules (`SCHEDULES`): ``linear`` (the paper's); ``one_cycle`` (Smith &
+Topin, 2019; the budget schedules of Cramming: cosine up to the peak at ``warmup_steps``,
+cosine down to ~0 at the last step, optax's `cosine_onecycle_schedule`); ``wsd``
+(warm-up, stable, decay: the trapezoid of MiniCPM and ModernBERT: linear warm-up, the
+peak held, then linear decay to 0 over the last ``decay_fraction`` of steps).
+
 β1 0.9, β2 0.999, ε 1e-6, weight decay 0.01 on every weight matrix but none on
 LayerNorm parameters and biases (as the original `AdamWeightDecayOptimizer`), global-norm
 clipping at 1.0. LAMB (You et al., 2020) is the option for large batches. Gradient
@@ -15,12 +21,39 @@ import jax
 import jax.numpy as jnp
 import optax
 
+SCHEDULES = ("linear", "one_cycle", "wsd")
+
 
 def learning_rate_schedule(
-    peak: float, warmup_steps: int, total_steps: int, end_value: float = 0.0
+    peak: float,
+    warmup_steps: int,
+    total_steps: int,
+    end_value: float = 0.0,
+    kind: str = "linear",
+    decay_fraction: float = 0.2,
 ) -> optax.Schedule:
-    """Linear warmup from 0 to `peak` over `warmup_steps`, then linear decay to `end_value`."""
+    """Linear warmup from 0 to `peak` over `warmup_steps`, then linear decay to `end_value`
+    (``kind="linear"``); or the ``one_cycle`` / ``wsd`` shapes of the module docstring."""
+    if kind not in SCHEDULES:
+        raise ValueError(f"config.lr_schedule={kind!r}: choose one of {', '.join(SCHEDULES)}")
     warmup_steps = max(0, min(int(warmup_steps), int(total_steps)))
+    total_steps = int(total_steps)
+    if kind == "one_cycle":
+        return optax.cosine_onecycle_schedule(
+            max(total_steps, 1), peak, pct_start=max(warmup_steps, 1) / max(total_steps, 1), div_factor=1e4
+        )
+    if kind == "wsd":
+        if not 0.0 < decay_fraction <= 1.0:
+            raise ValueError(f"config.lr_decay_fraction={decay_fraction}: must be in (0, 1]")
+        decay_start = max(warmup_steps, total_steps - round(total_steps * decay_fraction))
+        return optax.join_schedules(
+            [
+                optax.linear_schedule(0.0, peak, max(warmup_steps, 1)),
+                optax.constant_schedule(peak),
+                optax.linear_schedule(peak, end_value, max(total_steps - decay_start, 1)),
+            ],
+            boundaries=[warmup_steps, decay_start],
+        )
     return optax.join_schedules(
         [
             optax.linear_schedule(0.0, peak, max(warmup_steps, 1)),
@@ -117,13 +150,18 @@ def create_optimizer(
     b2: float,
     eps: float,
     clip_norm: float,
+    schedule: str = "linear",
+    decay_fraction: float = 0.2,
 ) -> tuple[optax.GradientTransformation, optax.Schedule]:
     """The optimizer and its learning-rate schedule.
 
     `name` is "adamw" (the fused AdamW above) or "lamb"; `clip_norm` 0 disables clipping.
-    Weight decay skips LayerNorm parameters and biases (`decay_mask`).
+    Weight decay skips LayerNorm parameters and biases (`decay_mask`). `schedule`: one of
+    `SCHEDULES` (`decay_fraction`: the decay share of ``wsd``).
     """
-    schedule = learning_rate_schedule(learning_rate, warmup_steps, total_steps)
+    schedule = learning_rate_schedule(
+        learning_rate, warmup_steps, total_steps, kind=schedule, decay_fraction=decay_fraction
+    )
     kwargs = dict(learning_rate=schedule, b1=b1, b2=b2, eps=eps, weight_decay=weight_decay, mask=decay_mask)
     if name == "adamw":
         return fused_adamw(clip_norm=clip_norm, **kwargs), schedule

@@ -50,6 +50,13 @@ class Options:
     random_seed: int = 12345
     nsp: bool = True
     eval_fraction: float = 0.0
+    # RoBERTa's FULL-SENTENCES rows (`pretraining_data.create_full_sentence_instances`):
+    # documents streamed into full rows, no NSP pairs (needs nsp=False).
+    full_sentences: bool = False
+
+    def __post_init__(self) -> None:
+        if self.full_sentences and self.nsp:
+            raise ValueError("full_sentences rows have no sentence pairs: set nsp=False with them")
 
     @classmethod
     def from_flags(cls, flag_values) -> Options:
@@ -66,7 +73,15 @@ class Options:
     def flags(self) -> dict:
         out = dataclasses.asdict(self)
         del out["vocab_file"]  # the vocabulary is recorded by its hash
+        # Options added after the format: recorded only when set, so that folders prepared
+        # before they existed (and their cache keys) stay valid.
+        for name in _ADDED_LATER:
+            if out[name] == getattr(Options, name):
+                del out[name]
         return out
+
+
+_ADDED_LATER = ("full_sentences",)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -154,8 +169,11 @@ def split_held_out(docs: list, eval_fraction: float, shard: int) -> tuple[list, 
 
 
 def shard_instances(docs: list, opts: Options, special, seed: list[int]) -> list:
-    """One pairing of a shard's documents (the original's logic), from ``default_rng(seed)``."""
+    """One pairing of a shard's documents (the original's logic), or one pass of
+    FULL-SENTENCES rows, from ``default_rng(seed)``."""
     rng = np.random.default_rng(seed)
+    if opts.full_sentences:
+        return pretraining_data.create_full_sentence_instances(docs, opts.max_seq_length, rng, special)
     return pretraining_data.create_instances(
         docs, opts.max_seq_length, opts.short_seq_prob, rng, special, nsp=opts.nsp
     )
@@ -166,8 +184,11 @@ def prepare_shard(item: Input, index: int, count: int, out_dir: str, opts: Optio
     stem = prepared_data.shard_stem(index, count)
     tok = load_tokenizer(opts)
     dtype = prepared_data.token_dtype(tok.vocab_size)
-    docs = tokenize_documents(tok, item.documents())
-    train, held_out = split_held_out(docs, opts.eval_fraction, index)
+    # Held out by document before tokenizing, as a vocabulary learned on the training
+    # documents (`input_pipeline.vocab_file_of`) chooses them.
+    train_text, held_out_text = split_held_out(item.documents(), opts.eval_fraction, index)
+    train, held_out = tokenize_documents(tok, train_text), tokenize_documents(tok, held_out_text)
+    docs = train + held_out
     # (documents, seed) of each pairing: dupe_factor of the training documents, one of the
     # held-out ones; paired one at a time as they are written.
     pairings = {

@@ -104,7 +104,14 @@ def read_metadata(directory: str) -> dict:
 
 
 def check_compatible(
-    meta: dict, directory: str, *, vocab_file: str, max_seq_length: int, nsp: bool, do_lower_case: bool
+    meta: dict,
+    directory: str,
+    *,
+    vocab_file: str,
+    max_seq_length: int,
+    nsp: bool,
+    do_lower_case: bool,
+    full_sentences: bool = False,
 ) -> None:
     """Refuses a prepared folder made for another vocabulary, length or objective."""
     where = os.path.join(directory, METADATA)
@@ -128,6 +135,11 @@ def check_compatible(
         raise PreparedDataError(
             f"{where}: prepared with nsp={flags['nsp']} (sentence pairs {'on' if flags['nsp'] else 'off'}), "
             f"the run sets data.nsp={nsp}"
+        )
+    if bool(flags.get("full_sentences", False)) != bool(full_sentences):
+        raise PreparedDataError(
+            f"{where}: prepared with full_sentences={flags.get('full_sentences', False)}, "
+            f"the run sets data.full_sentences={full_sentences}"
         )
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 import os
 from collections.abc import Iterator
 from typing import Any
@@ -59,6 +60,13 @@ def phases(config: ml_collections.ConfigDict) -> list[Phase]:
     ]
 
 
+def warmup_steps(config: ml_collections.ConfigDict) -> int:
+    """``warmup_proportion`` of the steps when set (> 0), else ``warmup_steps``."""
+    if float(config.warmup_proportion) > 0:
+        return round(float(config.warmup_proportion) * int(config.num_train_steps))
+    return int(config.warmup_steps)
+
+
 class Pretraining:
     """The model, objective, engine and batch placement of one pre-training run on a mesh.
 
@@ -72,7 +80,7 @@ class Pretraining:
         self.nsp = bool(config.data.nsp)
         self.objective = PretrainingObjective(BertForPreTraining(self.model_config), self.nsp)
         tx, schedule = engine.create_optimizer(
-            config, total_steps=int(config.num_train_steps), warmup_steps=int(config.warmup_steps)
+            config, total_steps=int(config.num_train_steps), warmup_steps=warmup_steps(config)
         )
         self.engine = engine.Engine(
             objective=self.objective,
@@ -179,13 +187,34 @@ def data_iterator(
     )
 
 
-def check_vocab(config: ml_collections.ConfigDict) -> None:
-    """A model whose embedding table is smaller than the vocabulary would index past it."""
+def check_config(config: ml_collections.ConfigDict) -> None:
+    """Refuses, with one line naming the keys, a recipe that cannot work (switches that
+    contradict each other, a model whose embedding table is smaller than the vocabulary:
+    it would index past it); warns when the prediction budget caps the masking rate, as
+    the original's `max_predictions_per_seq` silently does."""
     if config.data.objective == "ltr" and not config.model.causal_attention:
         raise ValueError(
             "config.data.objective='ltr' needs --config.model.causal_attention=True "
             "(a bidirectional model would see the tokens it predicts)"
         )
+    if config.data.full_sentences and config.data.nsp:
+        raise ValueError(
+            "config.data.full_sentences=True packs rows without sentence pairs: set --config.data.nsp=False"
+        )
+    for phase in phases(config):
+        wanted = round((phase.max_seq_length - 2) * float(config.data.masked_lm_prob))
+        if (
+            config.data.objective == "mlm"
+            and phase.max_predictions_per_seq < wanted
+            and jax.process_index() == 0
+        ):
+            key = "max_predictions_per_seq" if phase.start == 0 else "phase2_max_predictions_per_seq"
+            print(
+                f"warning: config.data.masked_lm_prob={config.data.masked_lm_prob} masks up to {wanted} of "
+                f"{phase.max_seq_length} tokens; config.{key}={phase.max_predictions_per_seq} caps it "
+                f"(set --config.{key}={wanted} for the full rate)",
+                flush=True,
+            )
     if config.data.source == "synthetic":
         return
     from bert_jax import input_pipeline
@@ -337,12 +366,12 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
         workdir = os.path.abspath(workdir)
     # Everything that can refuse the run comes before anything is written to the workdir.
     run_config.check(config)
-    check_vocab(config)
+    check_config(config)
     run = Pretraining(config, sharding.make_mesh(tuple(config.mesh_shape)))
     checkpointing.check_model_config(workdir, run.model_config)
     check_data(config)
     final_phase = phases(config)[-1]
-    keys = ("mlm_accuracy", "nsp_accuracy")
+    keys = ("mlm_accuracy", "nsp_accuracy") if run.nsp else ("mlm_accuracy",)
     try:
         total = int(config.num_train_steps)
         with TrainingRun(workdir, config, total_steps=total, best_metric=keys[0], console_keys=keys) as loop:
@@ -363,9 +392,39 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
         with jax.set_mesh(run.mesh):
             top, acc, loss = unigram_baseline(run, final_phase, eval_targets, int(config.baseline_batches))
         final["unigram_baseline_token"] = top
+        if config.data.source != "synthetic":
+            from bert_jax import input_pipeline
+
+            final["unigram_baseline_piece"] = input_pipeline.tokenizer_of(config.data).vocab[top]
         final["unigram_baseline_accuracy"], final["unigram_baseline_loss"] = acc, loss
     report(final, workdir, run.nsp)
     return final
+
+
+def learning_curve(workdir: str) -> list[tuple[int, float]]:
+    """(step, held-out loss on the changed tokens) of every evaluation in the workdir's
+    metrics.jsonl, the latest row per step (a resumed run's evaluations included)."""
+    path = os.path.join(workdir, "metrics.jsonl")
+    points: dict[int, float] = {}
+    if os.path.exists(path):
+        with open(path) as f:
+            for line in f:
+                row = json.loads(line)
+                if row.get("split") == "eval" and "mlm_loss_changed" in row:
+                    points[int(row["step"])] = float(row["mlm_loss_changed"])
+    return sorted(points.items())
+
+
+def curve_line(curve: list[tuple[int, float]], unigram_loss: float) -> str:
+    """One line of the held-out learning curve against the unigram model's loss, with the
+    first evaluation a nat under it (where the model left the unigram stage)."""
+    shown = ", ".join(f"{loss:.2f} at step {step}" for step, loss in curve)
+    left = next((step for step, loss in curve if loss <= unigram_loss - 1.0), None)
+    verdict = (
+        f"1 nat under the unigram loss from step {left}" if left else "never 1 nat under the unigram loss"
+    )
+    head = f"learning curve (held-out loss on the changed tokens; unigram {unigram_loss:.2f})"
+    return f"{head}: {shown}; {verdict}"
 
 
 def report(final: dict[str, Any], workdir: str, nsp: bool) -> None:
@@ -380,11 +439,19 @@ def report(final: dict[str, Any], workdir: str, nsp: bool) -> None:
         f"loss {final['mlm_loss_changed']:.3f}",
     ]
     if "unigram_baseline_accuracy" in final:
-        lines.append(
-            "unigram baseline (training-data token frequencies; always id "
-            f"{final['unigram_baseline_token']}): accuracy {final['unigram_baseline_accuracy']:.4f}, "
-            f"loss {final['unigram_baseline_loss']:.3f}"
+        piece = final.get("unigram_baseline_piece")
+        always = (
+            f"{piece!r} (id {final['unigram_baseline_token']})"
+            if piece
+            else f"id {final['unigram_baseline_token']}"
         )
+        lines.append(
+            f"unigram baseline (training-data token frequencies; always {always}): "
+            f"accuracy {final['unigram_baseline_accuracy']:.4f}, loss {final['unigram_baseline_loss']:.3f}"
+        )
+        curve = learning_curve(workdir)
+        if curve:
+            lines.append(curve_line(curve, final["unigram_baseline_loss"]))
     if nsp:  # without NSP its head is untrained and its accuracy meaningless
         lines.append(f"held-out NSP accuracy: {final['nsp_accuracy']:.4f}")
     lines += [

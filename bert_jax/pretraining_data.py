@@ -9,6 +9,11 @@ which 80% become [MASK], 10% a random token and 10% stay unchanged (ratios confi
 the paper's appendix C.2 ablation). Whole-word masking decides once per word for all of
 its pieces (the original decides per piece: google-research/bert#910).
 
+RoBERTa's FULL-SENTENCES rows (Liu et al., 2019, §4.2; the packed rows of Cramming and
+MosaicBERT) are the alternative without NSP (`create_full_sentence_instances`): the
+documents, in a random order, streamed into rows of exactly ``max_seq_length`` tokens
+``[CLS] ... [SEP]`` with a [SEP] between documents, no padding but in a shard's last row.
+
 Everything draws from an explicit `np.random.Generator`, so an instance is a function of
 (data, seed, epoch): that is what makes the pipeline resumable and host-count independent.
 """
@@ -148,6 +153,29 @@ def create_instances(
     out: list[Instance] = []
     for d in range(len(docs)):
         out.extend(create_instances_from_document(docs, d, max_seq_length, short_seq_prob, rng, special, nsp))
+    order = rng.permutation(len(out))
+    return [out[i] for i in order]
+
+
+def create_full_sentence_instances(
+    docs: list[TokenDoc], max_seq_length: int, rng: np.random.Generator, special: SpecialIds
+) -> list[Instance]:
+    """One pass of FULL-SENTENCES rows: the documents in the order of ``rng``, their
+    sentences joined, a [SEP] between documents, cut every ``max_seq_length - 2`` tokens
+    into ``[CLS] chunk [SEP]``; the rows shuffled. One segment, no NSP label."""
+    width = max_seq_length - 2
+    stream: list[int] = []
+    for d in rng.permutation(len(docs)).tolist():
+        if stream:
+            stream.append(special.sep)
+        stream.extend(chain.from_iterable(docs[d]))
+    tokens = np.asarray(stream, np.int32)
+    out = []
+    for start in range(0, len(tokens), width):
+        chunk = tokens[start : start + width]
+        if len(chunk) >= 2:  # a last row of one token teaches nothing
+            row = np.concatenate([[special.cls], chunk, [special.sep]]).astype(np.int32)
+            out.append(Instance(row, len(row), False))
     order = rng.permutation(len(out))
     return [out[i] for i in order]
 

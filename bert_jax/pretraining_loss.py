@@ -82,7 +82,8 @@ def pretraining_loss(
 
 
 def finalize_metrics(sums: dict[str, jax.Array], nsp: bool) -> dict[str, jax.Array]:
-    """Means from sums; the total loss is MLM + NSP as optimised."""
+    """Means from sums; the total loss is MLM + NSP as optimised. Without NSP its head is
+    untrained and its metrics are noise: they are left out."""
     w = jnp.maximum(sums["mlm_weight"], 1.0)
     n = jnp.maximum(sums["examples"], 1.0)
     changed = jnp.maximum(sums["mlm_changed_weight"], 1.0)
@@ -91,10 +92,12 @@ def finalize_metrics(sums: dict[str, jax.Array], nsp: bool) -> dict[str, jax.Arr
         "mlm_accuracy": sums["mlm_correct"] / w,
         "mlm_loss_changed": sums["mlm_changed_loss_sum"] / changed,
         "mlm_accuracy_changed": sums["mlm_changed_correct"] / changed,
-        "nsp_loss": sums["nsp_loss_sum"] / n,
-        "nsp_accuracy": sums["nsp_correct"] / n,
     }
-    out["loss"] = out["mlm_loss"] + (out["nsp_loss"] if nsp else 0.0)
+    out["loss"] = out["mlm_loss"]
+    if nsp:
+        out["nsp_loss"] = sums["nsp_loss_sum"] / n
+        out["nsp_accuracy"] = sums["nsp_correct"] / n
+        out["loss"] = out["loss"] + out["nsp_loss"]
     return out
 
 

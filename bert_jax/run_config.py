@@ -57,3 +57,18 @@ def sibling(config_file: str, name: str) -> ModuleType:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def set_keys(config: ml_collections.ConfigDict, changes: dict[str, Any]) -> ml_collections.ConfigDict:
+    """Sets dotted keys (``data.nsp``); a key the config does not have is an error naming it."""
+    for dotted, value in changes.items():
+        *parents, leaf = dotted.split(".")
+        node = config
+        for p in parents:
+            if p not in node:
+                raise KeyError(f"{dotted!r}: the config has no {p!r}")
+            node = node[p]
+        if leaf not in node:
+            raise KeyError(f"{dotted!r}: the config has no such key")
+        node[leaf] = value
+    return config

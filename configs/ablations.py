@@ -26,9 +26,12 @@ published numbers.
 
 PRESET is the scale (default ``base``, the paper's): ``tiny`` (tests), ``demo`` (a CPU
 in minutes per row), ``cpu`` (about an hour per table on a 2-core machine, offline: see
-`CPU_PRETRAIN`), ``base``. At ``tiny``/``demo`` the model sizes of Tables 6 and 7 are
-scaled down (hidden width / 8, same layers and heads; ``cpu`` also divides the layers by
-3), and fine-tuning runs on a subset.
+`CPU_PRETRAIN`), ``base``. ``demo`` and ``cpu`` pre-train with the demo's modern recipe
+(`ABLATION_BASE`: a small model leaves the unigram stage within their budget, the
+paper's recipe does not); ``demo_paper`` and ``cpu_paper`` with the paper's. At
+``tiny``/``demo`` the model sizes of Tables 6 and 7 are scaled down (hidden width / 8,
+same layers and heads; ``cpu`` also divides the layers by 3), and fine-tuning runs on a
+subset.
 
 At ``cpu`` every table pre-trains on the text that ships offline (the Wikipedia excerpt
 and the BBC News articles of the ``bbc`` task's train split; 5% of documents held out for
@@ -51,7 +54,7 @@ from typing import Any
 import ml_collections
 
 from bert_jax import run_config
-from bert_jax.ablations import set_keys
+from bert_jax.run_config import set_keys
 
 # A known column: (config file and argument, dev metric in its results, label, approach).
 COLUMNS: dict[str, dict[str, Any]] = {
@@ -211,9 +214,8 @@ FIGURE5_STEPS = {
 }
 
 # The `cpu` scale: the demo pre-training (L2 H128, sequence 128) on the offline text
-# (Wikipedia excerpt + BBC News train articles), 2.5M tokens in 1,200 steps of 16: at
-# batch 32 x 600 steps the rows of Table 6 were still within 0.002 of each other's
-# held-out MLM accuracy (~0.097): more updates for the same compute.
+# (Wikipedia excerpt + BBC News train articles), 2.5M tokens in 1,200 steps of 16 (more
+# updates for the same compute than 600 steps of 32).
 CPU_PRETRAIN: dict[str, Any] = {
     "data.source": "wiki_excerpt,bbc_news",
     "global_batch_size": 16,
@@ -256,18 +258,35 @@ FEATURE_BILSTM = {
 }
 
 
+# The base of every row at the `demo` and `cpu` scales: the demo's recipe (pre-LN, GeGLU,
+# rotary positions, no biases, no dropout, 30% masking, warm-up-stable-decay, a vocabulary
+# learned on the corpus: `configs/pretrain.py`), which leaves the unigram stage within the
+# budget, with the paper's sentence pairs and NSP in place of its FULL-SENTENCES rows, so
+# that a row's own change (NSP, LTR, the masking mix, the size) is its only difference.
+# The paper's recipe at these scales: the presets `demo_paper` and `cpu_paper`.
+ABLATION_BASE: dict[str, Any] = {"data.full_sentences": False, "data.nsp": True}
+PAPER_SUFFIX = "_paper"
+
+
 def _pretrain_config(preset: str) -> ml_collections.ConfigDict:
     module = run_config.sibling(__file__, "pretrain")
-    if preset == "cpu":
-        return set_keys(module.get_config("demo"), CPU_PRETRAIN)
-    return module.get_config(preset)
+    scale, paper = _scale(preset), preset.endswith(PAPER_SUFFIX)
+    if scale not in ("cpu", "demo"):
+        return module.get_config(preset)
+    c = module.get_config("demo+bert") if paper else set_keys(module.get_config("demo"), ABLATION_BASE)
+    return set_keys(c, CPU_PRETRAIN) if scale == "cpu" else c
+
+
+def _scale(preset: str) -> str:
+    """The scale of a preset (``cpu_paper`` is the ``cpu`` scale with the paper's recipe)."""
+    return preset.removesuffix(PAPER_SUFFIX)
 
 
 def _finetune_config(file_and_arg: tuple[str, str | None], preset: str) -> ml_collections.ConfigDict:
     name, arg = file_and_arg
     module = run_config.sibling(__file__, name)
     c = module.get_config() if arg is None else module.get_config(arg)
-    for key, value in FINETUNE_PRESETS[preset].items():
+    for key, value in FINETUNE_PRESETS[_scale(preset)].items():
         c[key] = min(value, c[key]) if key == "max_seq_length" else value
     if "doc_stride" in c:  # SQuAD windows at a shorter length
         c.doc_stride = min(c.doc_stride, c.max_seq_length // 2)
@@ -287,7 +306,7 @@ def _column(name: str, preset: str) -> ml_collections.ConfigDict:
     c.layers = spec.get("layers", "-1,-2,-3,-4")
     c.combine = spec.get("combine", "concat")
     c.skip = ""  # a reason not to run the column (kept in the report, empty)
-    if preset == "cpu" and name not in OFFLINE_COLUMNS:
+    if _scale(preset) == "cpu" and name not in OFFLINE_COLUMNS:
         c.skip = "task data needs a network: TFDS or the original files"
     if spec["config"] is not None:
         c.finetune = _finetune_config(spec["config"], preset)
@@ -301,7 +320,7 @@ def _scale_down(changes: dict[str, Any], preset: str) -> dict[str, Any]:
     if "model.hidden_size" in out:
         out["model.hidden_size"] //= 8
         out["model.intermediate_size"] = 4 * out["model.hidden_size"]
-    if preset == "cpu" and "model.num_hidden_layers" in out:
+    if _scale(preset) == "cpu" and "model.num_hidden_layers" in out:
         out["model.num_hidden_layers"] = max(1, out["model.num_hidden_layers"] // 3)
     return out
 
@@ -320,18 +339,20 @@ def get_config(spec: str = "table5") -> ml_collections.ConfigDict:
     if table not in TABLES:
         raise ValueError(f"unknown ablation table {table!r}; choose from {', '.join(TABLES)}")
     preset = preset or "base"
-    if preset not in FINETUNE_PRESETS:
-        raise ValueError(f"unknown ablation preset {preset!r}; choose from {', '.join(FINETUNE_PRESETS)}")
+    scale = _scale(preset)
+    if scale not in FINETUNE_PRESETS or (scale != preset and scale not in ("cpu", "demo")):
+        known = [*FINETUNE_PRESETS, "demo_paper", "cpu_paper"]
+        raise ValueError(f"unknown ablation preset {preset!r}; choose from {', '.join(known)}")
     t = TABLES[table]
     c = ml_collections.ConfigDict()
     c.table = table
     c.title = t["title"]
     c.preset = preset
     c.row_order = tuple(t["rows"])  # the paper's order (ConfigDict keys iterate sorted)
-    if preset == "cpu" and "bbc" not in extra:
+    if scale == "cpu" and "bbc" not in extra:
         extra.append("bbc")
     c.column_order = tuple(t["columns"]) + tuple(x for x in extra if x not in t["columns"])
-    scaled = t.get("scaled_sizes") and preset in ("tiny", "demo", "cpu")
+    scaled = t.get("scaled_sizes") and scale in ("tiny", "demo", "cpu")
     c.rows = ml_collections.ConfigDict(
         {
             row: set_keys(_pretrain_config(preset), _scale_down(changes, preset) if scaled else changes)
@@ -350,8 +371,8 @@ def get_config(spec: str = "table5") -> ml_collections.ConfigDict:
         }
     )
     c.columns = ml_collections.ConfigDict({col: _column(col, preset) for col in c.column_order})
-    c.finetune_seeds = FINETUNE_SEEDS[preset] if preset != "base" else t.get("finetune_seeds", 5)
-    c.feature_bilstm = ml_collections.ConfigDict(FEATURE_BILSTM[preset])
+    c.finetune_seeds = FINETUNE_SEEDS[scale] if scale != "base" else t.get("finetune_seeds", 5)
+    c.feature_bilstm = ml_collections.ConfigDict(FEATURE_BILSTM[scale])
     c.data_dirs = ml_collections.ConfigDict(
         dict(glue="tfds", squad="tfds", conll2003="tfds", swag="", bbc="")
     )
@@ -359,5 +380,5 @@ def get_config(spec: str = "table5") -> ml_collections.ConfigDict:
         {row: dict(zip(t["columns"], values, strict=True)) for row, values in t["paper"].items()}
     )
     if table == "figure5":
-        c.steps = FIGURE5_STEPS[preset]
+        c.steps = FIGURE5_STEPS[scale]
     return c

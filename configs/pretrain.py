@@ -1,12 +1,44 @@
-"""Pre-training configs: `--config=configs/pretrain.py:PRESET` (tiny, mini, base, large, demo).
+"""Pre-training configs: `--config=configs/pretrain.py:PRESET`, or `SIZE+RECIPE`.
 
-The paper's recipe (§A.2) is `base`/`large`: batch 256 x 512 tokens for 1M steps, Adam
-lr 1e-4, 10k warmup steps, linear decay, 90% of steps at sequence 128 then 10% at 512.
+Sizes (model, batch, steps, learning rate), each with the paper's recipe unless a recipe
+is named: `tiny` (tests), `demo` (the CPU demo's budget: L2 H128, 2,000 steps of 32 x
+128), `mini`, `base`, `large` (the paper's, §A.2: batch 256, 1M steps, Adam lr 1e-4, 10k
+warm-up steps, linear decay, 90% of steps at sequence 128 then 10% at 512).
+
+Recipes (`RECIPES`): the switches each published small-compute recipe chose, as far as
+bert_jax has them, with the paper that motivated them:
+
+- `bert`: Devlin et al. (2019), §3.1 and §A.2 — post-LN, learned positions, dropout 0.1,
+  sentence pairs with NSP, 15% masking, β2 0.999, linear decay. Every key at its default.
+- `cramming`: Geiping & Goldstein (2022), "Cramming: Training a Language Model on a
+  Single GPU in One Day", final recipe (arch `crammed-bert`, train `bert-o4`): pre-LN
+  with a final LayerNorm, GeGLU, no biases in the linears, no dropout in pre-training,
+  FULL-SENTENCES rows without NSP, 25% masking, AdamW β2 0.98 ε 1e-12, clipping 0.5, a
+  triangular one-cycle schedule peaking at 75% of the steps (their "budget-triangle2").
+  Theirs has scaled sinusoidal positions; bert_jax keeps the learned table in its place.
+- `mosaicbert`: Portes et al. (2023), "MosaicBERT": GeGLU, FULL-SENTENCES rows without
+  NSP, 30% masking, β2 0.98, no dropout in the attention probabilities; post-LN as theirs.
+  Theirs has ALiBi positions and unpadded attention; bert_jax keeps the learned table.
+- `modernbert`: Warner et al. (2024), "ModernBERT": pre-LN, GeGLU, rotary positions, no
+  biases, no dropout, FULL-SENTENCES rows without NSP, 30% masking, β2 0.98, and the
+  warm-up-stable-decay (trapezoidal) schedule. Theirs alternates local and global
+  attention and trains with StableAdamW at sequence 1024; bert_jax keeps global
+  attention, AdamW and the size's sequence length.
+
+`SIZE+RECIPE` applies a recipe to a size: `demo+bert` is the demo with the paper's recipe,
+`base+modernbert` BERT-Base with ModernBERT's. The presets `cramming`, `mosaicbert` and
+`modernbert` are their recipes at BERT-Base size with their published peak learning rates
+(for accelerators). `demo` is `demo+modernbert` with a WordPiece vocabulary of 8,192 learned on
+the corpus: the recipe that left the unigram stage fastest on this project's 2-core
+machine (held-out curves of every recipe in docs/recipes.md).
+
 Every key can be overridden from the command line, e.g. `--config.learning_rate=2e-4`;
 an unknown key fails at once with its name.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import ml_collections
 
@@ -15,8 +47,55 @@ from bert_jax.config import model_config_dict
 
 defaults = run_config.sibling(__file__, "defaults")
 
+# Dropout off, as Cramming, MosaicBERT (hidden) and ModernBERT pre-train.
+_NO_DROPOUT = {"model.hidden_dropout_prob": 0.0, "model.attention_probs_dropout_prob": 0.0}
+# RoBERTa's FULL-SENTENCES rows (Liu et al., 2019, §4.2) instead of NSP pairs.
+_FULL_SENTENCES = {"data.nsp": False, "data.full_sentences": True}
+
+RECIPES: dict[str, dict[str, Any]] = {
+    "bert": {},
+    "cramming": {
+        "model.pre_layer_norm": True,
+        "model.gated_ffn": True,
+        "model.use_bias": False,
+        **_NO_DROPOUT,
+        **_FULL_SENTENCES,
+        "data.masked_lm_prob": 0.25,
+        "adam_b2": 0.98,
+        "adam_eps": 1e-12,
+        "grad_clip_norm": 0.5,
+        "lr_schedule": "one_cycle",
+        "warmup_proportion": 0.75,
+    },
+    "mosaicbert": {
+        "model.gated_ffn": True,
+        "model.attention_probs_dropout_prob": 0.0,
+        **_FULL_SENTENCES,
+        "data.masked_lm_prob": 0.3,
+        "adam_b2": 0.98,
+    },
+    "modernbert": {
+        "model.pre_layer_norm": True,
+        "model.gated_ffn": True,
+        "model.position_embedding_type": "rotary",
+        "model.use_bias": False,
+        **_NO_DROPOUT,
+        **_FULL_SENTENCES,
+        "data.masked_lm_prob": 0.3,
+        "adam_b2": 0.98,
+        "lr_schedule": "wsd",
+    },
+}
+
 
 def get_config(preset: str = "tiny") -> ml_collections.ConfigDict:
+    size, _, recipe = preset.partition("+")
+    if preset in NAMED:
+        size, recipe = NAMED[preset]
+    if size not in SIZES:
+        raise ValueError(f"unknown preset {preset!r}: {', '.join([*SIZES, *NAMED])}, or SIZE+RECIPE")
+    if recipe and recipe not in RECIPES:
+        raise ValueError(f"unknown recipe {recipe!r} in {preset!r}: {', '.join(RECIPES)}")
     c = defaults.training()
     c.preset = preset
     c.model = model_config_dict("tiny")
@@ -24,6 +103,9 @@ def get_config(preset: str = "tiny") -> ml_collections.ConfigDict:
     # The paper's schedule (lengths per preset below).
     c.learning_rate = 1e-4
     c.warmup_steps = 10_000
+    # >0: the warm-up is this share of num_train_steps (a recipe's shape at any length);
+    # 0: warmup_steps as given.
+    c.warmup_proportion = 0.0
     c.num_train_steps = 1_000_000
     c.global_batch_size = 256
     c.max_seq_length = 128
@@ -36,11 +118,23 @@ def get_config(preset: str = "tiny") -> ml_collections.ConfigDict:
     c.eval_steps = 0  # batches per eval; 0 = the whole held-out split
     c.eval_batch_size = 0  # 0 = global_batch_size
     c.baseline_batches = 0  # >0: also report the unigram baseline from that many batches
-
-    if preset not in PRESETS:
-        raise ValueError(f"unknown preset {preset!r}: {', '.join(PRESETS)}")
-    c.update(PRESETS[preset]())
+    c.update(SIZES[size]())
+    run_config.set_keys(c, RECIPES[recipe or "bert"])
+    if recipe:
+        run_config.set_keys(c, SIZE_RECIPE.get((size, recipe), {}))
+        _fit_predictions(c)
     return c
+
+
+def _fit_predictions(c: ml_collections.ConfigDict) -> None:
+    """Raises the prediction budget to what the recipe's masking rate needs (rounded up
+    to a multiple of 4)."""
+    for seq_key, pred_key in (
+        ("max_seq_length", "max_predictions_per_seq"),
+        ("phase2_max_seq_length", "phase2_max_predictions_per_seq"),
+    ):
+        need = round((c[seq_key] - 2) * c.data.masked_lm_prob)
+        c[pred_key] = max(c[pred_key], -(-need // 4) * 4)
 
 
 def _tiny() -> dict:
@@ -61,17 +155,17 @@ def _tiny() -> dict:
 
 def _demo() -> dict:
     # Fits in 10 minutes on a 2-core CPU, including start-up and the evals: a small model
-    # (L2 H128) sees ~4M tokens, which buys more accuracy here than depth.
+    # (L2 H128) sees ~8M tokens, which buys more than depth here.
     return dict(
         model=model_config_dict("tiny", max_position_embeddings=128),
         global_batch_size=32,
         max_seq_length=128,
         max_predictions_per_seq=20,
-        num_train_steps=1000,
+        num_train_steps=2000,
         warmup_steps=100,
         learning_rate=2e-3,
         log_every_steps=50,
-        eval_every_steps=500,
+        eval_every_steps=250,
         checkpoint_every_steps=500,
         baseline_batches=50,
     )
@@ -98,10 +192,32 @@ def _paper(preset: str) -> dict:
     )
 
 
-PRESETS = {
+SIZES = {
     "tiny": _tiny,
     "demo": _demo,
     "mini": _mini,
     "base": lambda: _paper("base"),
     "large": lambda: _paper("large"),
+}
+
+# Presets by name: (size, recipe).
+NAMED = {
+    "demo": ("demo", "modernbert"),
+    "cramming": ("base", "cramming"),
+    "mosaicbert": ("base", "mosaicbert"),
+    "modernbert": ("base", "modernbert"),
+}
+
+# What a recipe changes at a given size beyond its switches.
+SIZE_RECIPE: dict[tuple[str, str], dict[str, Any]] = {
+    # The demo learns its vocabulary from the corpus (8,192 WordPieces: a small corpus
+    # spreads too few examples over bert-base-uncased's 30,522).
+    **{
+        ("demo", r): {"data.learned_vocab_size": 8192, "model.vocab_size": 8192}
+        for r in ("cramming", "mosaicbert", "modernbert")
+    },
+    # The published peak learning rates and lengths at BERT-Base size, one sequence length.
+    ("base", "cramming"): {"learning_rate": 1e-3, "phase2_fraction": 0.0},
+    ("base", "mosaicbert"): {"learning_rate": 5e-4, "warmup_proportion": 0.06, "phase2_fraction": 0.0},
+    ("base", "modernbert"): {"learning_rate": 8e-4, "phase2_fraction": 0.0},
 }

@@ -17,7 +17,15 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from bert_jax import ablation_figure5, ablation_report, ablations, bilstm, feature_based, tokenization
+from bert_jax import (
+    ablation_figure5,
+    ablation_report,
+    ablations,
+    bilstm,
+    feature_based,
+    run_config,
+    tokenization,
+)
 from bert_jax.tasks import get_task
 from configs import ablations as ablation_configs
 from tests.helpers.task_data import TINY, bbc_sentences, write_tiny_checkpoint
@@ -88,7 +96,7 @@ def test_tables_hold_the_papers_rows_columns_and_figures() -> None:
     with pytest.raises(ValueError, match="unknown column 'imdb'"):
         ablation_configs.get_config("table5+imdb")
     with pytest.raises(KeyError, match=r"'data\.nsq'"):
-        ablations.set_keys(t5.rows.bert_base, {"data.nsq": False})
+        run_config.set_keys(t5.rows.bert_base, {"data.nsq": False})
 
 
 def test_kendall_tau_b_with_ties() -> None:
@@ -345,7 +353,7 @@ STEPS = dict(num_train_steps=6, checkpoint_every_steps=6, eval_every_steps=6, as
 def _tiny_table(spec: str):
     table = ablation_configs.get_config(spec)
     for row in table.rows.values():
-        ablations.set_keys(row, STEPS)
+        run_config.set_keys(row, STEPS)
     return table
 
 

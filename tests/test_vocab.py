@@ -20,26 +20,20 @@ def _text(tmp_path) -> Path:
 
 
 def test_build_wordpiece_vocab_and_use_it(tmp_path) -> None:
+    """Learned in two processes from the same text: the same vocabulary (every host of a
+    pod learns its own), of exactly the size asked."""
     text = _text(tmp_path)
     vocab = tmp_path / "vocab.txt"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "bert_jax",
-            "build-vocab",
-            f"--input_file={text}",
-            f"--output={vocab}",
-            "--vocab_size=2000",
-        ],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    for out in (vocab, tmp_path / "again.txt"):
+        cmd = ["build-vocab", f"--input_file={text}", f"--output={out}", "--vocab_size=2000"]
+        proc = subprocess.run(
+            [sys.executable, "-m", "bert_jax", *cmd], capture_output=True, text=True, cwd=ROOT, timeout=600
+        )
+        assert proc.returncode == 0, proc.stderr[-2000:]
+    assert vocab.read_bytes() == (tmp_path / "again.txt").read_bytes()
     tokens = vocab.read_text().splitlines()
-    assert tokens[:5] == list(tokenization.SPECIAL_TOKENS) and 500 < len(tokens) <= 2000
+    assert tokens[:5] == list(tokenization.SPECIAL_TOKENS) and len(tokens) == len(set(tokens)) == 2000
+    assert {"t", "##t", "the"} <= set(tokens)
     tok = tokenization.load_tokenizer(str(vocab))
     ids = tok.tokenize(["Anarchism is a political philosophy."])[0]
     assert ids and tok.special.unk not in ids

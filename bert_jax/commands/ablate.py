@@ -65,18 +65,18 @@ def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise SystemExit(f"unexpected arguments: {argv[1:]}")
     logging.set_verbosity(logging.WARNING)
-    from bert_jax import ablations
+    from bert_jax import ablations, run_config
 
     table = FLAGS.config
     if FLAGS.set:
         with table.unlocked():
             for row in table.rows.values():
-                ablations.set_keys(row, _overrides(FLAGS.set))
+                run_config.set_keys(row, _overrides(FLAGS.set))
     if FLAGS.finetune_set:
         with table.unlocked():
             for column in table.columns.values():
                 if "finetune" in column:
-                    ablations.set_keys(column.finetune, _overrides(FLAGS.finetune_set))
+                    run_config.set_keys(column.finetune, _overrides(FLAGS.finetune_set))
     if FLAGS.plan:
         import os
 

@@ -1,6 +1,6 @@
 """`bert-jax build-vocab --output=PATH --vocab_size=N [--tokenizer=wordpiece|sentencepiece]`.
 
-Learns a WordPiece vocab.txt (tensorflow-text's `bert_vocab_from_dataset`) or a
+Learns a WordPiece vocab.txt (`tokenization.build_wordpiece_vocab`) or a
 SentencePiece model from text in the original format (`--input_file`, a glob), or from
 the embedded Wikipedia excerpt when no input is given. Use the result with
 `--config.data.vocab_file=PATH` (and `--config.data.tokenizer=sentencepiece`).

@@ -34,6 +34,11 @@ def define_flags() -> None:
     flags.DEFINE_float("short_seq_prob", 0.1, "Probability of a shorter target length.")
     flags.DEFINE_integer("random_seed", 12345, "Random seed of the pairings.")
     flags.DEFINE_bool("nsp", True, "Sentence pairs for next-sentence prediction (False: single segments).")
+    flags.DEFINE_bool(
+        "full_sentences",
+        False,
+        "RoBERTa's FULL-SENTENCES rows: documents streamed into full rows, no pairs (needs --nonsp).",
+    )
     flags.DEFINE_float("eval_fraction", 0.0, "Fraction of each input's documents held out for evaluation.")
     flags.DEFINE_integer("num_workers", 1, "Worker processes on this host.")
     flags.DEFINE_integer("task_index", 0, "This host's index on a pod (prepares shards i, i+n, ...).")

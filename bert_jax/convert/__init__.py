@@ -25,7 +25,15 @@ import os
 from bert_jax.config import BertConfig
 from bert_jax.convert.bert_jax_format import load_bert_jax, save_bert_jax
 from bert_jax.convert.hf_format import from_hf_state_dict, hf_config_dict, load_hf, save_hf, to_hf_state_dict
-from bert_jax.convert.layout import Params, canonical, expected_shapes, flatten, for_config, validate
+from bert_jax.convert.layout import (
+    Params,
+    canonical,
+    check_exportable,
+    expected_shapes,
+    flatten,
+    for_config,
+    validate,
+)
 from bert_jax.convert.tf_format import load_tf, save_tf
 from bert_jax.convert.tokenizer_files import source_casing, write_tokenizer_files
 
@@ -92,6 +100,8 @@ def save_checkpoint(path: str, params: Params, config: BertConfig, fmt: str) -> 
     savers = {"hf": save_hf, "tf": save_tf, "bert_jax": save_bert_jax}
     if fmt not in savers:
         raise ValueError(f"unknown format {fmt!r}: bert_jax, hf or tf")
+    if fmt != "bert_jax":
+        check_exportable(config, fmt)  # before anything is written
     if fmt == "tf" and "ckpt" not in os.path.basename(path.rstrip(os.sep)):
         path = os.path.join(path, "bert_model.ckpt")  # a folder, as the original release
     savers[fmt](path, params, config)

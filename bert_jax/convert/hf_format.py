@@ -55,6 +55,7 @@ def to_hf_state_dict(params: Params, config: BertConfig) -> dict[str, np.ndarray
     The tied decoder weight (and its bias alias) are written too: `from_pretrained`
     then reports no missing keys, and the tie makes them the same tensors again.
     """
+    layout.check_exportable(config, "hf")
     params = layout.canonical(params, config)
     layout.validate(params, config, "params to export")
     heads = "mlm" in params

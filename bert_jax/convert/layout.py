@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from bert_jax import param_shapes, vocab_padding
-from bert_jax.config import SHAPE_KEYS, BertConfig
+from bert_jax.config import ARCHITECTURE_KEYS, SHAPE_KEYS, BertConfig
 from bert_jax.convert import names
 
 Params = dict[str, Any]
@@ -107,11 +107,23 @@ def check_expected(config: BertConfig, expected: BertConfig | None, source: str)
         return
     diffs = [
         f"{k}={getattr(config, k)} (expected {getattr(expected, k)})"
-        for k in SHAPE_KEYS
+        for k in SHAPE_KEYS + ARCHITECTURE_KEYS
         if getattr(config, k) != getattr(expected, k)
     ]
     if diffs:
         raise ValueError(f"{source} is a different model: " + ", ".join(diffs))
+
+
+def check_exportable(config: BertConfig, fmt: str) -> None:
+    """Hugging Face's `BertModel` and the original TF graph are the paper's architecture:
+    a model with a recipe switch on (pre-LN, GeGLU, rotary positions, no biases) has no
+    faithful export to them, and is refused naming the switches."""
+    switches = config.switches_on()
+    if switches:
+        raise ValueError(
+            f"--dst_format={fmt}: the {'Hugging Face BertModel' if fmt == 'hf' else 'original TF BERT'} "
+            f"cannot represent {', '.join(switches)}; export with --dst_format=bert_jax"
+        )
 
 
 def read_config(path: str, source: str) -> BertConfig:

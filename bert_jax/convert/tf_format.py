@@ -56,6 +56,7 @@ def load_tf(path: str, expected: BertConfig | None = None) -> tuple[Params, Bert
 
 def save_tf(prefix: str, params: Params, config: BertConfig) -> None:
     """Writes the original release's variable names (tf.compat.v1 Saver), bert_config.json beside."""
+    layout.check_exportable(config, "tf")
     import tensorflow as tf
 
     params = layout.canonical(params, config)
