@@ -1,7 +1,7 @@
 """Pre-training configs: `--config=configs/pretrain.py:PRESET`, or `SIZE+RECIPE`.
 
 Sizes (model, batch, steps, learning rate), each with the paper's recipe unless a recipe
-is named: `tiny` (tests), `demo` (the CPU demo's budget: L2 H128, 2,000 steps of 32 x
+is named: `tiny` (tests), `demo` (the CPU demo's budget: L2 H128, 1,200 steps of 32 x
 128), `mini`, `base`, `large` (the paper's, §A.2: batch 256, 1M steps, Adam lr 1e-4, 10k
 warm-up steps, linear decay, 90% of steps at sequence 128 then 10% at 512).
 
@@ -155,18 +155,18 @@ def _tiny() -> dict:
 
 def _demo() -> dict:
     # Fits in 10 minutes on a 2-core CPU, including start-up and the evals: a small model
-    # (L2 H128) sees ~8M tokens, which buys more than depth here.
+    # (L2 H128) sees ~5M tokens, which buys more than depth here.
     return dict(
         model=model_config_dict("tiny", max_position_embeddings=128),
         global_batch_size=32,
         max_seq_length=128,
         max_predictions_per_seq=20,
-        num_train_steps=2000,
+        num_train_steps=1200,
         warmup_steps=100,
         learning_rate=2e-3,
         log_every_steps=50,
-        eval_every_steps=250,
-        checkpoint_every_steps=500,
+        eval_every_steps=200,
+        checkpoint_every_steps=400,
         baseline_batches=50,
     )
 
