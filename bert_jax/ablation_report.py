@@ -144,6 +144,9 @@ def markdown(report: dict[str, Any]) -> str:
                 f"{fmt('nsp_accuracy')} | "
                 f"{p.get('pretraining_flops', 0):.2e} |"
             )
+        recipes = sorted({r["pretraining"].get("recipe", "") for r in details} - {""})
+        if recipes:
+            lines += ["", "Pre-training recipe (each row adds its own change): " + " | ".join(recipes)]
         lines += [
             "",
             "Held-out LM accuracy over every masked position, and over the changed ones only "

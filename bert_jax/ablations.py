@@ -257,9 +257,28 @@ def pretraining_summary(
         "nsp_accuracy": final.get("nsp_accuracy") if nsp else None,
         "done": done is not None,
         "pretraining_flops": pretraining_flops(config),
+        "recipe": recipe_summary(config),
         "plan": f"bert-jax plan --config=configs/ablations.py:{table.table}.{table.preset}/{source} "
         "--topology=TOPOLOGY",
     }
+
+
+def recipe_summary(config: ml_collections.ConfigDict) -> str:
+    """The pre-training recipe of a row in one line: its model switches, masking rate,
+    schedule, dropout and vocabulary (what a report names as its base recipe)."""
+    from bert_jax import run_config
+
+    model = run_config.bert_config(config)
+    switches = ", ".join(model.switches_on()) or "the paper's architecture (post-LN, learned positions)"
+    vocab = (
+        f"a WordPiece vocabulary of {int(config.data.learned_vocab_size):,} learned on the corpus"
+        if int(config.data.learned_vocab_size)
+        else "the bert-base-uncased vocabulary"
+    )
+    return (
+        f"{switches}; masking {float(config.data.masked_lm_prob):.0%}; {config.lr_schedule} schedule, "
+        f"peak {float(config.learning_rate):g}; dropout {model.hidden_dropout_prob:g}; {vocab}"
+    )
 
 
 def pretraining_flops(config: ml_collections.ConfigDict) -> float:
