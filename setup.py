@@ -58,5 +58,5 @@ setup(
     packages=find_packages(include=["bert_jax", "bert_jax.*"]),
     install_requires=INSTALL_REQUIRES,
     extras_require=EXTRAS,
-    entry_points={"console_scripts": ["bert-jax=bert_jax.cli:run"]},
+    entry_points={"console_scripts": ["bert-jax=bert_jax.commands.cli:run"]},
 )

@@ -68,7 +68,7 @@ def _config(buckets: str | None):
 def sentences(examples) -> tuple[list[str], list[int]]:
     """Every sentence of the articles (title, then the body's paragraphs split into
     sentences), each with its article's label."""
-    from bert_jax.corpora import split_sentences
+    from bert_jax.data.corpora import split_sentences
 
     texts, labels = [], []
     for e in examples:
@@ -95,8 +95,10 @@ def step_rows(n: int, seed: int, batch_size: int, steps: int) -> np.ndarray:
 def prepare_data(path: str, steps: int, buckets: str | None) -> None:
     """Worker: tokenizes the sentences and writes them, each step's rows and the warm-up
     steps (the first step of each bucket length) to `path` (.npz)."""
-    from bert_jax import convert, finetune, packing, tokenization
-    from bert_jax.pretraining_loss import model_flops_per_step
+    from bert_jax import convert
+    from bert_jax.data import tokenization
+    from bert_jax.finetuning import finetune, packing
+    from bert_jax.pretraining.objective import model_flops_per_step
     from bert_jax.tasks import bbc
 
     c = _config(buckets)
@@ -135,7 +137,7 @@ def _bert_jax(data: dict[str, np.ndarray], steps: int, buckets: str | None) -> d
 
     import jax
 
-    from bert_jax import finetune, packing
+    from bert_jax.finetuning import finetune, packing
     from bert_jax.tasks import Split
 
     c = _config(buckets)
@@ -186,7 +188,7 @@ def _torch(data: dict[str, np.ndarray], steps: int) -> dict:
     import torch
 
     from bench import peers
-    from bert_jax import finetune
+    from bert_jax.finetuning import finetune
     from bert_jax.tasks import bbc
 
     c = _config(None)

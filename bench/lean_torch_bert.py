@@ -3,7 +3,7 @@ bert_jax config, written the way the small-compute recipes train it (Cramming,
 MosaicBERT: "sparse prediction", the output layer run at the masked positions only).
 
 Pre-LN or post-LN layers, GELU or GeGLU feed-forward, learned or rotary positions, with or
-without biases: the switches of `bert_jax.config.BertConfig`. Not a peer of the library's
+without biases: the switches of `bert_jax.model.config.BertConfig`. Not a peer of the library's
 API, a peer of its arithmetic: the strongest straightforward PyTorch of the recipe.
 """
 
@@ -13,7 +13,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from bert_jax.config import BertConfig
+from bert_jax.model.config import BertConfig
 
 
 class _Layer(nn.Module):

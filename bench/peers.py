@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from bert_jax.config import BertConfig
+from bert_jax.model.config import BertConfig
 
 
 def random_batch(

@@ -27,7 +27,7 @@ def main() -> None:
     import tensorflow as tf
     import transformers
 
-    from bert_jax import corpora, prepare_data, prepared_data, pretraining_data, tokenization
+    from bert_jax.data import corpora, prepare, pretraining_examples, records, tokenization
 
     tf.config.threading.set_intra_op_parallelism_threads(1)
     tf.config.threading.set_inter_op_parallelism_threads(1)
@@ -38,12 +38,12 @@ def main() -> None:
     tok = tokenization.load_tokenizer(vocab)
     tok.tokenize(sentences[:100])  # build the TF graph once
     start = time.perf_counter()
-    token_docs = prepare_data.tokenize_documents(tok, docs)
+    token_docs = prepare.tokenize_documents(tok, docs)
     rng = np.random.default_rng(0)
-    instances = pretraining_data.create_instances(token_docs, 128, 0.1, rng, tok.special)
-    records = prepared_data.encode(instances, 128, tok.special.pad, np.dtype("<u2"))
+    instances = pretraining_examples.create_instances(token_docs, 128, 0.1, rng, tok.special)
+    encoded = records.encode(instances, 128, tok.special.pad, np.dtype("<u2"))
     ours = time.perf_counter() - start
-    assert len(records) == len(instances)
+    assert len(encoded) == len(instances)
     tokens = sum(len(s) for d in token_docs for s in d)
 
     fast = transformers.BertTokenizerFast(vocab, do_lower_case=True)

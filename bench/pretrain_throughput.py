@@ -36,8 +36,9 @@ def _bert_jax_step(preset: str, batch: int, seq: int):
     import jax
 
     from bench import peers
-    from bert_jax import pretrain, pretraining_loss, sharding
-    from bert_jax.config import model_config_dict
+    from bert_jax.model.config import model_config_dict
+    from bert_jax.pretraining import objective, pretrain
+    from bert_jax.training import sharding
     from configs import pretrain as pretrain_config
 
     c = pretrain_config.get_config("tiny")
@@ -58,14 +59,14 @@ def _bert_jax_step(preset: str, batch: int, seq: int):
             state["s"], metrics = setup.train_step(state["s"], gbatch)
         return float(metrics["loss"])
 
-    flops = pretraining_loss.model_flops_per_step(model_config, batch, seq, NUM_MASKED)
+    flops = objective.model_flops_per_step(model_config, batch, seq, NUM_MASKED)
     return step, flops
 
 
 def run_one(name: str, shape: str, steps: int) -> dict:
     """Body of one subprocess: time `steps` steps of one contender on one shape."""
     from bench import peers
-    from bert_jax.config import MODEL_PRESETS
+    from bert_jax.model.config import MODEL_PRESETS
 
     preset, batch, seq = SHAPES[shape]
     config = MODEL_PRESETS[preset]

@@ -62,7 +62,9 @@ def export_data(preset: str, max_steps: int, out: Path) -> dict:
     baseline on their changed tokens, from bert_jax's pipeline (run once, untimed)."""
     import jax
 
-    from bert_jax import input_pipeline, pretrain, sharding
+    from bert_jax.data import pipeline
+    from bert_jax.pretraining import pretrain
+    from bert_jax.training import sharding
 
     c = _config(preset)
     pretrain.check_config(c)
@@ -100,7 +102,7 @@ def export_data(preset: str, max_steps: int, out: Path) -> dict:
     )
     np.savez(out / "train.npz", **train)
     np.savez(out / "eval.npz", **held)
-    tok = input_pipeline.tokenizer_of(c.data)
+    tok = pipeline.tokenizer_of(c.data)
     info = {
         "unigram_loss": unigram,
         "vocab_file": tok.vocab_file,
@@ -117,9 +119,10 @@ def export_data(preset: str, max_steps: int, out: Path) -> dict:
 
 
 def _schedule(c):
-    from bert_jax import optim, pretrain
+    from bert_jax.pretraining import pretrain
+    from bert_jax.training import optimizer
 
-    return optim.learning_rate_schedule(
+    return optimizer.learning_rate_schedule(
         float(c.learning_rate),
         pretrain.warmup_steps(c),
         int(c.num_train_steps),
@@ -153,7 +156,8 @@ def _train_loop(step, evaluate, target: float, args, train: dict) -> dict:
 def run_bert_jax(c, train, held, target, args) -> dict:
     import jax
 
-    from bert_jax import pretrain, sharding
+    from bert_jax.pretraining import pretrain
+    from bert_jax.training import sharding
 
     run = pretrain.Pretraining(c, sharding.make_mesh((1, 1, 1), jax.devices()[:1]))
     p = pretrain.phases(c)[0].max_predictions_per_seq
@@ -213,7 +217,7 @@ def run_transformers(c, train, held, target, args, info) -> dict:
     import torch
     import transformers
 
-    from bert_jax.config import BertConfig
+    from bert_jax.model.config import BertConfig
 
     torch.manual_seed(int(c.seed))
     m = BertConfig.from_dict(c.model)
@@ -313,7 +317,7 @@ def run_lean_torch(c, train, held, target, args, info) -> dict:
     import torch
 
     from bench.lean_torch_bert import LeanBertForMaskedLM
-    from bert_jax.config import BertConfig
+    from bert_jax.model.config import BertConfig
 
     torch.manual_seed(int(c.seed))
     m = BertConfig.from_dict(c.model)

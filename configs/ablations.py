@@ -53,8 +53,8 @@ from typing import Any
 
 import ml_collections
 
-from bert_jax import run_config
-from bert_jax.run_config import set_keys
+from bert_jax.training import run_config
+from bert_jax.training.run_config import set_keys
 
 # A known column: (config file and argument, dev metric in its results, label, approach).
 COLUMNS: dict[str, dict[str, Any]] = {

@@ -23,7 +23,7 @@ def training() -> ml_collections.ConfigDict:
     c.remat_policy = "none"  # none | full | dots | dots_no_batch
     # Device mesh (data, fsdp, tensor); -1 takes the remaining devices.
     c.mesh_shape = (-1, 1, 1)
-    # Overrides of the logical-axis rules (`bert_jax.sharding.LOGICAL_AXIS_RULES`), e.g.
+    # Overrides of the logical-axis rules (`bert_jax.training.sharding.LOGICAL_AXIS_RULES`), e.g.
     # --config.sharding_rules="(('embed', None),)" keeps the hidden axis unsharded.
     c.sharding_rules = ()
     # The paper's optimizer (§A.2): AdamW, no decay on LayerNorm and biases, clipping 1.0.
@@ -35,7 +35,7 @@ def training() -> ml_collections.ConfigDict:
     c.adam_eps = 1e-6
     c.grad_clip_norm = 1.0
     # linear (the paper's: warm-up, then linear decay to 0) | one_cycle | wsd (warm-up,
-    # stable, then linear decay over the last lr_decay_fraction of steps): `bert_jax.optim`.
+    # stable, then linear decay over the last lr_decay_fraction of steps): `bert_jax.training.optimizer`.
     c.lr_schedule = "linear"
     c.lr_decay_fraction = 0.2
     c.grad_accum_steps = 1  # micro-batches per step: the same gradient in less memory
@@ -74,7 +74,7 @@ def data() -> ml_collections.ConfigDict:
     c.short_seq_prob = 0.1
     c.nsp = True  # False: single segments, no NSP loss (the "No NSP" ablation)
     # RoBERTa's FULL-SENTENCES rows (needs nsp=False): documents streamed into rows of
-    # exactly max_seq_length tokens, no padding (`bert_jax.pretraining_data`).
+    # exactly max_seq_length tokens, no padding (`bert_jax.data.pretraining_examples`).
     c.full_sentences = False
     c.eval_fraction = 0.05  # held-out documents of the built-in sources
     c.cache_dir = ""

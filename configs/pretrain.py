@@ -42,8 +42,8 @@ from typing import Any
 
 import ml_collections
 
-from bert_jax import run_config
-from bert_jax.config import model_config_dict
+from bert_jax.model.config import model_config_dict
+from bert_jax.training import run_config
 
 defaults = run_config.sibling(__file__, "defaults")
 

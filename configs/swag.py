@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import ml_collections
 
-from bert_jax import run_config
+from bert_jax.training import run_config
 
 defaults = run_config.sibling(__file__, "defaults")
 

@@ -31,7 +31,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bert_jax.hardware import parse_topology  # importable via the path set above
+from bert_jax.training.hardware import parse_topology
 
 REMOTE_DIR = "~/bert_jax"
 REMOTE_LOG = "~/bert_jax.log"

@@ -17,16 +17,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from bert_jax import (
-    ablation_figure5,
-    ablation_report,
-    ablations,
-    bilstm,
-    feature_based,
-    run_config,
-    tokenization,
-)
+from bert_jax.ablations import figure5, reports, runner
+from bert_jax.data import tokenization
+from bert_jax.finetuning import feature_based
+from bert_jax.model import bilstm
 from bert_jax.tasks import get_task
+from bert_jax.training import run_config
 from configs import ablations as ablation_configs
 from tests.helpers.task_data import TINY, bbc_sentences, write_tiny_checkpoint
 
@@ -100,7 +96,7 @@ def test_tables_hold_the_papers_rows_columns_and_figures() -> None:
 
 
 def test_kendall_tau_b_with_ties() -> None:
-    tau = ablation_report.kendall_tau
+    tau = reports.kendall_tau
     assert tau([1, 2, 3, 4], [10, 20, 30, 40]) == 1.0
     assert tau([1, 2, 3, 4], [4, 3, 2, 1]) == -1.0
     assert tau([1, 2], [2, 2]) is None and tau([1], [1]) is None and tau([], []) is None
@@ -128,7 +124,7 @@ def _check_schema(report: dict, columns: list[str]) -> None:
 @pytest.mark.parametrize("table", ["table5", "table6", "table7", "table8", "figure5"])
 def test_dry_run_reports_the_papers_figures_and_every_rows_config(tmp_path, table) -> None:
     config = ablation_configs.get_config(table)
-    report = ablations.run_table(config, str(tmp_path), dry_run=True)
+    report = runner.run_table(config, str(tmp_path), dry_run=True)
     on_disk = json.loads((tmp_path / "report.json").read_text())
     assert on_disk == json.loads(json.dumps(report))
     columns = COLUMNS.get(table, ["mnli_m"])
@@ -160,7 +156,7 @@ def test_dry_run_reports_the_papers_figures_and_every_rows_config(tmp_path, tabl
         assert (cell["approach"], cell["layers"], cell["combine"]) == ("features", "all", "weighted")
         # A classification column is served by both approaches; one the feature-based
         # approach does not serve (spans) is "n/a" in those rows, not an error.
-        extra = ablations.run_table(
+        extra = runner.run_table(
             ablation_configs.get_config("table7+bbc+squad_f1"), str(tmp_path / "bbc"), dry_run=True
         )
         cells = {r["row"]: r["config"]["cells"] for r in extra["rows"]}
@@ -177,7 +173,7 @@ def test_cpu_preset_pretrains_offline_text_and_skips_columns_that_need_a_network
     sizes = [(rows[r].model.num_hidden_layers, rows[r].model.hidden_size) for r in config.row_order]
     assert sizes == [(1, 96), (2, 96), (2, 96), (4, 96), (4, 128), (8, 128)]  # layers / 3, width / 8
     assert all(rows[r].data.source == "wiki_excerpt,bbc_news" for r in config.row_order)
-    report = ablations.run_table(config, str(tmp_path), dry_run=True)
+    report = runner.run_table(config, str(tmp_path), dry_run=True)
     cells = report["rows"][0]["config"]["cells"]
     assert cells["mnli_m"]["approach"] == "n/a" and "network" in cells["mnli_m"]["reason"]
     assert cells["bbc"]["approach"] == "finetune" and cells["lm_ppl"]["approach"] == "lm_ppl"
@@ -191,7 +187,7 @@ def test_table7_cpu_scales_base_and_large_alike_and_checks_feature_layers_up_fro
     sizes = {r: (m.num_hidden_layers, m.hidden_size, m.num_attention_heads) for r, m in
              ((r, config.rows[r].model) for r in ("finetune_large", "finetune_base"))}  # fmt: skip
     assert sizes == {"finetune_large": (8, 128, 16), "finetune_base": (4, 96, 12)}
-    report = ablations.run_table(config, str(tmp_path / "ok"), dry_run=True)
+    report = runner.run_table(config, str(tmp_path / "ok"), dry_run=True)
     cells = {r["row"]: r["config"]["cells"]["bbc"] for r in report["rows"]}
     assert (
         cells["concat_last_four"]["approach"] == "features"
@@ -200,12 +196,12 @@ def test_table7_cpu_scales_base_and_large_alike_and_checks_feature_layers_up_fro
     # A Base too shallow for "the last four" is refused before anything trains.
     config.rows.finetune_base.model.num_hidden_layers = 2
     with pytest.raises(ValueError, match=r"row weighted_sum_last_four, column bbc: layers .* out of range"):
-        ablations.run_table(config, str(tmp_path / "shallow"))
+        runner.run_table(config, str(tmp_path / "shallow"))
     assert not (tmp_path / "shallow" / "finetune_base").exists()
 
 
 def test_bbc_news_pretraining_text_holds_out_the_tasks_dev_articles() -> None:
-    from bert_jax import corpora
+    from bert_jax.data import corpora
     from bert_jax.tasks import bbc
 
     docs = list(corpora.read_bbc_news())
@@ -232,7 +228,7 @@ def test_report_from_finished_cells_mean_std_seeds_and_tau(tmp_path) -> None:
                 (folder / "results.json").write_text(
                     json.dumps({"main_metric": "accuracy", "best": {"accuracy": v}})
                 )
-    report = ablations.run_table(config, str(tmp_path), dry_run=True)
+    report = runner.run_table(config, str(tmp_path), dry_run=True)
     _check_schema(report, COLUMNS["table6"])
     rows = {r["row"]: r for r in report["rows"]}
     assert rows["L3_H768_A12"]["seeds"]["mnli_m"] == pytest.approx([70.0, 72.0])
@@ -307,7 +303,7 @@ def test_table7_feature_row_trains_a_bilstm_on_the_frozen_layers(tmp_path) -> No
     table = _tiny_table("table7.tiny")
     table.data_dirs.conll2003 = str(_write_conll(tmp_path / "conll"))
     table.columns.ner_f1.finetune.max_seq_length = 32
-    report = ablations.run_table(table, str(tmp_path), rows=["weighted_sum_all_12"])
+    report = runner.run_table(table, str(tmp_path), rows=["weighted_sum_all_12"])
     (row,) = report["rows"]
     assert row["paper"]["ner_f1"] == 95.5 and 0.0 <= row["ours"]["ner_f1"] <= 100.0
     assert row["pretraining"]["model_from"] == "finetune_base"
@@ -333,7 +329,7 @@ def test_table7_feature_row_classifies_bbc_topics_from_frozen_layers(tmp_path) -
     _stand_in_base_model(tmp_path)
     table = _tiny_table("table7.tiny+bbc")
     table.columns.bbc.finetune.max_seq_length = 32
-    report = ablations.run_table(table, str(tmp_path), rows=["last_hidden"], columns=["bbc"])
+    report = runner.run_table(table, str(tmp_path), rows=["last_hidden"], columns=["bbc"])
     (row,) = report["rows"]
     run = tmp_path / "last_hidden" / "bbc" / "seed0"
     results = json.loads((run / "results.json").read_text())
@@ -362,7 +358,7 @@ def test_ablate_table5_plus_bilstm_row_on_a_user_added_column(tmp_path, capsys) 
     adds) from the LTR row's model, which it pre-trains though that row is not asked for."""
     steps = ",".join(f"{k}={v}" for k, v in STEPS.items())
     cmd = [
-        sys.executable, "-m", "bert_jax", "ablate", "--config=configs/ablations.py:table5.tiny+bbc",
+        sys.executable, "-m", "bert_jax", "ablate", "--config=configs/runner.py:table5.tiny+bbc",
         f"--workdir={tmp_path}", f"--set={steps}", "--rows=plus_bilstm", "--columns=bbc",
         "--finetune_set=learning_rate=3e-5",
     ]  # fmt: skip
@@ -388,7 +384,7 @@ def test_ablate_table5_plus_bilstm_row_on_a_user_added_column(tmp_path, capsys) 
     capsys.readouterr()
     table = _tiny_table("table5.tiny+bbc")
     table.columns.bbc.finetune.learning_rate = 3e-5
-    again = ablations.run_table(table, str(tmp_path), ["plus_bilstm"], ["bbc"])
+    again = runner.run_table(table, str(tmp_path), ["plus_bilstm"], ["bbc"])
     assert json.loads(json.dumps(again)) == report
     out = capsys.readouterr().out
     assert "pre-training in" not in out and "seed 0 in" not in out
@@ -405,11 +401,11 @@ def test_figure5_plots_every_column_that_has_figures(tmp_path, monkeypatch) -> N
         for k, acc in zip((300, 1200), accs, strict=True)
     ]
     report = {"columns": ["mnli_m", "bbc"], "labels": {"mnli_m": "MNLI-m", "bbc": "BBC"}, "rows": rows}
-    figures = ablation_figure5.write_figures(report, str(tmp_path))
+    figures = figure5.write_figures(report, str(tmp_path))
     assert list(figures) == ["bbc"]
     svg = (tmp_path / figures["bbc"]).read_text()
     assert svg.count("<polyline") == 2 and ">MLM<" in svg and ">LTR<" in svg and "BBC (dev)" in svg
-    assert not ablation_figure5.write_figures({**report, "columns": ["mnli_m"]}, str(tmp_path / "none"))
+    assert not figure5.write_figures({**report, "columns": ["mnli_m"]}, str(tmp_path / "none"))
 
 
 def test_figure5_pretrains_in_stages_and_finetunes_mnli_from_each(tmp_path) -> None:
@@ -420,7 +416,7 @@ def test_figure5_pretrains_in_stages_and_finetunes_mnli_from_each(tmp_path) -> N
     table.columns.squad_f1.skip = "no data here"  # a column that runs nothing (as at cpu)
     assert tuple(table.steps) == (3, 6) and table.data_dirs.glue == "tfds"
     with tfds.testing.mock_data(num_examples=16, policy=tfds.testing.MockPolicy.USE_CODE):
-        report = ablations.run_table(table, str(tmp_path), rows=["mlm"])
+        report = runner.run_table(table, str(tmp_path), rows=["mlm"])
     assert [(r["row"], r["step"]) for r in report["rows"]] == [("mlm@3", 3), ("mlm@6", 6)]
     _check_schema(report, ["mnli_m", "squad_f1"])
     assert all(len(r["seeds"]["mnli_m"]) == 1 and r["ours"]["squad_f1"] is None for r in report["rows"])
@@ -430,11 +426,11 @@ def test_figure5_pretrains_in_stages_and_finetunes_mnli_from_each(tmp_path) -> N
         )
         assert results["task"] == "mnli" and results["train_rows"] == 16
         assert "dev_mismatched/accuracy" in results["best"]
-    assert ablation_figure5.latest_checkpoint_step(str(tmp_path / "mlm")) == 6
+    assert figure5.latest_checkpoint_step(str(tmp_path / "mlm")) == 6
     assert list(report["figures"]) == ["mnli_m"] and (tmp_path / report["figures"]["mnli_m"]).exists()
     assert f"]({report['figures']['mnli_m']})" in (tmp_path / "report.md").read_text()
     # Nothing to redo (the skipped column neither): the stages are not pre-trained again.
-    again = ablations.run_table(table, str(tmp_path), rows=["mlm"])
+    again = runner.run_table(table, str(tmp_path), rows=["mlm"])
     assert again["rows"] == report["rows"]
 
 
@@ -442,7 +438,7 @@ def test_squad_and_conll_by_tfds_name_are_written_in_the_original_format(tmp_pat
     import tensorflow as tf
     import tensorflow_datasets as tfds
 
-    from bert_jax import ablation_data
+    from bert_jax.ablations import task_data
     from bert_jax.tasks import ner, squad_examples
     from tests.helpers.task_data import build_squad
 
@@ -471,11 +467,11 @@ def test_squad_and_conll_by_tfds_name_are_written_in_the_original_format(tmp_pat
             }
         )
 
-    assert ablation_data.resolve("sst2", "tfds", str(tmp_path)) == "tfds"  # GLUE reads TFDS itself
-    assert ablation_data.resolve("conll2003", "/data/conll", str(tmp_path)) == "/data/conll"
+    assert task_data.resolve("sst2", "tfds", str(tmp_path)) == "tfds"  # GLUE reads TFDS itself
+    assert task_data.resolve("conll2003", "/data/conll", str(tmp_path)) == "/data/conll"
     with tfds.testing.mock_data(as_dataset_fn=as_dataset, policy=tfds.testing.MockPolicy.USE_CODE):
-        conll = ablation_data.resolve("conll2003", "tfds", str(tmp_path))
-        squad = ablation_data.resolve("squad1.1+bilstm", "tfds", str(tmp_path))
+        conll = task_data.resolve("conll2003", "tfds", str(tmp_path))
+        squad = task_data.resolve("squad1.1+bilstm", "tfds", str(tmp_path))
     assert sorted(p.name for p in Path(conll).iterdir()) == [
         ".complete",
         "test.txt",
@@ -491,41 +487,39 @@ def test_squad_and_conll_by_tfds_name_are_written_in_the_original_format(tmp_pat
     )
     # Written once: a second call reads the folder as it is.
     (Path(conll) / "train.txt").write_text("x X X O\n")
-    assert ablation_data.resolve("conll2003", "tfds", str(tmp_path)) == conll
+    assert task_data.resolve("conll2003", "tfds", str(tmp_path)) == conll
     assert (Path(conll) / "train.txt").read_text() == "x X X O\n"
 
 
 def test_plan_estimates_a_tables_time_chip_hours_and_cost(tmp_path) -> None:
-    from bert_jax import ablation_plan
+    from bert_jax.ablations import cost
 
     table = ablation_configs.get_config("table6")
-    plan = ablation_plan.estimate(table, "v5e:4x4", mfu=0.5, chip_hour_usd=1.2)
+    plan = cost.estimate(table, "v5e:4x4", mfu=0.5, chip_hour_usd=1.2)
     assert plan["chips"] == 16 and [e["row"] for e in plan["pretraining"]] == list(table.row_order)
     seconds = {e["row"]: e["seconds"] for e in plan["pretraining"]}
     assert seconds["L3_H768_A12"] < seconds["L12_H768_A12"] < seconds["L24_H1024_A16"]
     sustained = 16 * 197e12 * 0.5
     assert seconds["L12_H768_A12"] == pytest.approx(
-        ablations.pretraining_flops(table.rows.L12_H768_A12) / sustained
+        runner.pretraining_flops(table.rows.L12_H768_A12) / sustained
     )
     cells = {(e["row"], e["column"]): e for e in plan["finetuning"]}
     assert len(cells) == 6 * 4 and cells[("L3_H768_A12", "lm_ppl")]["flops"] == 0.0
     # MNLI: 392,702 rows in batches of 32 for 3 epochs, 5 seeds, at length 128.
-    model = ablation_plan.run_config.bert_config(table.rows.L12_H768_A12)
-    per_step = ablation_plan.model_flops_per_step(model, 32, 128, 0, nsp=False)
+    model = cost.run_config.bert_config(table.rows.L12_H768_A12)
+    per_step = cost.model_flops_per_step(model, 32, 128, 0, nsp=False)
     assert cells[("L12_H768_A12", "mnli_m")]["flops"] == pytest.approx(
         math.ceil(392_702 / 32) * 3 * 5 * per_step
     )
     total = sum(e["seconds"] for e in plan["pretraining"] + plan["finetuning"]) / 3600
     assert plan["total_hours"] == pytest.approx(total) and plan["chip_hours"] == pytest.approx(16 * total)
     assert plan["cost_usd"] == pytest.approx(1.2 * plan["chip_hours"])
-    md = ablation_plan.write(plan, str(tmp_path))
+    md = cost.write(plan, str(tmp_path))
     assert "| L24_H1024_A16 |" in md and "chip-hours" in md and (tmp_path / "plan.json").exists()
     # The feature-based cells run the encoder forward only; "+ BiLSTM" is planned from the LTR model.
-    t8 = ablation_plan.estimate(
-        ablation_configs.get_config("table8"), "v4:2x2x4", rows=["mask80_same10_rnd10"]
-    )
+    t8 = cost.estimate(ablation_configs.get_config("table8"), "v4:2x2x4", rows=["mask80_same10_rnd10"])
     feature = next(e for e in t8["finetuning"] if e["column"] == "ner_feature_f1")
     finetune = next(e for e in t8["finetuning"] if e["column"] == "ner_finetune_f1")
     assert feature["flops"] < finetune["flops"] and t8["cost_usd"] is None
-    t5 = ablation_plan.estimate(ablation_configs.get_config("table5"), "v5e:2x2", rows=["plus_bilstm"])
+    t5 = cost.estimate(ablation_configs.get_config("table5"), "v5e:2x2", rows=["plus_bilstm"])
     assert [e["row"] for e in t5["pretraining"]] == ["ltr_no_nsp"]

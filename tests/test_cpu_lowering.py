@@ -14,7 +14,8 @@ import re
 
 import jax
 
-from bert_jax import pretrain, sharding
+from bert_jax.pretraining import pretrain
+from bert_jax.training import sharding
 from configs import pretrain as pretrain_config
 
 # A 2-D dot (not a [1, n] matrix-vector product) contracting its left operand's rows.

@@ -7,8 +7,8 @@ from pathlib import Path
 import numpy as np
 import tensorflow as tf
 
-from bert_jax import corpora, input_pipeline
-from bert_jax.pretraining_loss import BATCH_KEYS
+from bert_jax.data import corpora, pipeline
+from bert_jax.pretraining.objective import BATCH_KEYS
 from configs import defaults
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -53,10 +53,10 @@ def test_create_data_then_read_on_one_and_two_hosts(tmp_path) -> None:
     c.source = "tfrecord"
     c.input_files = str(tmp_path / "data-*.tfrecord")
     kw = dict(global_batch_size=8, max_seq_length=64, max_predictions_per_seq=10, seed=5)
-    one = input_pipeline.create_pretrain_iterator(c, **kw, process_index=0, process_count=1)
+    one = pipeline.create_pretrain_iterator(c, **kw, process_index=0, process_count=1)
     one = [next(one) for _ in range(4)]
     halves = [
-        input_pipeline.create_pretrain_iterator(c, **kw, start_step=2, process_index=p, process_count=2)
+        pipeline.create_pretrain_iterator(c, **kw, start_step=2, process_index=p, process_count=2)
         for p in range(2)
     ]
     for step in (2, 3):

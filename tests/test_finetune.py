@@ -13,8 +13,11 @@ from pathlib import Path
 import jax.numpy as jnp
 import pytest
 
-from bert_jax import convert, finetune, metrics, param_shapes, sweep, tokenization
-from bert_jax.tasks import bbc, get_task
+from bert_jax import convert
+from bert_jax.data import tokenization
+from bert_jax.finetuning import finetune, sweep
+from bert_jax.model import param_shapes
+from bert_jax.tasks import bbc, get_task, scorers
 from configs import bbc as bbc_config
 from configs import finetune as any_config
 from configs import glue as glue_config
@@ -100,7 +103,7 @@ def test_squad_v2_end_to_end_writes_official_prediction_files(tmp_path, tiny_che
     qids = {qa["id"] for a in dataset["data"] for p in a["paragraphs"] for qa in p["qas"]}
     assert set(preds) == qids == set(null_odds)
     # The reported scores are the official ones of the files written.
-    rescored = metrics.squad_v2(dataset["data"], preds, null_odds)
+    rescored = scorers.squad_v2(dataset["data"], preds, null_odds)
     assert {k: best[k] for k in rescored} == pytest.approx(rescored)
     assert 0.0 <= best["best_f1"] <= 100.0 and best["best_f1"] >= best["f1"]
     assert (out / "predictions_tuned.json").exists() and (out / "nbest_predictions.json").exists()
@@ -316,7 +319,7 @@ def test_finetuning_starts_from_a_pretraining_workdir(tmp_path) -> None:
     vocabulary, and the encoder starts from the latest pre-training checkpoint."""
     import numpy as np
 
-    from bert_jax import pretrain
+    from bert_jax.pretraining import pretrain
     from configs import pretrain as pretrain_config
 
     pre = pretrain_config.get_config("tiny")

@@ -15,9 +15,11 @@ import jax
 import numpy as np
 import pytest
 
-from bert_jax import engine, finetune, sharding, tokenization, training_loop
+from bert_jax.data import tokenization
+from bert_jax.finetuning import finetune
 from bert_jax.tasks import get_task
 from bert_jax.tasks.ner import IGNORE
+from bert_jax.training import engine, loop, sharding
 from configs import glue as glue_config
 from tests.helpers.task_data import TINY, write_sst2, write_tiny_checkpoint
 
@@ -146,7 +148,7 @@ def test_sigterm_saves_and_sigkill_resumes_with_the_losses_of_an_uninterrupted_r
     _wait_for_checkpoint(workdir / "checkpoints", 5, proc)
     proc.send_signal(signal.SIGTERM)
     out = proc.communicate(timeout=120)[0]
-    assert proc.returncode == training_loop.PREEMPTED_EXIT_CODE, out
+    assert proc.returncode == loop.PREEMPTED_EXIT_CODE, out
     saved = int(out.split("preempted: saved step ")[1].split()[0])
     assert saved < 25  # mid-epoch
     # 2. SIGKILL after the resumed run passed the epoch boundary.

@@ -4,14 +4,14 @@ held-out eval, masks on the device, bad input."""
 import numpy as np
 import pytest
 
-from bert_jax import input_pipeline, prepared_data, sampler, tokenization
+from bert_jax.data import pipeline, records, sampler, tokenization
 from configs import defaults
 
 
 def _it(c, **kw):
     args = dict(global_batch_size=8, max_seq_length=64, max_predictions_per_seq=10, seed=7)
     args.update(kw)
-    return input_pipeline.create_pretrain_iterator(c, **args)
+    return pipeline.create_pretrain_iterator(c, **args)
 
 
 def _take(it, n):
@@ -42,14 +42,14 @@ def test_hosts_assemble_the_same_global_batches_and_resume_on_another_count(wiki
         merged = _concat([q[i] for q in quarters])
         assert all(np.array_equal(merged[k], one[step][k]) for k in one[step])
     # Masks are a function of the row: masking each host's rows gives the whole batch's masks.
-    whole = input_pipeline.mask_host_batch(wiki_config, one[5], 10)
-    parts = _concat([input_pipeline.mask_host_batch(wiki_config, q[1], 10) for q in quarters])
+    whole = pipeline.mask_host_batch(wiki_config, one[5], 10)
+    parts = _concat([pipeline.mask_host_batch(wiki_config, q[1], 10) for q in quarters])
     assert all(np.array_equal(parts[k], whole[k]) for k in whole)
     assert not np.array_equal(one[0]["input_ids"], one[1]["input_ids"])
 
 
 def test_resume_is_positioned_not_replayed_and_crosses_epochs(wiki_config) -> None:
-    data = input_pipeline.open_prepared(wiki_config, "train", 64, 7)
+    data = pipeline.open_prepared(wiki_config, "train", 64, 7)
     batch = 256
     boundary = data.size // batch  # the batch that straddles epochs 0 and 1
     one = _take(_it(wiki_config, global_batch_size=batch, process_index=0, process_count=1), boundary + 2)
@@ -80,12 +80,12 @@ def test_permutation_is_a_bijection_for_any_size() -> None:
 def test_dynamic_masking_changes_masks_between_epochs_static_does_not(wiki_config) -> None:
     rows = next(_it(wiki_config, process_index=0, process_count=1))
     later = dict(rows, epoch=rows["epoch"] + 3)  # the same examples, three epochs later
-    a = input_pipeline.mask_host_batch(wiki_config, rows, 10)
-    b = input_pipeline.mask_host_batch(wiki_config, later, 10)
+    a = pipeline.mask_host_batch(wiki_config, rows, 10)
+    b = pipeline.mask_host_batch(wiki_config, later, 10)
     assert not np.array_equal(a["masked_lm_positions"], b["masked_lm_positions"])
     static = wiki_config.copy_and_resolve_references()
     static.dynamic_masking = False
-    data = input_pipeline.open_prepared(static, "train", 64, 7)
+    data = pipeline.open_prepared(static, "train", 64, 7)
     far = next(_it(static, start_step=data.size, process_index=0, process_count=1))  # epoch 8
     assert (far["epoch"] == 0).all()  # the epoch never reaches the masks
 
@@ -96,8 +96,8 @@ def test_eval_split_is_held_out_finite_and_fixed(wiki_config) -> None:
     assert 1 <= len(first) == len(again)
     for x, y in zip(first, again, strict=True):
         assert all(np.array_equal(x[k], y[k]) for k in x)
-    train = input_pipeline.open_prepared(wiki_config, "train", 64, 7)
-    held = input_pipeline.open_prepared(wiki_config, "eval", 64, 7)
+    train = pipeline.open_prepared(wiki_config, "train", 64, 7)
+    held = pipeline.open_prepared(wiki_config, "eval", 64, 7)
     assert len(first) == held.size // 8 and held.size < train.size / 5
 
 
@@ -137,7 +137,7 @@ def test_bad_input_gives_clear_errors(tmp_path) -> None:
 
 
 def test_vocab_size_is_checked_against_the_model(wiki_config) -> None:
-    assert input_pipeline.vocab_size_of(wiki_config) == 30522
+    assert pipeline.vocab_size_of(wiki_config) == 30522
     assert tokenization.load_tokenizer().vocab_size == 30522
 
 
@@ -147,7 +147,7 @@ def test_tfds_source_by_name_works_offline(tmp_path) -> None:
     import tensorflow as tf
     import tensorflow_datasets as tfds
 
-    from bert_jax import corpora
+    from bert_jax.data import corpora
 
     wiki = corpora.load_documents("wiki_excerpt")[:24]
     # TFDS wikipedia examples: one article per example, paragraphs separated by newlines.
@@ -167,9 +167,9 @@ def test_tfds_source_by_name_works_offline(tmp_path) -> None:
         assert docs == [[s for p in t.split("\n") for s in corpora.split_sentences(p)] for t in texts[:-1]]
         rows = next(_it(c, seed=0, process_index=0, process_count=1))
     (folder,) = tmp_path.glob("prepared-*")
-    meta = prepared_data.read_metadata(str(folder))
+    meta = records.read_metadata(str(folder))
     assert meta["counts"]["documents"] == 24 and meta["shards"][0]["input"].startswith("tfds:wikipedia")
-    batch = input_pipeline.mask_host_batch(c, rows, 10)
+    batch = pipeline.mask_host_batch(c, rows, 10)
     assert batch["input_ids"].shape == (8, 64) and batch["masked_lm_ids"].shape == (8, 10)
     tok = tokenization.load_tokenizer(tokenization.default_vocab_file())
     assert (batch["input_ids"][:, 0] == tok.special.cls).all()

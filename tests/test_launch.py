@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from bert_jax.hardware import parse_topology
+from bert_jax.training.hardware import parse_topology
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "launch" / "tpu_pod.py"

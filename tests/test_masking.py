@@ -1,12 +1,12 @@
 """Device-side masking (`masking.mask_batch`): the original's rule and statistics, the
-same as the host-side reference (`pretraining_data.mask_tokens`), one function of each row."""
+same as the host-side reference (`pretraining_examples.mask_tokens`), one function of each row."""
 
 import jax
 import numpy as np
 import pytest
 
-from bert_jax import masking, prepared_data, pretraining_data
-from bert_jax.tokenization import SpecialIds
+from bert_jax.data import masking, pretraining_examples, records
+from bert_jax.data.tokenization import SpecialIds
 
 SPECIAL = SpecialIds(pad=0, unk=1, cls=2, sep=3, mask=4)
 VOCAB = 1000
@@ -19,11 +19,11 @@ def _instances(n_docs=300, seq=128, seed=1, nsp=True):
         [rng.integers(10, VOCAB, rng.integers(5, 20)).tolist() for _ in range(rng.integers(5, 40))]
         for _ in range(n_docs)
     ]
-    return pretraining_data.create_instances(docs, seq, 0.1, rng, SPECIAL, nsp=nsp)
+    return pretraining_examples.create_instances(docs, seq, 0.1, rng, SPECIAL, nsp=nsp)
 
 
 def _rows(instances, seq=128, epoch=0, seed=5):
-    rows = prepared_data.decode(prepared_data.encode(instances, seq, SPECIAL.pad, np.uint16), seq)
+    rows = records.decode(records.encode(instances, seq, SPECIAL.pad, np.uint16), seq)
     n = len(instances)
     rows.update(
         example_id=np.arange(n, dtype=np.int32),
@@ -75,10 +75,10 @@ def test_device_masking_matches_the_reference_statistics(wwm) -> None:
         [{k: v[j] for k, v in out.items()} for j in range(len(instances))],
     )
     rng = np.random.default_rng(7)
-    cfg = pretraining_data.MaskingConfig(max_predictions_per_seq=40, whole_word_masking=wwm)
+    cfg = pretraining_examples.MaskingConfig(max_predictions_per_seq=40, whole_word_masking=wwm)
     reference = _stats(
         [i.tokens for i in instances],
-        [pretraining_data.to_features(i, rng, 128, cfg, SPECIAL, VOCAB, CONT) for i in instances],
+        [pretraining_examples.to_features(i, rng, 128, cfg, SPECIAL, VOCAB, CONT) for i in instances],
     )
     assert ours[0] == pytest.approx(0.15, abs=0.01)
     assert ours[0] == pytest.approx(reference[0], abs=0.004)
@@ -94,7 +94,7 @@ def test_device_masking_matches_the_reference_statistics(wwm) -> None:
 
 def test_whole_word_masking_masks_all_pieces_of_a_word_alike() -> None:
     tokens = np.array([2] + [10, 600, 601, 11, 602, 12, 13, 603, 604, 605] * 4 + [3], np.int32)
-    inst = pretraining_data.Instance(tokens, len(tokens), False)
+    inst = pretraining_examples.Instance(tokens, len(tokens), False)
     spec = _spec(masked_lm_prob=0.5, max_predictions_per_seq=30, whole_word_masking=True)
     out = _mask(_rows([inst] * 200, seq=64), spec)
     words = mixed = 0

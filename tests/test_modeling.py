@@ -11,9 +11,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from bert_jax import heads, param_shapes
-from bert_jax.config import MODEL_PRESETS, BertConfig
-from bert_jax.modeling import BertModel
+from bert_jax.model import heads, param_shapes
+from bert_jax.model.config import MODEL_PRESETS, BertConfig
+from bert_jax.model.encoder import BertModel
 
 
 def _count(tree) -> int:
@@ -98,7 +98,7 @@ def test_causal_attention_ignores_later_tokens() -> None:
 
 
 def test_ltr_data_needs_a_causal_model() -> None:
-    from bert_jax import pretrain
+    from bert_jax.pretraining import pretrain
     from configs import pretrain as pretrain_config
 
     c = pretrain_config.get_config("tiny")
@@ -155,7 +155,7 @@ def test_vocabulary_padding_changes_only_the_vocabulary_rows() -> None:
 def test_padded_vocabulary_gives_the_same_logits_and_loss() -> None:
     """The same weights with 212 padding rows: equal logits on the real ids, padding logits
     never predicted, equal MLM loss and gradients of the real rows."""
-    from bert_jax import ops, vocab_padding
+    from bert_jax.model import ops, vocab_padding
 
     config = MODEL_PRESETS["tiny"].replace(vocab_size=300)
     padded_config = config.replace(vocab_pad_multiple=512)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from bert_jax import tokenization
+from bert_jax.data import tokenization
 from bert_jax.tasks import ner, swag
 
 CONLL = """-DOCSTART- -X- -X- O

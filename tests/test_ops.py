@@ -1,4 +1,4 @@
-"""`bert_jax.ops`: the hand-written gradients equal autodiff of the plain formulas, and the
+"""`bert_jax.model.ops`: the hand-written gradients equal autodiff of the plain formulas, and the
 hash dropout masks are Bernoulli(1 - rate), independent across elements, layers and steps."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ import optax
 import pytest
 from scipy import stats
 
-from bert_jax import ops
-from bert_jax.config import BertConfig
-from bert_jax.layers import Dropout
+from bert_jax.model import ops
+from bert_jax.model.config import BertConfig
+from bert_jax.model.layers import Dropout
 
 
 @pytest.mark.parametrize("weight_grad", ops.WEIGHT_GRADS)

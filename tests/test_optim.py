@@ -6,12 +6,14 @@ import numpy as np
 import optax
 import pytest
 
-from bert_jax import engine, optim, pretrain, sharding, synthetic_data
+from bert_jax.data import synthetic
+from bert_jax.pretraining import pretrain
+from bert_jax.training import engine, optimizer, sharding
 from configs import pretrain as pretrain_config
 
 
 def test_warmup_then_linear_decay_to_zero() -> None:
-    schedule = optim.learning_rate_schedule(1e-4, warmup_steps=10, total_steps=110)
+    schedule = optimizer.learning_rate_schedule(1e-4, warmup_steps=10, total_steps=110)
     assert float(schedule(0)) == 0.0
     assert float(schedule(5)) == pytest.approx(5e-5)
     assert float(schedule(10)) == pytest.approx(1e-4)
@@ -32,7 +34,7 @@ def test_no_weight_decay_on_layer_norm_and_biases() -> None:
         },
         "mlm": {"bias": 1, "transform_LayerNorm": {"scale": 1, "bias": 1}, "transform": {"kernel": 1}},
     }
-    mask = optim.decay_mask(params)
+    mask = optimizer.decay_mask(params)
     assert mask["bert"]["embeddings"]["word_embeddings"]["embedding"] is True
     assert mask["bert"]["encoder"]["layer_0"]["intermediate"]["kernel"] is True
     assert mask["mlm"]["transform"]["kernel"] is True
@@ -70,7 +72,7 @@ def _one_step(accum: int) -> tuple[dict, dict]:
     config.model.attention_probs_dropout_prob = 0.0
     mesh = sharding.make_mesh((1, 1, 1))
     setup = pretrain.Pretraining(config, mesh)
-    batch = synthetic_data.global_batch(
+    batch = synthetic.global_batch(
         0,
         seed=0,
         global_batch_size=8,
@@ -111,11 +113,13 @@ def test_clipping_is_part_of_the_chain() -> None:
 
 @pytest.mark.parametrize("clip", [0.0, 1.0])
 def test_fused_adamw_equals_the_optax_chain(clip: float) -> None:
-    """`optim.fused_adamw` = clip_by_global_norm + optax.adamw (masked decay), step by step
+    """`optimizer.fused_adamw` = clip_by_global_norm + optax.adamw (masked decay), step by step
     through warmup and decay, with gradients that do and do not trigger the clip."""
-    schedule = optim.learning_rate_schedule(1e-2, warmup_steps=3, total_steps=8)
-    kw = dict(learning_rate=schedule, b1=0.9, b2=0.999, eps=1e-6, weight_decay=0.01, mask=optim.decay_mask)
-    ours = optim.fused_adamw(clip_norm=clip, **kw)
+    schedule = optimizer.learning_rate_schedule(1e-2, warmup_steps=3, total_steps=8)
+    kw = dict(
+        learning_rate=schedule, b1=0.9, b2=0.999, eps=1e-6, weight_decay=0.01, mask=optimizer.decay_mask
+    )
+    ours = optimizer.fused_adamw(clip_norm=clip, **kw)
     ref = optax.adamw(**kw)
     if clip:
         ref = optax.chain(optax.clip_by_global_norm(clip), ref)

@@ -7,7 +7,7 @@ import jax
 import numpy as np
 import pytest
 
-from bert_jax import finetune, packing
+from bert_jax.finetuning import finetune, packing
 from bert_jax.tasks import MODEL_INPUTS, get_task
 from tests.helpers.task_data import TINY
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from bert_jax import plan, pretraining_loss
-from bert_jax.config import MODEL_PRESETS
+from bert_jax.model.config import MODEL_PRESETS
+from bert_jax.pretraining import objective, plan
 from configs import pretrain
 
 GIB = 1024**3
@@ -39,7 +39,7 @@ def test_base_seq128_batch256_fits_on_v5e_2x2_and_shards_as_the_rules_say() -> N
     # 6 x ~110M params x 32k tokens is ~2e13 FLOPs; the step time follows from the peak.
     assert 1.5e13 < report.flops_per_step < 3e13
     # XLA's count agrees with the analytic matmul count of the same step (within 5%).
-    analytic = pretraining_loss.model_flops_per_step(MODEL_PRESETS["base"], 256, 128, 20)
+    analytic = objective.model_flops_per_step(MODEL_PRESETS["base"], 256, 128, 20)
     assert report.flops_per_step == pytest.approx(analytic, rel=0.05)
     expected_time = report.flops_per_step / (4 * 197e12 * report.mfu_assumed)
     assert report.est_step_time_s == pytest.approx(expected_time)

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bert_jax import corpora, input_pipeline, prepare_data, prepared_data, pretraining_data, tokenization
+from bert_jax.data import corpora, pipeline, prepare, pretraining_examples, records, tokenization
 from configs import defaults
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -27,7 +27,7 @@ def corpus(tmp_path_factory) -> Path:
     return folder
 
 
-OPTS = prepare_data.Options(max_seq_length=64, dupe_factor=2, random_seed=3, eval_fraction=0.1)
+OPTS = prepare.Options(max_seq_length=64, dupe_factor=2, random_seed=3, eval_fraction=0.1)
 
 
 def _bytes(folder: Path) -> dict[str, bytes]:
@@ -35,19 +35,19 @@ def _bytes(folder: Path) -> dict[str, bytes]:
 
 
 def test_instances_are_the_original_pairing_for_the_same_seed(corpus, tmp_path) -> None:
-    inputs = prepare_data.list_inputs(str(corpus / "wiki-*.txt"))
-    meta = prepare_data.prepare(inputs, str(tmp_path), OPTS, progress=False)
+    inputs = prepare.list_inputs(str(corpus / "wiki-*.txt"))
+    meta = prepare.prepare(inputs, str(tmp_path), OPTS, progress=False)
     assert meta["counts"]["train"] > 500 and meta["counts"]["eval"] > 10
     tok = tokenization.load_tokenizer()
-    train = prepared_data.PreparedSet(str(tmp_path), "train")
+    train = records.PreparedSet(str(tmp_path), "train")
     shard = 1  # the second file: its own seed stream
-    docs = prepare_data.tokenize_documents(tok, list(corpora.read_text_file(str(corpus / "wiki-1.txt"))))
-    kept, held = prepare_data.split_held_out(docs, 0.1, shard)
+    docs = prepare.tokenize_documents(tok, list(corpora.read_text_file(str(corpus / "wiki-1.txt"))))
+    kept, held = prepare.split_held_out(docs, 0.1, shard)
     assert len(held) == round(len(docs) * 0.1)
     expected = []
     for pairing in range(2):
         rng = np.random.default_rng([3, shard, pairing])
-        expected += pretraining_data.create_instances(kept, 64, 0.1, rng, tok.special)
+        expected += pretraining_examples.create_instances(kept, 64, 0.1, rng, tok.special)
     ids = np.arange(train.starts[shard], train.starts[shard + 1])
     rows = train.read(ids)
     assert len(ids) == len(expected)
@@ -60,23 +60,23 @@ def test_instances_are_the_original_pairing_for_the_same_seed(corpus, tmp_path) 
 
 
 def test_parallel_pod_and_resumed_preparations_write_the_same_bytes(corpus, tmp_path) -> None:
-    inputs = prepare_data.list_inputs(str(corpus / "wiki-*.txt"))
+    inputs = prepare.list_inputs(str(corpus / "wiki-*.txt"))
     serial = tmp_path / "serial"
-    prepare_data.prepare(inputs, str(serial), OPTS, progress=False)
+    prepare.prepare(inputs, str(serial), OPTS, progress=False)
     parallel = tmp_path / "parallel"
-    prepare_data.prepare(inputs, str(parallel), OPTS, num_workers=2, progress=False)
+    prepare.prepare(inputs, str(parallel), OPTS, num_workers=2, progress=False)
     assert _bytes(parallel) == _bytes(serial) and len(_bytes(serial)) == 6
     # A pod of two hosts sharing one folder: metadata.json once both are done.
     pod = tmp_path / "pod"
-    assert prepare_data.prepare(inputs, str(pod), OPTS, task_index=1, num_tasks=2, progress=False) is None
-    with pytest.raises(prepared_data.PreparedDataError, match=r"unfinished preparation \(1 of 3 shards"):
-        prepared_data.PreparedSet(str(pod))
-    assert prepare_data.prepare(inputs, str(pod), OPTS, task_index=0, num_tasks=2, progress=False)
+    assert prepare.prepare(inputs, str(pod), OPTS, task_index=1, num_tasks=2, progress=False) is None
+    with pytest.raises(records.PreparedDataError, match=r"unfinished preparation \(1 of 3 shards"):
+        records.PreparedSet(str(pod))
+    assert prepare.prepare(inputs, str(pod), OPTS, task_index=0, num_tasks=2, progress=False)
     assert _bytes(pod) == _bytes(serial)
     # Interrupted: one shard missing. A rerun writes only that one; the others are kept.
     (serial / "shard-00001-of-00003.json").unlink()
     (serial / "shard-00001-of-00003.train.bin").unlink()
-    (serial / prepared_data.METADATA).unlink()
+    (serial / records.METADATA).unlink()
     before = {p.name: p.stat().st_mtime_ns for p in serial.glob("shard-0000[02]*")}
     exited = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True)
     host = socket.gethostname()
@@ -91,7 +91,7 @@ def test_parallel_pod_and_resumed_preparations_write_the_same_bytes(corpus, tmp_
         ]
         for name in kept:
             (serial / name).write_bytes(b"being written")
-        prepare_data.prepare(inputs, str(serial), OPTS, progress=False)
+        prepare.prepare(inputs, str(serial), OPTS, progress=False)
         assert sorted(p.name for p in serial.glob("*.tmp*")) == kept
         for name in kept:
             (serial / name).unlink()
@@ -102,44 +102,40 @@ def test_parallel_pod_and_resumed_preparations_write_the_same_bytes(corpus, tmp_
     assert _bytes(serial) == _bytes(parallel)
     # The same folder with other flags is refused, not mixed.
     with pytest.raises(ValueError, match="holds a preparation with other flags"):
-        prepare_data.prepare(inputs, str(serial), OPTS.__class__(max_seq_length=128), progress=False)
+        prepare.prepare(inputs, str(serial), OPTS.__class__(max_seq_length=128), progress=False)
 
 
 def test_training_refuses_mismatched_or_damaged_prepared_data(corpus, tmp_path) -> None:
-    inputs = prepare_data.list_inputs(str(corpus / "wiki-0.txt"))
-    prepare_data.prepare(inputs, str(tmp_path), OPTS, progress=False)
+    inputs = prepare.list_inputs(str(corpus / "wiki-0.txt"))
+    prepare.prepare(inputs, str(tmp_path), OPTS, progress=False)
     c = defaults.data()
     c.source, c.input_files = "prepared", str(tmp_path)
 
     def first(**kw):
         args = dict(global_batch_size=4, max_seq_length=64, max_predictions_per_seq=8, seed=0)
         args.update(kw)
-        return next(input_pipeline.create_pretrain_iterator(c, process_index=0, process_count=1, **args))
+        return next(pipeline.create_pretrain_iterator(c, process_index=0, process_count=1, **args))
 
     assert first()["input_ids"].shape == (4, 64)
-    with pytest.raises(
-        prepared_data.PreparedDataError, match=r"no prepared folder for max_seq_length=128.*\[64\]"
-    ):
+    with pytest.raises(records.PreparedDataError, match=r"no prepared folder for max_seq_length=128.*\[64\]"):
         first(max_seq_length=128)
     other_vocab = tmp_path.parent / "vocab-other.txt"
     words = tokenization.load_vocab(tokenization.default_vocab_file())
     other_vocab.write_text("\n".join(words[:-1]) + "\n")
     c.vocab_file = str(other_vocab)
-    with pytest.raises(prepared_data.PreparedDataError, match="prepared with another vocabulary"):
+    with pytest.raises(records.PreparedDataError, match="prepared with another vocabulary"):
         first()
     c.vocab_file = ""
     c.nsp = False
-    with pytest.raises(prepared_data.PreparedDataError, match="prepared with nsp=True"):
+    with pytest.raises(records.PreparedDataError, match="prepared with nsp=True"):
         first()
     c.nsp = True
     shard = tmp_path / "shard-00000-of-00001.train.bin"
     shard.write_bytes(shard.read_bytes()[:-7])
-    with pytest.raises(
-        prepared_data.PreparedDataError, match=r"shard-00000-of-00001\.train\.bin is truncated"
-    ):
+    with pytest.raises(records.PreparedDataError, match=r"shard-00000-of-00001\.train\.bin is truncated"):
         first()
-    (tmp_path / prepared_data.METADATA).unlink()
-    with pytest.raises(prepared_data.PreparedDataError, match=r"unfinished preparation \(1 of 1 shards"):
+    (tmp_path / records.METADATA).unlink()
+    with pytest.raises(records.PreparedDataError, match=r"unfinished preparation \(1 of 1 shards"):
         first()
 
 
@@ -156,9 +152,9 @@ def test_cli_prepares_with_progress_and_pretrain_streams_it(corpus, tmp_path) ->
     assert "tokens/s" in proc.stderr and "3 shards" in proc.stdout
     # The two-phase schedule takes the folder prepared for each phase's sequence length.
     short = tmp_path / "prepared32"
-    inputs = prepare_data.list_inputs(str(corpus / "wiki-*.txt"))
-    opts = prepare_data.Options(max_seq_length=32, dupe_factor=1, eval_fraction=0.2)
-    prepare_data.prepare(inputs, str(short), opts, progress=False)
+    inputs = prepare.list_inputs(str(corpus / "wiki-*.txt"))
+    opts = prepare.Options(max_seq_length=32, dupe_factor=1, eval_fraction=0.2)
+    prepare.prepare(inputs, str(short), opts, progress=False)
     work = tmp_path / "run"
     proc = subprocess.run(
         [sys.executable, "-m", "bert_jax", "pretrain", "--config=configs/pretrain.py:tiny",

@@ -10,7 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bert_jax import checkpointing, pretrain, pretraining_loss, training_loop
+from bert_jax.pretraining import objective, pretrain
+from bert_jax.training import checkpoints, loop
 from configs import pretrain as pretrain_config
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -54,10 +55,10 @@ def test_mlm_accuracy_on_changed_tokens_leaves_out_the_kept_originals() -> None:
     }
     logits = np.full((1, 4, 10), -5.0, np.float32)
     logits[0, 0, 5] = logits[0, 1, 6] = logits[0, 2, 1] = logits[0, 3, 0] = 5.0
-    _, sums = pretraining_loss.pretraining_loss(
+    _, sums = objective.pretraining_loss(
         logits, np.zeros((1, 2), np.float32), batch, total_mlm_weight=3.0, batch_size=1, nsp=True
     )
-    metrics = pretraining_loss.finalize_metrics(sums, nsp=True)
+    metrics = objective.finalize_metrics(sums, nsp=True)
     assert float(metrics["mlm_accuracy"]) == pytest.approx(2 / 3)
     assert float(sums["mlm_changed_weight"]) == 2.0  # [MASK] and random; not the kept 6
     assert float(metrics["mlm_accuracy_changed"]) == pytest.approx(1 / 2)
@@ -65,7 +66,7 @@ def test_mlm_accuracy_on_changed_tokens_leaves_out_the_kept_originals() -> None:
     ce = lse - logits[0, np.arange(4), batch["masked_lm_ids"][0]]
     assert float(metrics["mlm_loss_changed"]) == pytest.approx((ce[0] + ce[2]) / 2, rel=1e-5)
     assert float(metrics["mlm_loss"]) == pytest.approx(ce[:3].mean(), rel=1e-5)
-    _, sums = pretraining_loss.pretraining_loss(
+    _, sums = objective.pretraining_loss(
         logits, np.zeros((1, 2), np.float32), batch, total_mlm_weight=3.0, batch_size=1, nsp=True, causal=True
     )
     assert float(sums["mlm_changed_weight"]) == 3.0  # left-to-right: the next token is never seen
@@ -108,14 +109,14 @@ def test_checkpoint_of_another_model_size_is_refused(tmp_path) -> None:
     bigger.model.hidden_size = 256
     bigger.model.intermediate_size = 1024
     with pytest.raises(
-        checkpointing.CheckpointMismatchError, match="hidden_size: checkpoint 128 vs config 256"
+        checkpoints.CheckpointMismatchError, match="hidden_size: checkpoint 128 vs config 256"
     ):
         pretrain.train_and_evaluate(bigger, str(tmp_path))
     # Without the config file the shapes themselves are compared, naming the parameter.
     (tmp_path / "bert_config.json").unlink()
     before = _snapshot(tmp_path)
     with pytest.raises(
-        checkpointing.CheckpointMismatchError,
+        checkpoints.CheckpointMismatchError,
         match=r"word_embeddings/embedding: checkpoint \(30592, 128\) vs model \(30592, 256\)",
     ):
         pretrain.train_and_evaluate(bigger, str(tmp_path))
@@ -180,9 +181,7 @@ def test_no_intact_checkpoint_is_an_error_not_a_fresh_start(tmp_path) -> None:
     pretrain.train_and_evaluate(tiny_config(eval_every_steps=0, stop_after_step=4), str(tmp_path))
     for step in (2, 4):
         _damage(tmp_path / "checkpoints" / str(step), "no manifest")
-    with pytest.raises(
-        checkpointing.CheckpointDamagedError, match=r"no checkpoint in .* restores \(step 4: "
-    ):
+    with pytest.raises(checkpoints.CheckpointDamagedError, match=r"no checkpoint in .* restores \(step 4: "):
         pretrain.train_and_evaluate(tiny_config(eval_every_steps=0), str(tmp_path))
     assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["2", "4"]
     assert not (tmp_path / "checkpoints_damaged").exists()
@@ -281,7 +280,7 @@ def test_sigterm_saves_then_exits_and_sigkill_mid_save_leaves_a_restorable_check
     # 3. ... and SIGTERM makes it save and exit with 143.
     proc.send_signal(signal.SIGTERM)
     rest = proc.communicate(timeout=120)[0]
-    assert proc.returncode == training_loop.PREEMPTED_EXIT_CODE, rest
+    assert proc.returncode == loop.PREEMPTED_EXIT_CODE, rest
     saved = int(rest.split("preempted: saved step ")[1].split()[0])
     assert saved > finished[-1]
     assert (ckpts / str(saved)).is_dir()

@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from bert_jax import pretraining_data
-from bert_jax.tokenization import SpecialIds
+from bert_jax.data import pretraining_examples
+from bert_jax.data.tokenization import SpecialIds
 
 SPECIAL = SpecialIds(pad=0, unk=1, cls=2, sep=3, mask=4)
 VOCAB = 1000
@@ -20,7 +20,7 @@ def random_docs(rng, n_docs=600):
 def test_instances_follow_the_paper() -> None:
     rng = np.random.default_rng(0)
     docs = random_docs(rng)
-    instances = pretraining_data.create_instances(docs, 64, 0.1, rng, SPECIAL)
+    instances = pretraining_examples.create_instances(docs, 64, 0.1, rng, SPECIAL)
     assert len(instances) > 1000
     random_next = np.mean([i.is_random_next for i in instances])
     # IsNext / NotNext balance: 50/50, plus (as in the original script) chunks of a single
@@ -34,7 +34,7 @@ def test_instances_follow_the_paper() -> None:
     lengths = np.array([len(i.tokens) for i in instances])
     assert np.mean(lengths >= 60) > 0.6  # most fill max_seq_length - 3 ...
     assert np.mean(lengths < 40) > 0.03  # ... and short_seq_prob makes some short ones
-    no_nsp = pretraining_data.create_instances(docs, 64, 0.1, rng, SPECIAL, nsp=False)
+    no_nsp = pretraining_examples.create_instances(docs, 64, 0.1, rng, SPECIAL, nsp=False)
     assert all(i.tokens.tolist().count(SPECIAL.sep) == 1 and not i.segment_ids.any() for i in no_nsp)
 
 
@@ -42,14 +42,14 @@ def test_instances_follow_the_paper() -> None:
 def test_masking_statistics(wwm) -> None:
     rng = np.random.default_rng(1)
     docs = random_docs(rng)
-    instances = pretraining_data.create_instances(docs, 128, 0.1, rng, SPECIAL) * 3
+    instances = pretraining_examples.create_instances(docs, 128, 0.1, rng, SPECIAL) * 3
     cont = np.zeros(VOCAB, bool)
     cont[500:] = True  # ids >= 500 continue a word ("##...")
-    cfg = pretraining_data.MaskingConfig(max_predictions_per_seq=40, whole_word_masking=wwm)
+    cfg = pretraining_examples.MaskingConfig(max_predictions_per_seq=40, whole_word_masking=wwm)
     counts = {"mask": 0, "random": 0, "kept": 0}
     masked, candidates = 0, 0
     for inst in instances:
-        f = pretraining_data.to_features(inst, rng, 128, cfg, SPECIAL, VOCAB, cont)
+        f = pretraining_examples.to_features(inst, rng, 128, cfg, SPECIAL, VOCAB, cont)
         n = int(f["masked_lm_weights"].sum())
         pos = f["masked_lm_positions"][:n]
         specials = np.isin(inst.tokens, [SPECIAL.cls, SPECIAL.sep])
@@ -74,11 +74,11 @@ def test_whole_word_masking_masks_all_pieces_of_a_word_alike() -> None:
     cont = np.zeros(VOCAB, bool)
     cont[500:] = True
     tokens = np.array([2] + [10, 600, 601, 11, 602, 12, 13, 603, 604, 605] * 4 + [3], np.int32)
-    cfg = pretraining_data.MaskingConfig(
+    cfg = pretraining_examples.MaskingConfig(
         masked_lm_prob=0.5, max_predictions_per_seq=30, whole_word_masking=True
     )
     for _ in range(200):
-        out, pos, _ = pretraining_data.mask_tokens(tokens, rng, cfg, SPECIAL, VOCAB, cont)
+        out, pos, _ = pretraining_examples.mask_tokens(tokens, rng, cfg, SPECIAL, VOCAB, cont)
         chosen = set(pos.tolist())
         for p in chosen:  # the word containing p: its head and all continuation pieces
             start = p
@@ -101,10 +101,10 @@ def test_whole_word_masking_masks_all_pieces_of_a_word_alike() -> None:
 def test_ratios_are_configurable() -> None:
     rng = np.random.default_rng(3)
     docs = random_docs(rng, 20)
-    instances = pretraining_data.create_instances(docs, 128, 0.0, rng, SPECIAL)
-    cfg = pretraining_data.MaskingConfig(mask_token_prob=1.0, random_token_prob=0.0)
+    instances = pretraining_examples.create_instances(docs, 128, 0.0, rng, SPECIAL)
+    cfg = pretraining_examples.MaskingConfig(mask_token_prob=1.0, random_token_prob=0.0)
     for inst in instances[:200]:
-        f = pretraining_data.to_features(inst, rng, 128, cfg, SPECIAL, VOCAB)
+        f = pretraining_examples.to_features(inst, rng, 128, cfg, SPECIAL, VOCAB)
         n = int(f["masked_lm_weights"].sum())
         assert (f["input_ids"][f["masked_lm_positions"][:n]] == SPECIAL.mask).all()
 
@@ -112,10 +112,10 @@ def test_ratios_are_configurable() -> None:
 def test_ltr_objective_predicts_the_next_token() -> None:
     rng = np.random.default_rng(4)
     docs = random_docs(rng, 20)
-    instances = pretraining_data.create_instances(docs, 64, 0.0, rng, SPECIAL, nsp=False)
-    cfg = pretraining_data.MaskingConfig(max_predictions_per_seq=64, objective="ltr")
+    instances = pretraining_examples.create_instances(docs, 64, 0.0, rng, SPECIAL, nsp=False)
+    cfg = pretraining_examples.MaskingConfig(max_predictions_per_seq=64, objective="ltr")
     inst = instances[0]
-    f = pretraining_data.to_features(inst, rng, 64, cfg, SPECIAL, VOCAB)
+    f = pretraining_examples.to_features(inst, rng, 64, cfg, SPECIAL, VOCAB)
     n = len(inst.tokens)
     assert (f["input_ids"][:n] == inst.tokens).all()  # nothing masked
     assert (f["masked_lm_positions"][: n - 1] == np.arange(n - 1)).all()

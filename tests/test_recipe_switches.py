@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 from scipy.special import erf
 
-from bert_jax import layers, param_shapes
-from bert_jax.config import BertConfig
-from bert_jax.modeling import BertModel
+from bert_jax.model import layers, param_shapes
+from bert_jax.model.config import BertConfig
+from bert_jax.model.encoder import BertModel
 
 SWITCHES = {
     "paper": {},
@@ -122,7 +122,7 @@ def _random_params(model, ids, seed=0):
 
 @pytest.mark.parametrize("name", sorted(SWITCHES))
 def test_encoder_matches_the_equations(name) -> None:
-    from bert_jax.modeling import unstack_layers
+    from bert_jax.model.encoder import unstack_layers
 
     c = _config(**SWITCHES[name])
     ids = jnp.array([[3, 7, 9, 11, 4, 2, 0, 0], [5, 6, 8, 10, 12, 14, 16, 18]])

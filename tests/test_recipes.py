@@ -6,8 +6,10 @@ import json
 import numpy as np
 import pytest
 
-from bert_jax import optim, pretrain, pretraining_data, run_config
-from bert_jax.tokenization import SpecialIds
+from bert_jax.data import pretraining_examples
+from bert_jax.data.tokenization import SpecialIds
+from bert_jax.pretraining import pretrain
+from bert_jax.training import optimizer, run_config
 from configs import pretrain as pretrain_config
 
 # A few sentences, repeated: a model that uses the context predicts their hidden words far
@@ -105,7 +107,7 @@ def test_contradictory_switches_are_refused_naming_the_keys(capsys) -> None:
 
 
 def test_a_checkpoint_with_learned_positions_refuses_a_rotary_run(tmp_path) -> None:
-    from bert_jax import checkpointing
+    from bert_jax.training import checkpoints
 
     c = _synthetic(num_train_steps=2, eval_every_steps=0, global_batch_size=4, max_seq_length=32)
     c.max_predictions_per_seq = 5
@@ -113,7 +115,7 @@ def test_a_checkpoint_with_learned_positions_refuses_a_rotary_run(tmp_path) -> N
     c.model.position_embedding_type = "rotary"
     c.num_train_steps = 4
     with pytest.raises(
-        checkpointing.CheckpointMismatchError, match="position_embedding_type: checkpoint absolute"
+        checkpoints.CheckpointMismatchError, match="position_embedding_type: checkpoint absolute"
     ):
         pretrain.train_and_evaluate(c, str(tmp_path))
 
@@ -121,31 +123,31 @@ def test_a_checkpoint_with_learned_positions_refuses_a_rotary_run(tmp_path) -> N
 def test_full_sentence_rows_stream_documents_without_padding() -> None:
     special = SpecialIds(pad=0, unk=1, cls=2, sep=3, mask=4)
     docs = [[[10 + d * 100 + s * 10 + t for t in range(s + 3)] for s in range(4)] for d in range(5)]
-    rows = pretraining_data.create_full_sentence_instances(docs, 16, np.random.default_rng(0), special)
+    rows = pretraining_examples.create_full_sentence_instances(docs, 16, np.random.default_rng(0), special)
     assert all(r.tokens[0] == 2 and r.tokens[-1] == 3 and not r.is_random_next for r in rows)
     assert sum(len(r.tokens) == 16 for r in rows) == len(rows) - 1  # only the last row is short
     inner = [t for r in rows for t in r.tokens[1:-1].tolist()]
     assert inner.count(3) == len(docs) - 1  # a [SEP] between documents
     assert sorted(t for t in inner if t != 3) == sorted(t for d in docs for s in d for t in s)
-    again = pretraining_data.create_full_sentence_instances(docs, 16, np.random.default_rng(0), special)
+    again = pretraining_examples.create_full_sentence_instances(docs, 16, np.random.default_rng(0), special)
     assert [r.tokens.tolist() for r in again] == [r.tokens.tolist() for r in rows]
 
 
 def test_prepared_flags_of_the_paper_recipe_are_unchanged() -> None:
     """Folders (and cache keys) prepared before FULL-SENTENCES existed stay valid."""
-    from bert_jax import prepare_data
+    from bert_jax.data import prepare
 
-    flags = prepare_data.Options().flags()
+    flags = prepare.Options().flags()
     assert "full_sentences" not in flags
-    assert prepare_data.Options(nsp=False, full_sentences=True).flags()["full_sentences"] is True
+    assert prepare.Options(nsp=False, full_sentences=True).flags()["full_sentences"] is True
     with pytest.raises(ValueError, match="nsp=False"):
-        prepare_data.Options(full_sentences=True)
+        prepare.Options(full_sentences=True)
     json.dumps(flags)
 
 
-@pytest.mark.parametrize("kind", optim.SCHEDULES)
+@pytest.mark.parametrize("kind", optimizer.SCHEDULES)
 def test_schedules_warm_up_peak_and_end_at_zero(kind) -> None:
-    s = optim.learning_rate_schedule(1.0, warmup_steps=10, total_steps=100, kind=kind)
+    s = optimizer.learning_rate_schedule(1.0, warmup_steps=10, total_steps=100, kind=kind)
     values = np.array([float(s(i)) for i in range(101)])
     assert values[0] < 0.01 and abs(values[10] - 1.0) < 1e-6 and values[100] < 1e-3
     assert values.max() <= 1.0 + 1e-6 and np.all(np.diff(values[:11]) > 0)
@@ -154,7 +156,7 @@ def test_schedules_warm_up_peak_and_end_at_zero(kind) -> None:
     if kind == "one_cycle":
         assert np.all(np.diff(values[10:]) <= 1e-9) and 0.4 < values[55] < 0.6
     with pytest.raises(ValueError, match="lr_schedule='cosine'"):
-        optim.learning_rate_schedule(1.0, 10, 100, kind="cosine")
+        optimizer.learning_rate_schedule(1.0, 10, 100, kind="cosine")
 
 
 def test_a_modern_checkpoint_fine_tunes_gives_features_and_refuses_hf_export(tmp_path) -> None:
@@ -164,7 +166,10 @@ def test_a_modern_checkpoint_fine_tunes_gives_features_and_refuses_hf_export(tmp
     import subprocess
     import sys
 
-    from bert_jax import convert, features, finetune, tokenization
+    from bert_jax import convert
+    from bert_jax.data import tokenization
+    from bert_jax.finetuning import finetune
+    from bert_jax.model import features
     from configs import glue as glue_config
     from tests.conftest import ROOT
     from tests.helpers.task_data import write_sst2

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from bert_jax import sharding
+from bert_jax.training import sharding
 
 HELPER = Path(__file__).parent / "helpers" / "sharded_run.py"
 
@@ -135,7 +135,7 @@ def _abstract_pretraining(config):
     import jax
     import jax.numpy as jnp
 
-    from bert_jax.heads import BertForPreTraining
+    from bert_jax.model.heads import BertForPreTraining
 
     ids = jnp.zeros((1, 8), jnp.int32)
     init = lambda: BertForPreTraining(config).init(jax.random.key(0), ids, ids, ids, ids[:, :2])
@@ -147,7 +147,7 @@ def test_check_param_sharding_names_the_parameter() -> None:
     is padded; tensor=8 fails on its 12 heads unless the rules shard head_dim instead."""
     from jax.sharding import AbstractMesh
 
-    from bert_jax.config import MODEL_PRESETS
+    from bert_jax.model.config import MODEL_PRESETS
 
     base = MODEL_PRESETS["base"]
     tensor4 = AbstractMesh((2, 1, 4), sharding.MESH_AXES)

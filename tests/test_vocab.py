@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bert_jax import corpora, input_pipeline, tokenization
+from bert_jax.data import corpora, pipeline, tokenization
 from configs import defaults
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -51,7 +51,7 @@ def test_sentencepiece_tokenizer_feeds_the_pipeline(tmp_path) -> None:
     c.cache_dir = str(tmp_path / "cache")
     c.eval_fraction = 0.1
     rows = next(
-        input_pipeline.create_pretrain_iterator(
+        pipeline.create_pretrain_iterator(
             c,
             global_batch_size=4,
             max_seq_length=64,
@@ -61,8 +61,8 @@ def test_sentencepiece_tokenizer_feeds_the_pipeline(tmp_path) -> None:
             process_count=1,
         )
     )
-    batch = input_pipeline.mask_host_batch(c, rows, 10)  # masks drawn as in training
+    batch = pipeline.mask_host_batch(c, rows, 10)  # masks drawn as in training
     assert (batch["input_ids"][:, 0] == tok.special.cls).all()
     assert (batch["input_ids"] < tok.vocab_size).all()
     assert np.isin(tok.special.mask, batch["input_ids"])
-    assert input_pipeline.vocab_size_of(c) == 1000
+    assert pipeline.vocab_size_of(c) == 1000

@@ -1,1 +1,1 @@
-"""Subcommands of `bert-jax` (see `bert_jax.cli`)."""
+"""Subcommands of `bert-jax` (see `bert_jax.commands.cli`)."""

@@ -27,7 +27,7 @@ def define_flags() -> None:
 def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise SystemExit(f"unexpected arguments: {argv[1:]}")
-    from bert_jax import corpora, tokenization
+    from bert_jax.data import corpora, tokenization
 
     if FLAGS.input_file:
         docs = corpora.load_documents("text", FLAGS.input_file)

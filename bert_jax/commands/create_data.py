@@ -4,7 +4,7 @@ Writes ``PREFIX-00000-of-0000K.tfrecord`` ... with ``dupe_factor`` statically ma
 versions of every document, sharded round-robin. Input files are streamed one at a time
 through the same reading, tokenization and pairing as `prepare-data` (NotNext segments
 drawn from the same file), so memory is bounded by one input file; masks are drawn on the
-host (`pretraining_data.to_features`), per instance, as the original.
+host (`pretraining_examples.to_features`), per instance, as the original.
 """
 
 from __future__ import annotations
@@ -41,12 +41,12 @@ def main(argv: list[str]) -> None:
     import tensorflow as tf
     from tqdm import tqdm
 
-    from bert_jax import prepare_data, pretraining_data, tfrecords
+    from bert_jax.data import prepare, pretraining_examples, tfrecords
 
-    inputs = prepare_data.list_inputs(FLAGS.input_file)
-    opts = prepare_data.Options.from_flags(FLAGS).resolved()
-    tok = prepare_data.load_tokenizer(opts)
-    masking = pretraining_data.MaskingConfig(
+    inputs = prepare.list_inputs(FLAGS.input_file)
+    opts = prepare.Options.from_flags(FLAGS).resolved()
+    tok = prepare.load_tokenizer(opts)
+    masking = pretraining_examples.MaskingConfig(
         masked_lm_prob=FLAGS.masked_lm_prob,
         max_predictions_per_seq=FLAGS.max_predictions_per_seq,
         whole_word_masking=FLAGS.do_whole_word_mask,
@@ -55,14 +55,12 @@ def main(argv: list[str]) -> None:
     writers = [tf.io.TFRecordWriter(n) for n in names]
     written = documents = 0
     for index, item in enumerate(tqdm(inputs, desc="create-data", unit="file")):
-        docs = prepare_data.tokenize_documents(tok, item.documents())
+        docs = prepare.tokenize_documents(tok, item.documents())
         documents += len(docs)
         for dupe in range(opts.dupe_factor):
             rng = np.random.default_rng([opts.random_seed, index, dupe, 1])  # the masks
-            for inst in prepare_data.shard_instances(
-                docs, opts, tok.special, [opts.random_seed, index, dupe]
-            ):
-                feats = pretraining_data.to_features(
+            for inst in prepare.shard_instances(docs, opts, tok.special, [opts.random_seed, index, dupe]):
+                feats = pretraining_examples.to_features(
                     inst,
                     rng,
                     opts.max_seq_length,

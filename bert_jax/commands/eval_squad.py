@@ -1,7 +1,7 @@
 """`bert-jax eval-squad --version=1.1|2.0 DATA_FILE PRED_FILE [--na_prob_file=FILE]`.
 
 Prints the JSON the official ``evaluate-v1.1.py`` / ``evaluate-v2.0.py`` print for the
-same files (v1.1 on one line, v2.0 indented), computed by `bert_jax.metrics`. Warnings
+same files (v1.1 on one line, v2.0 indented), computed by `bert_jax.tasks.scorers`. Warnings
 (version mismatch, unanswered questions) go to stderr, so stdout is only the JSON.
 """
 
@@ -37,8 +37,7 @@ def _load(path: str, what: str):
 def main(argv: list[str]) -> None:
     if len(argv) != 3:
         raise SystemExit("usage: bert-jax eval-squad --version=1.1|2.0 DATA_FILE PRED_FILE")
-    from bert_jax import metrics
-    from bert_jax.tasks import squad
+    from bert_jax.tasks import scorers, squad
 
     data_file, pred_file = argv[1], argv[2]
     try:
@@ -54,11 +53,11 @@ def main(argv: list[str]) -> None:
             version = document.get("version")
             if version != "1.1":
                 print(f"Evaluation expects v-1.1, but got dataset with v-{version}", file=sys.stderr)
-            result = metrics.squad_v1(data, predictions)
+            result = scorers.squad_v1(data, predictions)
             text = json.dumps(result)
         else:
             na_probs = _load(FLAGS.na_prob_file, "no-answer file") if FLAGS.na_prob_file else None
-            result = metrics.squad_v2(data, predictions, na_probs, FLAGS.na_prob_thresh)
+            result = scorers.squad_v2(data, predictions, na_probs, FLAGS.na_prob_thresh)
             text = json.dumps(result, indent=2)
     except ValueError as e:
         raise SystemExit(f"eval-squad: {e}") from None

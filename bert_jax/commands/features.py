@@ -29,7 +29,9 @@ def main(argv: list[str]) -> None:
     logging.set_verbosity(logging.WARNING)
     import numpy as np
 
-    from bert_jax import convert, features, tokenization
+    from bert_jax import convert
+    from bert_jax.data import tokenization
+    from bert_jax.model import features
 
     params, config = convert.load_checkpoint(FLAGS.checkpoint)
     vocab = FLAGS.vocab_file or tokenization.vocab_beside(FLAGS.checkpoint)

@@ -28,7 +28,7 @@ def main(argv: list[str]) -> None:
     logging.set_verbosity(logging.WARNING)
     import os
 
-    from bert_jax import finetune, sweep
+    from bert_jax.finetuning import finetune, sweep
 
     workdir = os.path.abspath(FLAGS.workdir)
     if FLAGS.sweep:

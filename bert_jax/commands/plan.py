@@ -34,7 +34,7 @@ def main(argv: list[str]) -> None:
     # Compiling needs no TPU, so two planners (or a test runner and a planner) may load
     # libtpu at once; without this the second one fails on libtpu's lock file.
     os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
-    from bert_jax import plan
+    from bert_jax.pretraining import plan
 
     report = plan.plan(FLAGS.config, FLAGS.topology, mfu_assumed=FLAGS.mfu)
     print(plan.format_report(report))

@@ -49,19 +49,19 @@ def define_flags() -> None:
 def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise SystemExit(f"unexpected arguments: {argv[1:]}")
-    from bert_jax import prepare_data
+    from bert_jax.data import prepare
 
     if bool(FLAGS.input_file) == bool(FLAGS.tfds_name):
         raise SystemExit("pass exactly one of --input_file and --tfds_name")
     if not 0 <= FLAGS.task_index < FLAGS.num_tasks:
         raise SystemExit(f"--task_index={FLAGS.task_index} must be in [0, --num_tasks={FLAGS.num_tasks})")
-    inputs = prepare_data.list_inputs(
+    inputs = prepare.list_inputs(
         FLAGS.input_file or "", FLAGS.tfds_name, FLAGS.tfds_split, FLAGS.tfds_num_shards
     )
-    meta = prepare_data.prepare(
+    meta = prepare.prepare(
         inputs,
         FLAGS.output_dir,
-        prepare_data.Options.from_flags(FLAGS),
+        prepare.Options.from_flags(FLAGS),
         num_workers=FLAGS.num_workers,
         task_index=FLAGS.task_index,
         num_tasks=FLAGS.num_tasks,

@@ -46,6 +46,6 @@ def main(argv: list[str]) -> None:
     # Orbax logs every save step at INFO; keep the console to the progress lines.
     logging.set_verbosity(logging.WARNING)
     initialize_distributed()
-    from bert_jax import pretrain
+    from bert_jax.pretraining import pretrain
 
     pretrain.train_and_evaluate(FLAGS.config, FLAGS.workdir)

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import os
 
-from bert_jax.config import BertConfig
 from bert_jax.convert.bert_jax_format import load_bert_jax, save_bert_jax
 from bert_jax.convert.hf_format import from_hf_state_dict, hf_config_dict, load_hf, save_hf, to_hf_state_dict
 from bert_jax.convert.layout import (
@@ -36,6 +35,7 @@ from bert_jax.convert.layout import (
 )
 from bert_jax.convert.tf_format import load_tf, save_tf
 from bert_jax.convert.tokenizer_files import source_casing, write_tokenizer_files
+from bert_jax.model.config import BertConfig
 
 __all__ = [
     "Params",

@@ -10,9 +10,9 @@ import os
 import numpy as np
 from absl import logging
 
-from bert_jax.config import BertConfig
 from bert_jax.convert import layout
 from bert_jax.convert.layout import Params
+from bert_jax.model.config import BertConfig
 
 
 def save_bert_jax(folder: str, params: Params, config: BertConfig) -> None:

@@ -9,9 +9,9 @@ from typing import Any
 
 import numpy as np
 
-from bert_jax.config import BertConfig
 from bert_jax.convert import layout, names
 from bert_jax.convert.layout import Params
+from bert_jax.model.config import BertConfig
 
 # Tied or bookkeeping tensors that carry no parameters of their own.
 _IGNORABLE = (

@@ -14,9 +14,9 @@ from typing import Any
 
 import numpy as np
 
-from bert_jax import param_shapes, vocab_padding
-from bert_jax.config import ARCHITECTURE_KEYS, SHAPE_KEYS, BertConfig
 from bert_jax.convert import names
+from bert_jax.model import param_shapes, vocab_padding
+from bert_jax.model.config import ARCHITECTURE_KEYS, SHAPE_KEYS, BertConfig
 
 Params = dict[str, Any]
 
@@ -53,8 +53,8 @@ def expected_tree(config: BertConfig, heads: bool) -> Params:
     import jax
     import jax.numpy as jnp
 
-    from bert_jax.heads import BertForPreTraining
-    from bert_jax.modeling import BertModel
+    from bert_jax.model.encoder import BertModel
+    from bert_jax.model.heads import BertForPreTraining
 
     config = config.replace(scan_layers=False)
     ids = jnp.zeros((1, 4), jnp.int32)
@@ -85,7 +85,7 @@ def canonical(params: Params, config: BertConfig) -> Params:
     leading [L] axis; checkpoints on disk always use ``encoder/layer_i`` names so that a
     scanned and an unscanned run share them. Vocabulary padding rows are dropped.
     """
-    from bert_jax.modeling import unstack_layers
+    from bert_jax.model.encoder import unstack_layers
 
     params = unstack_layers(params, config.num_hidden_layers)
     params = nest({p: np.asarray(v) for p, v in flatten(params).items()})

@@ -19,7 +19,7 @@ import dataclasses
 
 import numpy as np
 
-from bert_jax.config import BertConfig
+from bert_jax.model.config import BertConfig
 
 # The layout steps (see the module docstring).
 STEPS = ("transpose", "split_heads", "split_heads_first")

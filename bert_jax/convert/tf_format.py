@@ -9,10 +9,10 @@ import os
 
 import numpy as np
 
-from bert_jax.config import BertConfig
 from bert_jax.convert import layout, names
 from bert_jax.convert.hf_format import hf_config_dict
 from bert_jax.convert.layout import Params
+from bert_jax.model.config import BertConfig
 
 # Optimizer and bookkeeping variables of a training checkpoint: not parameters.
 _SKIP = ("global_step", "adam_", "/Adam", "bad_steps", "good_steps", "loss_scale")

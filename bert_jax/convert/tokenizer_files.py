@@ -6,7 +6,7 @@ import json
 import os
 import shutil
 
-from bert_jax.config import BertConfig
+from bert_jax.model.config import BertConfig
 
 
 def source_casing(src: str) -> bool | None:

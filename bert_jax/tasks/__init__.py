@@ -71,12 +71,12 @@ class Task:
     main_metric: str = ""
     eval_splits: tuple[str, ...] = ("dev",)
     test_splits: tuple[str, ...] = ()
-    # Training rows may be packed (`bert_jax.packing`): the model and loss take packed
+    # Training rows may be packed (`bert_jax.finetuning.packing`): the model and loss take packed
     # batches (one label per example slot, weighted by ``label_weights``).
     packable: bool = False
 
     def model(self, bert_config: Any) -> Any:
-        """The flax module (a head of `bert_jax.heads`) with the encoder under ``bert``."""
+        """The flax module (a head of `bert_jax.model.heads`) with the encoder under ``bert``."""
         raise NotImplementedError
 
     def load(self, config: Any, tokenizer: Any, split: str) -> Split:
@@ -117,7 +117,7 @@ def subset(items: list[Any], config: Any, split: str) -> list[Any]:
 def get_task(name: str) -> Task:
     """The task called `name` (GLUE names as in TFDS: cola, sst2, mrpc, ...; bbc; squad1.1,
     squad2.0; conll2003; swag; any of them + "+bilstm")."""
-    from bert_jax.tasks import bbc, bilstm, classification, glue, ner, squad, swag
+    from bert_jax.tasks import bbc, classification, glue, ner, squad, swag, with_bilstm
 
     registry: dict[str, Callable[[], Task]] = {
         **{n: (lambda s=s: classification.ClassificationTask(s)) for n, s in glue.TASKS.items()},
@@ -127,8 +127,8 @@ def get_task(name: str) -> Task:
         "conll2003": ner.NerTask,
         "swag": swag.SwagTask,
     }
-    if name.endswith(bilstm.SUFFIX):  # the task with a BiLSTM under its output layer (Table 5)
-        return bilstm.BiLSTMTask(get_task(name[: -len(bilstm.SUFFIX)]))
+    if name.endswith(with_bilstm.SUFFIX):  # the task with a BiLSTM under its output layer (Table 5)
+        return with_bilstm.BiLSTMTask(get_task(name[: -len(with_bilstm.SUFFIX)]))
     if name not in registry:
         raise ValueError(f"unknown task {name!r}; known: {', '.join(sorted(registry))}")
     return registry[name]()

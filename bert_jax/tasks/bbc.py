@@ -12,8 +12,7 @@ import hashlib
 import importlib.util
 import os
 
-from bert_jax import metrics
-from bert_jax.tasks import Example, TaskSpec
+from bert_jax.tasks import Example, TaskSpec, scorers
 
 LABELS = ("business", "entertainment", "politics", "sports", "tech")
 
@@ -58,6 +57,6 @@ TASK = TaskSpec(
     name="bbc",
     labels=LABELS,
     read=read,
-    metrics=lambda y, p: {"accuracy": metrics.accuracy(y, p)},
+    metrics=lambda y, p: {"accuracy": scorers.accuracy(y, p)},
     main_metric="accuracy",
 )

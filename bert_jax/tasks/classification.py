@@ -22,7 +22,7 @@ class ClassificationTask(Task):
         self.regression = not spec.labels
 
     def model(self, bert_config: Any) -> Any:
-        from bert_jax.heads import BertForSequenceClassification
+        from bert_jax.model.heads import BertForSequenceClassification
 
         return BertForSequenceClassification(bert_config, num_labels=self.spec.num_labels)
 

@@ -21,8 +21,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from bert_jax import metrics
-from bert_jax.tasks import Example, TaskSpec
+from bert_jax.tasks import Example, TaskSpec, scorers
 
 Column = str | int  # a header name, or a position in header-less files
 
@@ -228,12 +227,12 @@ def write_submission(task: str, split: str, examples: Sequence[Example], predict
 def _metric_fn(task: str):
     def fn(y: np.ndarray, p: np.ndarray) -> dict[str, float]:
         if task == "cola":
-            return {"matthews_corr": metrics.matthews_corr(y, p), "accuracy": metrics.accuracy(y, p)}
+            return {"matthews_corr": scorers.matthews_corr(y, p), "accuracy": scorers.accuracy(y, p)}
         if task in ("mrpc", "qqp"):
-            return {"f1": metrics.f1_binary(y, p), "accuracy": metrics.accuracy(y, p)}
+            return {"f1": scorers.f1_binary(y, p), "accuracy": scorers.accuracy(y, p)}
         if task == "stsb":
-            return {"pearson": metrics.pearson(y, p), "spearman": metrics.spearman(y, p)}
-        return {"accuracy": metrics.accuracy(y, p)}
+            return {"pearson": scorers.pearson(y, p), "spearman": scorers.spearman(y, p)}
+        return {"accuracy": scorers.accuracy(y, p)}
 
     return fn
 

@@ -6,7 +6,7 @@ blank lines, ``-DOCSTART-`` lines between documents; files ``<data_dir>/{train,v
 
 Each word is split into WordPieces and only its first piece carries the word's tag (the
 paper's choice; the other pieces get no loss and no prediction). Scores are entity-level
-precision/recall/F1 (`metrics.entity_f1`, conlleval's chunking as seqeval), so a word that
+precision/recall/F1 (`scorers.entity_f1`, conlleval's chunking as seqeval), so a word that
 did not fit into `max_seq_length` counts as predicted ``O``.
 """
 
@@ -18,8 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from bert_jax import metrics
-from bert_jax.tasks import Split, Task, subset
+from bert_jax.tasks import Split, Task, scorers, subset
 
 TAGS = ("O", "B-PER", "I-PER", "B-ORG", "I-ORG", "B-LOC", "I-LOC", "B-MISC", "I-MISC")
 IGNORE = -1  # target of pieces that are not a word's first piece (and of padding)
@@ -127,7 +126,7 @@ class NerTask(Task):
     test_splits = ("test",)
 
     def model(self, bert_config: Any) -> Any:
-        from bert_jax.heads import BertForTokenClassification
+        from bert_jax.model.heads import BertForTokenClassification
 
         return BertForTokenClassification(bert_config, num_labels=len(TAGS))
 
@@ -154,7 +153,7 @@ class NerTask(Task):
         meta: NerMeta = split.meta
         predicted = decode(outputs, meta.first_piece)
         self._write(meta, predicted, os.path.join(out_dir, f"{split.name}_predictions.txt"))
-        return metrics.entity_f1([s.tags for s in meta.sentences], predicted)
+        return scorers.entity_f1([s.tags for s in meta.sentences], predicted)
 
     def write_test(self, outputs: Any, split: Split, out_dir: str) -> str:
         path = os.path.join(out_dir, f"{split.name}_predictions.txt")

@@ -7,7 +7,7 @@ paragraph split into whitespace words); `squad_windows` turns each question into
 WordPieces, noting where each piece has its best ("max") context; `squad_answers` picks
 the best n-best span (at most `max_answer_length` pieces) and projects it back onto the
 original words, for v2.0 answering "" when the [CLS] "null" score beats the best span by
-more than a threshold, tuned on dev (`metrics.best_null_threshold`). Their public names
+more than a threshold, tuned on dev (`scorers.best_null_threshold`). Their public names
 are importable from here too.
 """
 
@@ -20,8 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from bert_jax import atomic_files, metrics
-from bert_jax.tasks import Split, Task, subset
+from bert_jax.storage import atomic_files
+from bert_jax.tasks import Split, Task, scorers, subset
 from bert_jax.tasks.squad_answers import predict_answers
 from bert_jax.tasks.squad_examples import SquadExample, load_json, read_examples, restrict, split_words
 from bert_jax.tasks.squad_windows import Windows, featurize
@@ -68,7 +68,7 @@ class SquadTask(Task):
         self.main_metric = "best_f1" if version_2 else "f1"
 
     def model(self, bert_config: Any) -> Any:
-        from bert_jax.heads import BertForQuestionAnswering
+        from bert_jax.model.heads import BertForQuestionAnswering
 
         return BertForQuestionAnswering(bert_config)
 
@@ -126,9 +126,9 @@ class SquadTask(Task):
         write_json(os.path.join(out_dir, "predictions.json"), predictions)
         write_json(os.path.join(out_dir, "nbest_predictions.json"), nbest)
         if not self.version_2:
-            return metrics.squad_v1(meta.data, predictions)
+            return scorers.squad_v1(meta.data, predictions)
         write_json(os.path.join(out_dir, "null_odds.json"), null_odds)
-        scores = metrics.squad_v2(meta.data, predictions, null_odds)
+        scores = scorers.squad_v2(meta.data, predictions, null_odds)
         best_text = {q: next((c["text"] for c in n if c["text"]), "") for q, n in nbest.items()}
         threshold = scores["best_f1_thresh"]
         tuned = {q: "" if null_odds[q] > threshold else best_text[q] for q in predictions}

@@ -15,8 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from bert_jax import metrics
-from bert_jax.tasks import Split, Task, subset
+from bert_jax.tasks import Split, Task, scorers, subset
 
 NUM_CHOICES = 4
 _FILES = {"train": "train.csv", "dev": "val.csv", "test": "test.csv"}
@@ -84,7 +83,7 @@ class SwagTask(Task):
     test_splits = ("test",)
 
     def model(self, bert_config: Any) -> Any:
-        from bert_jax.heads import BertForMultipleChoice
+        from bert_jax.model.heads import BertForMultipleChoice
 
         return BertForMultipleChoice(bert_config)
 
@@ -100,7 +99,7 @@ class SwagTask(Task):
         return jnp.mean(optax.softmax_cross_entropy_with_integer_labels(outputs, batch["labels"]))
 
     def evaluate(self, outputs: Any, split: Split, out_dir: str) -> dict[str, float]:
-        return {"accuracy": metrics.accuracy(split.arrays["labels"], np.argmax(outputs, -1))}
+        return {"accuracy": scorers.accuracy(split.arrays["labels"], np.argmax(outputs, -1))}
 
     def write_test(self, outputs: Any, split: Split, out_dir: str) -> str:
         """``<out_dir>/swag_test.csv``: the example's line and the four choice scores."""

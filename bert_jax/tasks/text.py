@@ -1,6 +1,6 @@
 """Character-level text helpers of the original BERT code that span-based tasks need.
 
-WordPiece ids come from `bert_jax.tokenization`; what it cannot give is the link back to
+WordPiece ids come from `bert_jax.data.tokenization`; what it cannot give is the link back to
 the raw text: SQuAD maps a predicted WordPiece span to the original characters by
 re-running the *basic* tokenizer (clean-up, CJK split, lower-casing, accent stripping,
 punctuation split) on the original words and aligning the two strings with spaces removed

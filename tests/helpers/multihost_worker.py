@@ -15,7 +15,9 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 
 import jax
 
-from bert_jax import pretrain, sharding, synthetic_data
+from bert_jax.data import synthetic
+from bert_jax.pretraining import pretrain
+from bert_jax.training import sharding
 from configs import pretrain as pretrain_config
 
 
@@ -36,7 +38,7 @@ def main(process_id: int, num_processes: int, port: int, cache_dir: str) -> None
     losses = []
     with jax.set_mesh(mesh):
         state = setup.engine.init_state(c.seed)
-        for local in synthetic_data.create_iterator(
+        for local in synthetic.create_iterator(
             global_batch_size=8,
             max_seq_length=32,
             max_predictions_per_seq=5,

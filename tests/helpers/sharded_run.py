@@ -15,7 +15,9 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 import jax
 import numpy as np
 
-from bert_jax import checkpointing, pretrain, sharding, synthetic_data
+from bert_jax.data import synthetic
+from bert_jax.pretraining import pretrain
+from bert_jax.training import checkpoints, sharding
 from configs import pretrain as pretrain_config
 
 STEPS = 3
@@ -40,7 +42,7 @@ def run(mesh_shape, devices, workdir=None):
     with jax.set_mesh(mesh):
         state = setup.engine.init_state(c.seed)
         losses = []
-        for local in synthetic_data.create_iterator(
+        for local in synthetic.create_iterator(
             global_batch_size=c.global_batch_size,
             max_seq_length=c.max_seq_length,
             max_predictions_per_seq=c.max_predictions_per_seq,
@@ -51,7 +53,7 @@ def run(mesh_shape, devices, workdir=None):
             state, metrics = setup.train_step(state, setup.global_batch(local))
             losses.append(float(metrics["loss"]))
         if workdir:
-            ckpt = checkpointing.Checkpointer(workdir, keep=1)
+            ckpt = checkpoints.Checkpointer(workdir, keep=1)
             ckpt.save(STEPS, state)
             ckpt.close()
     return setup, state, losses
@@ -94,7 +96,7 @@ def main(workdir):
         n = int(np.prod(shape))
         mesh = sharding.make_mesh(shape, devices[:n])
         setup = pretrain.Pretraining(config(), mesh)
-        ckpt = checkpointing.Checkpointer(workdir, keep=1)
+        ckpt = checkpoints.Checkpointer(workdir, keep=1)
         with jax.set_mesh(mesh):
             state = ckpt.restore(setup.abstract_state)
         ckpt.close()

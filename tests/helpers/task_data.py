@@ -13,10 +13,10 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from bert_jax import convert, metrics
-from bert_jax.config import BertConfig
-from bert_jax.modeling import BertModel
-from bert_jax.tasks import bbc
+from bert_jax import convert
+from bert_jax.model.config import BertConfig
+from bert_jax.model.encoder import BertModel
+from bert_jax.tasks import bbc, scorers
 
 TINY = BertConfig(
     hidden_size=32,
@@ -62,7 +62,7 @@ def build_squad(version_2: bool, n_articles: int = 6, seed: int = 0) -> dict:
                 span = words[i : i + rng.randint(1, 4)]
                 start = span[0][0]
                 text = context[start : span[-1][0] + len(span[-1][1])].rstrip(".,;:'\"")
-                if not metrics.normalize_answer(text):  # e.g. "The" or "-": no words to score
+                if not scorers.normalize_answer(text):  # e.g. "The" or "-": no words to score
                     continue
                 prefix = " ".join(w for _, w in words[i - 3 : i])
                 answers = [{"text": text, "answer_start": start}]

@@ -21,9 +21,11 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from bert_jax import checkpointing, convert, ops, param_shapes, sharding
-from bert_jax.config import BertConfig
-from bert_jax.heads import BertForPreTraining, BertForSequenceClassification
+from bert_jax import convert
+from bert_jax.model import ops, param_shapes
+from bert_jax.model.config import BertConfig
+from bert_jax.model.heads import BertForPreTraining, BertForSequenceClassification
+from bert_jax.training import checkpoints, sharding
 
 MESHES = ((8, 1, 1), (2, 1, 4), (1, 1, 8))
 CONFIG = BertConfig(
@@ -134,7 +136,7 @@ def restore_unpadded(devices: list, padded_host: dict, boxed: dict, workdir: str
     with open(os.path.join(workdir, "bert_config.json"), "w") as f:
         json.dump(values, f)
     mesh = sharding.make_mesh((8, 1, 1), devices)
-    ckpt = checkpointing.Checkpointer(workdir, async_save=False)
+    ckpt = checkpoints.Checkpointer(workdir, async_save=False)
     ckpt.save(1, {"params": jax.device_put(params, sharding.replicated(mesh))}, force=True)
     ckpt.close()
     mesh = sharding.make_mesh((2, 1, 4), devices)
@@ -144,7 +146,7 @@ def restore_unpadded(devices: list, padded_host: dict, boxed: dict, workdir: str
             lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), nn.meta.unbox(boxed), shardings
         )
     }
-    ckpt = checkpointing.Checkpointer(workdir, async_save=False)
+    ckpt = checkpoints.Checkpointer(workdir, async_save=False)
     with jax.set_mesh(mesh):
         restored, _ = ckpt.restore_latest(target)
     ckpt.close()
@@ -165,7 +167,7 @@ def restore_unpadded(devices: list, padded_host: dict, boxed: dict, workdir: str
 
 def minilm(devices: list) -> dict:
     """The bundled MiniLM, loaded padded, as a 2-class classifier on (8,1,1) and (2,1,4)."""
-    from bert_jax import finetune
+    from bert_jax.finetuning import finetune
 
     loaded, config = convert.load_checkpoint(finetune.default_checkpoint(), vocab_pad_multiple=128)
     batch = _batch(1)

@@ -1,0 +1,153 @@
+"""Time and cost of a whole ablation table on a TPU slice, before running it.
+
+Pre-training: each row's training FLOPs (`runner.pretraining_flops`: every phase at its
+own length) at ``mfu`` of the slice's peak, or, with ``compile=True``, `bert_jax.pretraining.plan`'s
+estimate from the row's step compiled for the slice (also its memory per chip and
+whether it fits; minutes per row). Fine-tuning: per cell and seed, the steps of the
+column's task (``TRAIN_ROWS``, the paper's training sets, or ``max_train_examples``) times
+the encoder's FLOPs per step at the task's length (the BiLSTM and the output layers are
+not counted); the feature-based approach runs the encoder forward only (a third of it).
+Small fine-tuning batches use a large slice poorly, so its figure at the same ``mfu`` is
+a lower bound. Cost: chip-hours times ``chip_hour_usd`` (0: not priced).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import ml_collections
+
+from bert_jax.ablations import runner
+from bert_jax.pretraining.objective import model_flops_per_step
+from bert_jax.storage import atomic_files
+from bert_jax.training import hardware, run_config
+
+# Training rows (examples; SQuAD: windows of 384 pieces every 128) of the paper's tasks.
+TRAIN_ROWS = {
+    "mnli": 392_702,
+    "qnli": 104_743,
+    "mrpc": 3_668,
+    "sst2": 67_349,
+    "cola": 8_551,
+    "rte": 2_490,
+    "qqp": 363_846,
+    "stsb": 5_749,
+    "squad1.1": 88_641,
+    "squad2.0": 131_944,
+    "conll2003": 14_041,
+    "swag": 73_546,
+    "bbc": 1_771,
+}
+
+
+def _hours(seconds: float) -> float:
+    return seconds / 3600.0
+
+
+def finetune_flops(table: ml_collections.ConfigDict, row: str, column: str) -> float:
+    """FLOPs of one seed of one cell (0 for ``lm_ppl`` and cells that do not apply)."""
+    plan = runner.cell_plan(table, row, column)
+    if plan["approach"] in ("lm_ppl", "n/a"):
+        return 0.0
+    config = plan["config"]
+    task = config.task.split("+")[0]
+    rows = TRAIN_ROWS.get(task)
+    if rows is None:
+        raise ValueError(f"column {column}: no training-set size known for task {task!r}")
+    if int(config.max_train_examples):
+        rows = min(rows, int(config.max_train_examples))
+    model = run_config.bert_config(table.rows[plan["model_from"]])
+    if plan["approach"] == "features":
+        batch, epochs, share = (
+            int(table.feature_bilstm.batch_size),
+            int(table.feature_bilstm.num_epochs),
+            1 / 3,
+        )
+    else:
+        batch, epochs, share = int(config.batch_size), int(config.num_epochs), 1.0
+    steps = math.ceil(rows / batch) * epochs
+    return steps * share * model_flops_per_step(model, batch, int(config.max_seq_length), 0, nsp=False)
+
+
+def estimate(
+    table: ml_collections.ConfigDict,
+    topology: str,
+    mfu: float = 0.45,
+    chip_hour_usd: float = 0.0,
+    rows: list[str] | None = None,
+    columns: list[str] | None = None,
+    compile: bool = False,
+) -> dict[str, Any]:
+    """The plan of the chosen rows and columns (all by default) on `topology`."""
+    topo = hardware.parse_topology(topology)
+    chips, peak = topo.num_chips, topo.generation.peak_bf16_flops
+    sustained = chips * peak * mfu
+    names = rows or list(table.row_order)
+    cols = columns or list(table.column_order)
+    sources = list(dict.fromkeys(table.row_settings[r].model_from for r in names))
+    pretraining = []
+    for source in sources:
+        flops = runner.pretraining_flops(table.rows[source])
+        entry = {"row": source, "flops": flops, "seconds": flops / sustained}
+        if compile:
+            from bert_jax.pretraining import plan
+
+            report = plan.plan(table.rows[source], topology, mfu_assumed=mfu)
+            entry.update(seconds=report.est_total_time_s, hbm_per_chip_bytes=report.hbm_per_chip_bytes,
+                         fits=report.fits)  # fmt: skip
+        pretraining.append(entry)
+    stages = len(table.get("steps", ())) or 1  # Figure 5 fine-tunes from each stage
+    seeds = int(table.finetune_seeds)
+    finetuning = []
+    for row in names:
+        for column in cols:
+            flops = finetune_flops(table, row, column) * seeds * stages
+            finetuning.append({"row": row, "column": column, "flops": flops, "seconds": flops / sustained})
+    seconds = sum(e["seconds"] for e in pretraining) + sum(e["seconds"] for e in finetuning)
+    chip_hours = _hours(seconds) * chips
+    return {
+        "table": table.table,
+        "preset": table.preset,
+        "topology": topology,
+        "chips": chips,
+        "peak_flops_per_chip": peak,
+        "mfu": mfu,
+        "finetune_seeds": seeds,
+        "pretraining": pretraining,
+        "finetuning": finetuning,
+        "total_hours": _hours(seconds),
+        "chip_hours": chip_hours,
+        "chip_hour_usd": chip_hour_usd,
+        "cost_usd": chip_hours * chip_hour_usd if chip_hour_usd else None,
+        "method": "compiled pre-training steps" if compile else "FLOPs at the assumed utilisation",
+    }
+
+
+def markdown(p: dict[str, Any]) -> str:
+    lines = [
+        f"# Plan: {p['table']} ({p['preset']}) on {p['topology']} ({p['chips']} chips, "
+        f"{p['mfu']:.0%} of {p['peak_flops_per_chip']:.3g} FLOP/s each; {p['method']})",
+        "",
+        "| pre-training row | FLOPs | hours |",
+        "|---|---:|---:|",
+    ]
+    lines += [f"| {e['row']} | {e['flops']:.3g} | {_hours(e['seconds']):.2f} |" for e in p["pretraining"]]
+    lines += ["", f"| fine-tuning cell ({p['finetune_seeds']} seeds) | FLOPs | hours |", "|---|---:|---:|"]
+    lines += [
+        f"| {e['row']} / {e['column']} | {e['flops']:.3g} | {_hours(e['seconds']):.2f} |"
+        for e in p["finetuning"]
+        if e["flops"]
+    ]
+    cost = f", ${p['cost_usd']:,.0f} at ${p['chip_hour_usd']}/chip-hour" if p["cost_usd"] is not None else ""
+    lines += ["", f"Total: {p['total_hours']:.1f} h on the slice, {p['chip_hours']:,.0f} chip-hours{cost}."]
+    return "\n".join(lines) + "\n"
+
+
+def write(p: dict[str, Any], workdir: str) -> str:
+    import os
+
+    text = markdown(p)
+    atomic_files.write_json(os.path.join(workdir, "plan.json"), p, indent=2)
+    atomic_files.write_text(os.path.join(workdir, "plan.md"), text)
+    return text

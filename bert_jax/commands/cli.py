@@ -1,0 +1,152 @@
+"""`bert-jax SUBCOMMAND [--flags]`: one console command, one module per subcommand.
+
+Each subcommand lives in `bert_jax/commands/<name>.py` and exposes `define_flags()` and
+`main(argv)`. Only the chosen subcommand's flags are defined, so `bert-jax SUB --help`
+lists exactly that subcommand's flags (plus absl's own). Errors a user's input causes
+(files, flags, config keys, data, checkpoints) print one line and exit with 1, here and
+nowhere else; ``BERT_JAX_DEBUG=1`` shows their traceback.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import re
+import sys
+from collections.abc import Callable
+from typing import Any, NoReturn
+
+from absl import app, flags
+
+# name -> (module, one-line description)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "convert": (
+        "bert_jax.commands.convert",
+        "Convert checkpoints: Hugging Face / original TF / bert_jax.",
+    ),
+    "pretrain": ("bert_jax.commands.pretrain", "Pre-train BERT (MLM + NSP); rerun to resume."),
+    "finetune": (
+        "bert_jax.commands.finetune",
+        "Fine-tune on a task (GLUE, SQuAD, CoNLL-2003 NER, SWAG, BBC News); --sweep for the grid.",
+    ),
+    "ablate": (
+        "bert_jax.commands.ablate",
+        "Pre-train (and fine-tune) every row of one of the paper's ablation tables; report.",
+    ),
+    "eval-squad": (
+        "bert_jax.commands.eval_squad",
+        "SQuAD v1.1/v2.0 EM/F1 of a predictions file (the official scripts' JSON).",
+    ),
+    "plan": ("bert_jax.commands.plan", "Compile the train step for a TPU topology; memory/time."),
+    "prepare-data": (
+        "bert_jax.commands.prepare_data",
+        "Text → prepared (unmasked) pre-training instances, in parallel; train with source=prepared.",
+    ),
+    "create-data": (
+        "bert_jax.commands.create_data",
+        "Text → TFRecords of pre-training examples (original format).",
+    ),
+    "build-vocab": ("bert_jax.commands.build_vocab", "Learn a WordPiece vocab or a SentencePiece model."),
+    "tokenize": ("bert_jax.commands.tokenize", "WordPiece ids of each line of a text file (JSONL)."),
+    "features": (
+        "bert_jax.commands.features",
+        "Extract per-token hidden states of a checkpoint to .npy.",
+    ),
+}
+
+
+def usage() -> str:
+    width = max(len(n) for n in COMMANDS)
+    lines = [
+        "usage: bert-jax SUBCOMMAND [--flag=value ...]",
+        "",
+        "BERT pre-training and fine-tuning in JAX/Flax. Subcommands:",
+    ]
+    lines += [f"  {name.ljust(width)}  {desc}" for name, (_, desc) in COMMANDS.items()]
+    lines += ["", "`bert-jax SUBCOMMAND --help` lists a subcommand's flags."]
+    return "\n".join(lines)
+
+
+DEBUG_ENV = "BERT_JAX_DEBUG"  # =1: errors show their traceback instead of one line
+
+# What a user's input can cause (files, flags, configs, data, checkpoints): reported as one
+# line and exit code 1. Anything else is a bug and keeps its traceback.
+USER_ERRORS = (ValueError, OSError)
+
+
+def fail(name: str, message: str) -> NoReturn:
+    text = " ".join(message.split())
+    print(f"bert-jax {name}: error: {text}  [{DEBUG_ENV}=1 for the traceback]", file=sys.stderr)
+    sys.exit(1)
+
+
+def flag_error_message(error: Exception, args: list[str]) -> str:
+    """One line for a flag or config error, naming the flag, the config key or the file."""
+    text = str(error).strip()
+    missing_file = re.search(r"No such file or directory: '([^']+)'", text)
+    if missing_file:
+        return f"config file {missing_file.group(1)} does not exist"
+    if isinstance(error, AttributeError):  # ml_collections: an override of a key it lacks
+        key = text.strip("\"'")
+        for arg in args:
+            name = arg.lstrip("-").split("=", 1)[0]
+            flag, _, path = name.partition(".")
+            if path and key in path.split("."):
+                from bert_jax.training.run_config import REMOVED_KEYS
+
+                if path in REMOVED_KEYS:
+                    return f"config key {path!r} (from {arg}) was removed: set --{flag}.{REMOVED_KEYS[path]}"
+                return f"unknown config key {path!r} (from {arg}): --{flag} has no such field"
+        return f"unknown config key {key!r}"
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    last = lines[-1] if lines else text  # a config file's own error is the last line
+    return re.sub(r"^\w+(Error|Exception): ", "", last)
+
+
+def guarded(name: str, main: Callable[[list[str]], Any]) -> Callable[[list[str]], Any]:
+    """`main` with the user errors it raises turned into one line (see USER_ERRORS)."""
+
+    def run_main(argv: list[str]) -> Any:
+        try:
+            return main(argv)
+        except USER_ERRORS as e:
+            if os.environ.get(DEBUG_ENV):
+                raise
+            fail(name, str(e) or type(e).__name__)
+
+    return run_main
+
+
+def run(argv: list[str] | None = None) -> None:
+    argv = list(sys.argv if argv is None else argv)
+    if len(argv) < 2 or argv[1] in ("-h", "--help", "help"):
+        print(usage())
+        sys.exit(0 if len(argv) >= 2 else 2)
+    name = argv[1]
+    if name not in COMMANDS:
+        print(f"bert-jax: unknown subcommand {name!r}\n\n{usage()}", file=sys.stderr)
+        sys.exit(2)
+    module = importlib.import_module(COMMANDS[name][0])
+    module.define_flags()
+    if any(a in ("-h", "--help", "--helpshort") for a in argv[2:]):
+        # absl's own --help lists only the flags of `__main__`: list the subcommand's.
+        doc = (module.__doc__ or "").strip()
+        print(f"usage: bert-jax {name} [--flag=value ...]\n\n{doc}\n\nflags:")
+        print(flags.FLAGS.module_help(module.__name__))
+        print(f"\nErrors print one line; {DEBUG_ENV}=1 shows their traceback.")
+        sys.exit(0)
+    args = [f"bert-jax {name}", *argv[2:]]
+    if os.environ.get(DEBUG_ENV):
+        app.run(module.main, argv=args)
+        return
+    try:  # parse (and load config files) here, so that their errors are one line too
+        remaining = flags.FLAGS(args)
+        for flag in flags.FLAGS:  # a config file that failed to load raises on first use
+            getattr(flags.FLAGS[flag].value, "keys", None)
+    except Exception as e:  # flag values, config files (they run user code), config keys
+        fail(name, flag_error_message(e, args))
+    app.run(guarded(name, module.main), argv=args, flags_parser=lambda _: remaining)
+
+
+if __name__ == "__main__":
+    run()

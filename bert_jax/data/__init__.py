@@ -1,0 +1,1 @@
+"""Pre-training data: text → tokens → instances → prepared records → batches → masks."""

@@ -1,0 +1,317 @@
+"""`prepare-data`: text → unmasked NSP instances on disk, once, in parallel, bounded memory.
+
+One shard per input (a text file, a wiki dump, or one of ``tfds_num_shards`` even parts
+of a TFDS split). A worker reads one input, tokenizes it with tensorflow-text's
+FastBertTokenizer (`tokenization.WordPieceTokenizer.tokenize`), holds out ``eval_fraction`` of its
+documents, pairs the rest ``dupe_factor`` times exactly as the original
+`create_pretraining_data.py` (`pretraining_examples.create_instances`, NotNext segments drawn
+from the same input), and writes the records. Memory is bounded by one input, not the
+corpus. Masks are not written: they are drawn at training time (`masking.py`).
+
+Shards are written to a temporary name and renamed, then their ``.json`` marks them done,
+so an interrupted preparation resumes where it stopped. On a pod every host runs the same
+command with its ``task_index``/``num_tasks`` and prepares its share of the shards into one
+shared folder; whoever finishes last writes ``metadata.json``.
+
+Pairing randomness of shard ``i``, pairing ``d`` is ``default_rng([random_seed, i, d])``;
+the held-out documents of shard ``i`` are chosen by ``default_rng([EVAL_SEED, i])`` and
+paired once with ``default_rng([EVAL_SEED, i, 1])``.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import functools
+import glob
+import json
+import multiprocessing
+import os
+import sys
+import time
+
+import numpy as np
+
+from bert_jax.data import corpora, pretraining_examples, records, tokenization
+from bert_jax.storage import atomic_files
+
+EVAL_SEED = 20_190_524  # held-out documents and masks never depend on the training seed
+
+
+@dataclasses.dataclass(frozen=True)
+class Options:
+    """The flags that determine the prepared instances (recorded in metadata.json)."""
+
+    vocab_file: str = ""
+    do_lower_case: bool = True
+    tokenizer: str = "wordpiece"
+    max_seq_length: int = 128
+    dupe_factor: int = 10
+    short_seq_prob: float = 0.1
+    random_seed: int = 12345
+    nsp: bool = True
+    eval_fraction: float = 0.0
+    # RoBERTa's FULL-SENTENCES rows (`pretraining_examples.create_full_sentence_instances`):
+    # documents streamed into full rows, no NSP pairs (needs nsp=False).
+    full_sentences: bool = False
+
+    def __post_init__(self) -> None:
+        if self.full_sentences and self.nsp:
+            raise ValueError("full_sentences rows have no sentence pairs: set nsp=False with them")
+
+    @classmethod
+    def from_flags(cls, flag_values) -> Options:
+        """From the absl flags of the same names (`prepare-data`, `create-data`); options
+        without such a flag keep their defaults."""
+        names = [f.name for f in dataclasses.fields(cls) if f.name in flag_values]
+        return cls(**{n: flag_values[n].value for n in names})
+
+    def resolved(self) -> Options:
+        if self.tokenizer == "wordpiece" and not self.vocab_file:
+            return dataclasses.replace(self, vocab_file=tokenization.default_vocab_file())
+        return self
+
+    def flags(self) -> dict:
+        out = dataclasses.asdict(self)
+        del out["vocab_file"]  # the vocabulary is recorded by its hash
+        # Options added after the format: recorded only when set, so that folders prepared
+        # before they existed (and their cache keys) stay valid.
+        for name in _ADDED_LATER:
+            if out[name] == getattr(Options, name):
+                del out[name]
+        return out
+
+
+_ADDED_LATER = ("full_sentences",)
+
+
+@dataclasses.dataclass(frozen=True)
+class Input:
+    """One input of a preparation: a file, the BBC News train articles (``reader=
+    "bbc_news"``, `path` their folder) or part `part` of `parts` of a TFDS split."""
+
+    path: str
+    tfds_split: str = ""
+    part: int = 0
+    parts: int = 1
+    reader: str = ""
+
+    def describe(self) -> str:
+        if self.reader:
+            return f"{self.reader}:{self.path}"
+        return (
+            f"tfds:{self.path}[{self.tfds_split} {self.part + 1}/{self.parts}]"
+            if self.tfds_split
+            else self.path
+        )
+
+    def size(self) -> int:
+        if self.reader == "bbc_news":
+            return sum(os.path.getsize(f) for f in glob.glob(os.path.join(self.path, "*", "*.txt")))
+        return os.path.getsize(self.path) if not self.tfds_split else 1
+
+    def documents(self) -> list[corpora.Document]:
+        if self.tfds_split:
+            docs = corpora.read_tfds(self.path, split=self.tfds_split, part=self.part, parts=self.parts)
+        elif self.reader == "bbc_news":
+            docs = corpora.read_bbc_news(self.path)
+        elif self.path.endswith((".xml", ".xml.bz2", ".bz2")):
+            docs = corpora.read_wiki_dump(self.path)
+        else:
+            docs = corpora.read_text_file(self.path)
+        return [d for d in docs if len(d) >= 2]
+
+
+def list_inputs(
+    input_file: str = "", tfds_name: str = "", tfds_split: str = "train", tfds_num_shards: int = 1
+) -> list[Input]:
+    """The inputs of a preparation, in a fixed order (sorted files, or TFDS parts)."""
+    if tfds_name:
+        return [Input(tfds_name, tfds_split, i, tfds_num_shards) for i in range(tfds_num_shards)]
+    patterns = [p for p in input_file.split(",") if p]
+    if not patterns:
+        raise ValueError("no input: pass --input_file=GLOB[,GLOB...] or --tfds_name=NAME")
+    files = []
+    for pattern in patterns:
+        matched = sorted(glob.glob(pattern))
+        if not matched:
+            raise FileNotFoundError(f"no input files match {pattern!r}")
+        files += matched
+    return [Input(f) for f in files]
+
+
+@functools.lru_cache(maxsize=2)
+def _tokenizer(vocab_file: str, do_lower_case: bool, kind: str):
+    return tokenization.load_tokenizer(vocab_file, do_lower_case, kind)
+
+
+def load_tokenizer(opts: Options):
+    """The tokenizer of a preparation (loaded once per process)."""
+    return _tokenizer(opts.vocab_file, opts.do_lower_case, opts.tokenizer)
+
+
+def tokenize_documents(tok, texts: list[corpora.Document]) -> list[pretraining_examples.TokenDoc]:
+    """Sentences → ids in one batched call; documents left with < 2 sentences dropped."""
+    flat = tok.tokenize([s for d in texts for s in d])
+    docs, i = [], 0
+    for d in texts:
+        sentences = [s for s in flat[i : i + len(d)] if s]
+        i += len(d)
+        if len(sentences) >= 2:
+            docs.append(sentences)
+    return docs
+
+
+def split_held_out(docs: list, eval_fraction: float, shard: int) -> tuple[list, list]:
+    """(train, held-out) documents of one shard: a fixed ``eval_fraction`` of them."""
+    num_eval = round(len(docs) * eval_fraction)
+    held = set(np.random.default_rng([EVAL_SEED, shard]).permutation(len(docs))[:num_eval].tolist())
+    return [d for i, d in enumerate(docs) if i not in held], [d for i, d in enumerate(docs) if i in held]
+
+
+def shard_instances(docs: list, opts: Options, special, seed: list[int]) -> list:
+    """One pairing of a shard's documents (the original's logic), or one pass of
+    FULL-SENTENCES rows, from ``default_rng(seed)``."""
+    rng = np.random.default_rng(seed)
+    if opts.full_sentences:
+        return pretraining_examples.create_full_sentence_instances(docs, opts.max_seq_length, rng, special)
+    return pretraining_examples.create_instances(
+        docs, opts.max_seq_length, opts.short_seq_prob, rng, special, nsp=opts.nsp
+    )
+
+
+def prepare_shard(item: Input, index: int, count: int, out_dir: str, opts: Options) -> dict:
+    """Reads, tokenizes, pairs and writes one shard; returns its counts (also its .json)."""
+    stem = records.shard_stem(index, count)
+    tok = load_tokenizer(opts)
+    dtype = records.token_dtype(tok.vocab_size)
+    # Held out by document before tokenizing, as a vocabulary learned on the training
+    # documents (`input_pipeline.vocab_file_of`) chooses them.
+    train_text, held_out_text = split_held_out(item.documents(), opts.eval_fraction, index)
+    train, held_out = tokenize_documents(tok, train_text), tokenize_documents(tok, held_out_text)
+    docs = train + held_out
+    # (documents, seed) of each pairing: dupe_factor of the training documents, one of the
+    # held-out ones; paired one at a time as they are written.
+    pairings = {
+        "train": [(train, [opts.random_seed, index, d]) for d in range(opts.dupe_factor)],
+        "eval": [(held_out, [EVAL_SEED, index, 1])] if held_out else [],
+    }
+    counts = {"train": 0, "eval": 0}
+    for split in records.SPLITS:
+        final = os.path.join(out_dir, f"{stem}.{split}.bin")
+        tmp = atomic_files.temp_path(final)
+        with open(tmp, "wb") as f:
+            for split_docs, seed in pairings[split]:
+                instances = shard_instances(split_docs, opts, tok.special, seed)
+                records.encode(instances, opts.max_seq_length, tok.special.pad, dtype).tofile(f)
+                counts[split] += len(instances)
+        os.replace(tmp, final)
+    info = {
+        "stem": stem,
+        "input": item.describe(),
+        "documents": len(docs),
+        "tokens": sum(len(s) for d in docs for s in d),
+        **counts,
+        "flags": opts.flags(),
+    }
+    atomic_files.write_json(os.path.join(out_dir, f"{stem}.json"), info, indent=1, sort_keys=True)
+    return info
+
+
+def _done(out_dir: str, stem: str, opts: Options) -> dict | None:
+    """The counts of a finished shard (None if it is not finished)."""
+    path = os.path.join(out_dir, f"{stem}.json")
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        info = json.load(f)
+    if info["flags"] != opts.flags():
+        raise ValueError(
+            f"{out_dir} holds a preparation with other flags ({path}: {info['flags']}); "
+            "use another --output_dir or the same flags"
+        )
+    return info
+
+
+def write_metadata(out_dir: str, inputs: list[Input], opts: Options) -> dict | None:
+    """metadata.json once every shard is done (by any host); None while some are missing."""
+    infos = [_done(out_dir, records.shard_stem(i, len(inputs)), opts) for i in range(len(inputs))]
+    if any(i is None for i in infos):
+        return None
+    tok = load_tokenizer(opts)
+    totals = {k: sum(i[k] for i in infos) for k in ("documents", "tokens", "train", "eval")}
+    if totals["train"] == 0:
+        raise ValueError(f"no usable documents (two or more sentences) in {inputs[0].describe()} ...")
+    meta = {
+        "format_version": records.FORMAT_VERSION,
+        "flags": opts.flags(),
+        "vocab_file": opts.vocab_file,
+        "vocab_sha256": records.file_sha256(opts.vocab_file),
+        "vocab_size": tok.vocab_size,
+        "dtype": records.token_dtype(tok.vocab_size).str,
+        "counts": totals,
+        "shards": [{k: i[k] for k in ("stem", "input", "train", "eval", "tokens")} for i in infos],
+    }
+    atomic_files.write_json(os.path.join(out_dir, records.METADATA), meta, indent=1, sort_keys=True)
+    return meta
+
+
+def _progress(total: int, unit: str):
+    from tqdm import tqdm
+
+    return tqdm(total=total, unit=unit, unit_scale=True, desc="prepare-data", file=sys.stderr, smoothing=0.1)
+
+
+def prepare(
+    inputs: list[Input],
+    out_dir: str,
+    opts: Options,
+    *,
+    num_workers: int = 1,
+    task_index: int = 0,
+    num_tasks: int = 1,
+    progress: bool = True,
+) -> dict | None:
+    """Prepares this task's shards (skipping finished ones); returns the metadata, or None
+    while other tasks' shards are still missing."""
+    opts = opts.resolved()
+    os.makedirs(out_dir, exist_ok=True)
+    count = len(inputs)
+    todo = [
+        i
+        for i in range(task_index, count, num_tasks)
+        if _done(out_dir, records.shard_stem(i, count), opts) is None
+    ]
+    for i in todo:  # leftovers of a killed worker (each shard belongs to one task only)
+        for stale in glob.glob(os.path.join(glob.escape(out_dir), f"{records.shard_stem(i, count)}.*.tmp*")):
+            if not atomic_files.writer_alive(stale):
+                os.remove(stale)
+    by_bytes = not inputs[0].tfds_split
+    bar = _progress(
+        sum(inputs[i].size() for i in todo) if by_bytes else len(todo), "B" if by_bytes else "shard"
+    )
+    if not progress:
+        bar.disable = True
+    start, tokens = time.perf_counter(), 0
+
+    def finished(i: int, info: dict) -> None:
+        nonlocal tokens
+        tokens += info["tokens"]
+        bar.update(inputs[i].size() if by_bytes else 1)
+        bar.set_postfix_str(f"{tokens / (time.perf_counter() - start):,.0f} tokens/s")
+
+    try:
+        if num_workers <= 1 or len(todo) <= 1:
+            for i in todo:
+                finished(i, prepare_shard(inputs[i], i, count, out_dir, opts))
+        else:
+            context = multiprocessing.get_context("spawn")  # TensorFlow does not survive fork
+            with concurrent.futures.ProcessPoolExecutor(
+                min(num_workers, len(todo)), mp_context=context
+            ) as pool:
+                futures = {pool.submit(prepare_shard, inputs[i], i, count, out_dir, opts): i for i in todo}
+                for future in concurrent.futures.as_completed(futures):
+                    finished(futures[future], future.result())
+    finally:
+        bar.close()
+    return write_metadata(out_dir, inputs, opts)

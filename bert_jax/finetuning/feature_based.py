@@ -1,0 +1,173 @@
+"""The feature-based approach of Table 7 (§5.3): a BiLSTM trained on frozen BERT features.
+
+The pre-trained encoder is not trained: each batch's hidden states of the chosen layers
+(``0`` the embeddings, ``-1`` the last layer, ``all`` every Transformer layer; counted as
+in `bert_jax.model.features`) are computed under `jax.lax.stop_gradient` and fed to
+`bilstm.FeatureBiLSTM` (a two-layer BiLSTM and a classifier), which alone is trained
+(Adam). The task decides what is predicted and how it is scored, as in fine-tuning:
+CoNLL-2003 NER (the paper's) tags each word's first WordPiece and scores entity F1;
+a sentence(-pair) classification task (e.g. BBC News topics, the offline stand-in)
+classifies the BiLSTM's sentence vector (`bilstm.sentence_vector`) and scores its own
+metric. Dev is scored every epoch. ``results.json`` has the fine-tuning job's shape
+(``main_metric``, ``best``, ``epochs``); a run whose ``results.json`` exists is not
+repeated by the ablation runner.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import optax
+
+from bert_jax import convert, tasks
+from bert_jax.data import tokenization
+from bert_jax.finetuning.finetune import bucket_length, cut_to_length, epoch_batch
+from bert_jax.model import features
+from bert_jax.model.bilstm import FeatureBiLSTM
+from bert_jax.model.encoder import BertModel
+from bert_jax.storage import atomic_files
+from bert_jax.tasks import classification, ner
+from bert_jax.training.metric_writer import format_eta
+
+
+def supports(task_name: str) -> bool:
+    """Whether the feature-based approach serves the task: NER, or sentence(-pair)
+    classification and regression (not span extraction or multiple choice)."""
+    task = tasks.get_task(task_name)
+    return isinstance(task, ner.NerTask | classification.ClassificationTask)
+
+
+def _model(task: tasks.Task, settings: ml_collections.ConfigDict, combine: str) -> FeatureBiLSTM:
+    size, layers = int(settings.lstm_size), int(settings.lstm_layers)
+    if isinstance(task, ner.NerTask):
+        return FeatureBiLSTM(len(ner.TAGS), size, layers, combine)
+    if isinstance(task, classification.ClassificationTask):
+        return FeatureBiLSTM(task.spec.num_labels, size, layers, combine, per_token=False)
+    raise ValueError(f"task {task.name}: the feature-based approach serves NER and classification only")
+
+
+def layer_indices(spec: str, num_layers: int) -> list[int]:
+    """``"-1,-2"`` → hidden-state indices (0 the embeddings, L the last layer)."""
+    layers = features.parse_layers(spec.split(","), num_layers)
+    index = [layer if layer >= 0 else num_layers + 1 + layer for layer in layers]
+    if any(not 0 <= i <= num_layers for i in index):
+        raise ValueError(f"layers {spec} out of range for a {num_layers}-layer model")
+    return index
+
+
+def _functions(
+    encoder: BertModel, model: FeatureBiLSTM, task: tasks.Task, index: list[int], tx: Any
+) -> tuple:
+    """(states, step, predict): the frozen encoder's chosen layers, the jitted training
+    step of the BiLSTM and its jitted logits. The encoder's parameters are an argument of
+    the compiled functions, not constants in them."""
+
+    def states(bert: Any, ids: jax.Array, mask: jax.Array, seg: jax.Array) -> jax.Array:
+        _, _, hidden = encoder.apply({"params": bert}, ids, mask, seg, output_hidden_states=True)
+        return jax.lax.stop_gradient(jnp.stack([hidden[i].astype(jnp.float32) for i in index], axis=2))
+
+    def logits(params: Any, bert: Any, batch: dict[str, jax.Array]) -> jax.Array:
+        feats = states(bert, batch["input_ids"], batch["input_mask"], batch["segment_ids"])
+        return model.apply({"params": params}, feats, batch["input_mask"])
+
+    def loss_fn(params: Any, bert: Any, batch: dict[str, jax.Array]) -> jax.Array:
+        return task.loss(logits(params, bert, batch), batch)
+
+    @jax.jit
+    def step(
+        params: Any, opt_state: Any, bert: Any, batch: dict[str, jax.Array]
+    ) -> tuple[Any, Any, jax.Array]:
+        loss, grads = jax.value_and_grad(loss_fn)(params, bert, batch)
+        updates, opt_state = tx.update(grads, opt_state, params)
+        return optax.apply_updates(params, updates), opt_state, loss
+
+    return states, step, jax.jit(logits)
+
+
+def train(
+    config: ml_collections.ConfigDict,
+    settings: ml_collections.ConfigDict,
+    layers: str,
+    combine: str,
+    workdir: str,
+) -> dict[str, Any]:
+    """Trains the BiLSTM on the features of ``config.init_checkpoint`` for ``config.task``
+    (the task's fine-tuning config: data, lengths, casing, seed, subsets); returns the best
+    epoch's scores and writes ``results.json``."""
+    os.makedirs(workdir, exist_ok=True)
+    checkpoint = config.init_checkpoint
+    loaded, bert_config = convert.load_checkpoint(checkpoint)
+    tok = tokenization.load_tokenizer(
+        config.vocab_file or tokenization.vocab_beside(checkpoint), config.do_lower_case
+    )
+    task = tasks.get_task(config.task)
+    model = _model(task, settings, combine)
+    train_split, dev = task.load(config, tok, "train"), task.load(config, tok, "dev")
+    index = layer_indices(layers, bert_config.num_hidden_layers)
+    tx = optax.adam(float(settings.learning_rate))
+    states, step, predict = _functions(BertModel(bert_config, add_pooler=False), model, task, index, tx)
+    bert_params = jax.device_put(loaded["bert"])
+    sample = {k: jnp.asarray(v[:1]) for k, v in train_split.arrays.items()}
+    feats = states(bert_params, sample["input_ids"], sample["input_mask"], sample["segment_ids"])
+    params = model.init(jax.random.key(int(config.seed)), feats, sample["input_mask"])["params"]
+    opt_state = tx.init(params)
+    buckets, max_len = tuple(config.length_buckets), int(config.max_seq_length)
+    batch_size, seed = min(int(settings.batch_size), len(train_split)), int(config.seed)
+    epochs, best, num_epochs, t0 = [], None, int(settings.num_epochs), time.time()
+    for epoch in range(1, num_epochs + 1):
+        start, losses, tokens = time.time(), [], 0
+        for s in range(len(train_split) // batch_size):
+            rows = epoch_batch(train_split, seed=seed, epoch=epoch, index=s, batch_size=batch_size)
+            rows = cut_to_length(rows, bucket_length(rows["input_mask"], buckets, max_len))
+            params, opt_state, loss = step(params, opt_state, bert_params, rows)
+            losses.append(loss)
+            tokens += int(rows["input_mask"].sum())
+        outputs = _predict(lambda p, b: predict(p, bert_params, b), params, dev, int(config.eval_batch_size))
+        scores = task.evaluate(outputs, dev, os.path.join(workdir, "eval", f"epoch{epoch}", "dev"))
+        entry = {"epoch": epoch, "train_loss": float(np.mean(jax.device_get(losses))),
+                 "seconds": time.time() - start, **scores}  # fmt: skip
+        epochs.append(entry)
+        metric = task.main_metric
+        eta = (num_epochs - epoch) * (time.time() - t0) / epoch
+        print(
+            f"features {layers} ({combine}) epoch {epoch}/{num_epochs}: "
+            f"train loss {entry['train_loss']:.4f}  {metric} {scores[metric]:.4f}  "
+            f"tok/s {tokens / entry['seconds']:,.0f}  eta {format_eta(eta)}",
+            flush=True,
+        )
+        if best is None or scores[metric] >= best[metric]:
+            best = {"epoch": epoch, **scores}
+    results = {
+        "task": task.name,
+        "approach": "features",
+        "checkpoint": checkpoint,
+        "layers": layers,
+        "combine": combine,
+        "seed": int(config.seed),
+        "bilstm": settings.to_dict(),
+        "train_rows": len(train_split),
+        "eval_rows": {"dev": len(dev)},
+        "main_metric": task.main_metric,
+        "epochs": epochs,
+        "best": best,
+    }
+    atomic_files.write_json(os.path.join(workdir, "results.json"), results, indent=2)
+    return best
+
+
+def _predict(predict: Any, params: Any, split: Any, batch_size: int) -> np.ndarray:
+    """Logits of every row; the last batch padded so one compiled shape serves the split."""
+    arrays, n, chunks = split.arrays, len(split), []
+    for start in range(0, n, batch_size):
+        batch = {k: arrays[k][start : start + batch_size] for k in ("input_ids", "input_mask", "segment_ids")}
+        pad = batch_size - len(batch["input_ids"])
+        if pad:
+            batch = {k: np.concatenate([v, np.zeros((pad, *v.shape[1:]), v.dtype)]) for k, v in batch.items()}
+        chunks.append(np.asarray(predict(params, batch))[: batch_size - pad])
+    return np.concatenate(chunks)

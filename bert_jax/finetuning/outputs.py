@@ -1,0 +1,90 @@
+"""What a fine-tuning run leaves behind: the best model (a complete checkpoint) and the
+history of its epochs, both written so that a reader never sees half of them and a
+resumed run finds them."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from typing import Any
+
+import jax
+import ml_collections
+import numpy as np
+
+from bert_jax import convert
+from bert_jax.model import param_shapes
+from bert_jax.storage import atomic_files
+
+
+class EpochHistory:
+    """Every epoch's dev scores and the best so far, kept in ``epochs.json`` so that a
+    resumed run knows them (an epoch evaluated again replaces its entry)."""
+
+    def __init__(self, workdir: str, main_metric: str, *, fresh: bool) -> None:
+        self.path, self.main_metric = os.path.join(workdir, "epochs.json"), main_metric
+        self.epochs: list[dict[str, Any]] = []
+        if not fresh and os.path.exists(self.path):
+            with open(self.path) as f:
+                self.epochs = json.load(f)
+
+    def add(self, entry: dict[str, Any]) -> bool:
+        """Records an epoch; True if it is the best so far (ties go to the later epoch)."""
+        self.epochs = [e for e in self.epochs if e["epoch"] < entry["epoch"]] + [entry]
+        if jax.process_index() == 0:
+            write_json(self.path, self.epochs)
+        return self.best()["epoch"] == entry["epoch"]
+
+    def best(self) -> dict[str, Any]:
+        best: dict[str, Any] = {}
+        for e in self.epochs:
+            if not best or e[self.main_metric] >= best[self.main_metric]:
+                best = e
+        return best
+
+
+def write_json(path: str, value: Any) -> None:
+    atomic_files.write_json(path, value, indent=2, default=str)
+
+
+def save_model(folder: str, params: Any, run: Any, config: ml_collections.ConfigDict, best: dict) -> None:
+    """A fine-tuned model as a complete checkpoint: the encoder in the bert_jax export
+    format (so `finetune`, `features` and `convert` read it), the task head
+    (``head.msgpack``), the vocabulary and ``task.json`` (task, config, dev scores).
+    Written beside the folder and swapped in, so a reader never sees half a model."""
+    from flax import serialization
+
+    tmp = f"{folder}.tmp"  # one name: a killed save's leftover is removed by the next
+    shutil.rmtree(tmp, ignore_errors=True)
+    encoder = dict(params["bert"])
+    if "pooler" not in encoder:  # span / token heads: the pooler is the checkpoint's, unused
+        encoder["pooler"] = run.pooler
+    convert.save_bert_jax(tmp, {"bert": encoder}, run.bert_config)
+    head = {k: v for k, v in params.items() if k != "bert"}
+    with open(os.path.join(tmp, "head.msgpack"), "wb") as f:
+        f.write(serialization.msgpack_serialize(jax.tree.map(np.asarray, head)))
+    shutil.copyfile(run.tokenizer.vocab_file, os.path.join(tmp, "vocab.txt"))
+    write_json(
+        os.path.join(tmp, "task.json"), {"task": run.task.name, "best": best, "config": config.to_dict()}
+    )
+    shutil.rmtree(folder, ignore_errors=True)
+    os.replace(tmp, folder)
+
+
+def load_saved_params(folder: str, run: Any) -> Any:
+    """The encoder and head saved by `save_model`, shaped as `run`'s task model."""
+    from flax import serialization
+
+    loaded, _ = convert.load_checkpoint(folder)
+    with open(os.path.join(folder, "head.msgpack"), "rb") as f:
+        head = serialization.msgpack_restore(f.read())
+    missing = sorted(set(run.params) - {"bert"} - set(head))
+    if missing:
+        raise ValueError(f"{folder}/head.msgpack has no {missing}: saved for another task?")
+    heads = {
+        k: param_shapes.merge_params(run.params[k], head[k], f"{folder}/head.msgpack")
+        for k in run.params
+        if k != "bert"
+    }
+    return {"bert": param_shapes.merge_params(run.params["bert"], loaded["bert"], folder), **heads}

@@ -1,0 +1,1 @@
+"""The BERT model: config, building blocks, encoder, heads, and what is computed from them."""

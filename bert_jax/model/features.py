@@ -1,0 +1,94 @@
+"""Feature-based BERT (the paper's §5.3, Table 7): per-token hidden states of chosen layers.
+
+Layers are counted as in the paper's table: ``-1`` is the last Transformer layer, ``0`` the
+embedding output. Several layers are combined as the table's rows do:
+
+- ``concat``: along the hidden axis ("Concat Last Four Hidden" is layers ``-1,-2,-3,-4``);
+- ``sum``: a weighted sum with fixed weights (default 1 each: "Weighted Sum Last Four
+  Hidden" with equal weights);
+- ``stack``: ``[examples, tokens, layers, hidden]``, for a downstream model that learns the
+  mixing weights itself (the paper's weighted sums are learned with the task's BiLSTM).
+
+Padding positions are zeroed, so the output can be compared position by position with
+another implementation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import jax
+import numpy as np
+
+from bert_jax.model.config import BertConfig
+from bert_jax.model.encoder import BertModel
+
+
+def read_examples(path: str) -> tuple[list[str], list[str | None] | None]:
+    """One example per line, each taken as it is: a tab separates sentence A from sentence
+    B, a line without one is a single sentence (B is None); no B anywhere gives None."""
+    with open(path, encoding="utf-8", errors="replace") as f:
+        lines = [ln.rstrip("\n") for ln in f if ln.strip()]
+    if not lines:
+        raise ValueError(f"{path} has no non-empty lines")
+    parts = [ln.split("\t", 1) for ln in lines]
+    if not any(len(p) == 2 for p in parts):
+        return [p[0] for p in parts], None
+    return [p[0] for p in parts], [p[1] if len(p) == 2 else None for p in parts]
+
+
+def parse_layers(spec: Sequence[str], num_layers: int) -> list[int]:
+    """``["-1", "-2"]`` → ``[-1, -2]``; ``["all"]`` → every Transformer layer (1..L), as the
+    table's "Weighted Sum All 12 Layers"."""
+    if list(spec) == ["all"]:
+        return list(range(1, num_layers + 1))
+    try:
+        return [int(x) for x in spec]
+    except ValueError:
+        raise ValueError(f"layers must be integers or 'all', got {','.join(spec)}") from None
+
+
+def extract(
+    params: dict,
+    config: BertConfig,
+    batch: dict[str, np.ndarray],
+    layers: Sequence[int],
+    batch_size: int = 32,
+    combine: str = "concat",
+    weights: Sequence[float] | None = None,
+) -> np.ndarray:
+    """float32, zero at padding: ``[examples, tokens, hidden x len(layers)]`` for concat,
+    ``[examples, tokens, hidden]`` for sum, ``[examples, tokens, len(layers), hidden]`` for
+    stack."""
+    model = BertModel(config, add_pooler=False)
+    num = config.num_hidden_layers
+    index = [layer if layer >= 0 else num + 1 + layer for layer in layers]
+    if any(not 0 <= i <= num for i in index):
+        raise ValueError(f"layers {list(layers)} out of range for a {num}-layer model")
+    if combine not in ("concat", "sum", "stack"):
+        raise ValueError(f"combine must be concat, sum or stack, got {combine!r}")
+    if weights is not None and (combine != "sum" or len(weights) != len(index)):
+        raise ValueError(
+            f"{len(weights)} layer weights given for combine={combine!r} over {len(index)} layers"
+        )
+    w = np.ones(len(index), np.float32) if weights is None else np.asarray(weights, np.float32)
+
+    @jax.jit
+    def hidden(ids: jax.Array, mask: jax.Array, seg: jax.Array) -> tuple:
+        _, _, states = model.apply({"params": params}, ids, mask, seg, output_hidden_states=True)
+        return tuple(states[i] for i in index)
+
+    out = []
+    for start in range(0, len(batch["input_ids"]), batch_size):
+        sl = slice(start, start + batch_size)
+        states = hidden(batch["input_ids"][sl], batch["input_mask"][sl], batch["segment_ids"][sl])
+        states = [np.asarray(s, np.float32) for s in states]
+        if combine == "concat":
+            feats = np.concatenate(states, axis=-1)
+        elif combine == "sum":
+            feats = sum(wi * s for wi, s in zip(w, states, strict=True))
+        else:
+            feats = np.stack(states, axis=2)
+        mask = batch["input_mask"][sl].reshape(*feats.shape[:2], *([1] * (feats.ndim - 2)))
+        out.append(feats * mask)
+    return np.concatenate(out)

@@ -1,0 +1,170 @@
+"""Task heads on top of `BertModel` (Devlin et al., 2019, §3.1 pre-training, §4 fine-tuning).
+
+Each model is a thin wrapper: the encoder under the name ``bert`` (so one pre-trained
+``params["bert"]`` subtree initialises every task) plus one small output layer.
+
+The masked-LM head is evaluated only at ``masked_lm_positions`` (as the original
+``get_masked_lm_output``): with 15% of 128 tokens masked this is ~7x less work than
+full-vocabulary logits at every position, which dominate the cost of a small BERT.
+"""
+
+from __future__ import annotations
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from bert_jax.model.config import BertConfig
+from bert_jax.model.encoder import BertModel
+from bert_jax.model.layers import activation, compute_dtype, dense, dropout, layer_norm, zeros_init
+
+Array = jax.Array
+
+
+def gather_positions(sequence_output: Array, positions: Array) -> Array:
+    """[B, S, H] gathered at [B, P] integer positions → [B, P, H]."""
+    return jnp.take_along_axis(sequence_output, positions[..., None].astype(jnp.int32), axis=1)
+
+
+class MaskedLMHead(nn.Module):
+    """Dense + GELU + LayerNorm transform, decoder tied to the word embeddings, own bias."""
+
+    config: BertConfig
+
+    @nn.compact
+    def __call__(self, hidden: Array, bert: BertModel) -> Array:
+        c = self.config
+        h = dense(c, c.hidden_size, ("embed", "dense_out"), "transform", use_bias=c.use_bias)(hidden)
+        h = activation(c.hidden_act)(h)
+        h = layer_norm(c, "transform_LayerNorm")(h)
+        bias = self.param("bias", zeros_init(("vocab",)), (c.padded_vocab_size,), jnp.float32)
+        logits = bert.attend(h.astype(compute_dtype(c)), bias)  # [..., V] float32
+        return nn.with_logical_constraint(
+            mask_padded_vocab(logits, c), ("activation_batch", "activation_length", "activation_vocab")
+        )
+
+
+def mask_padded_vocab(logits: Array, config: BertConfig) -> Array:
+    """The logits of padding rows (ids >= vocab_size) set to the float32 minimum: they get
+    no probability, are never the argmax and pass no gradient. A no-op without padding."""
+    if config.padded_vocab_size == config.vocab_size:
+        return logits
+    real = jnp.arange(config.padded_vocab_size) < config.vocab_size
+    return jnp.where(real, logits, jnp.finfo(logits.dtype).min)
+
+
+class BertForPreTraining(nn.Module):
+    """Encoder + masked-LM head (at the masked positions) + next-sentence head.
+
+    Returns ``(mlm_logits [B, P, V], nsp_logits [B, 2])``, V the padded vocabulary
+    (`BertConfig.padded_vocab_size`; padding logits masked). With ``masked_lm_positions``
+    omitted the MLM logits cover every position (for inspection, not for training).
+    """
+
+    config: BertConfig
+
+    def setup(self) -> None:
+        self.bert = BertModel(self.config)
+        self.mlm = MaskedLMHead(self.config)
+        self.nsp = dense(self.config, 2, ("dense_out", "classes"), "nsp")
+
+    def __call__(
+        self,
+        input_ids: Array,
+        input_mask: Array,
+        segment_ids: Array,
+        masked_lm_positions: Array | None = None,
+        *,
+        deterministic: bool = True,
+    ) -> tuple[Array, Array]:
+        sequence_output, pooled, _ = self.bert(
+            input_ids, input_mask, segment_ids, deterministic=deterministic
+        )
+        if masked_lm_positions is not None:
+            sequence_output = gather_positions(sequence_output, masked_lm_positions)
+        return self.mlm(sequence_output, self.bert), self.nsp(pooled).astype(jnp.float32)
+
+
+class BertForSequenceClassification(nn.Module):
+    """Pooled [CLS] → dropout → dense: [B, num_labels]. ``num_labels == 1`` is regression
+    (STS-B). Packed rows (`bert_jax.finetuning.packing`: `position_ids`, `cls_positions` [B, K]) give
+    [B, K, num_labels], one per example slot."""
+
+    config: BertConfig
+    num_labels: int
+
+    @nn.compact
+    def __call__(
+        self,
+        input_ids: Array,
+        input_mask: Array,
+        segment_ids: Array,
+        position_ids: Array | None = None,
+        cls_positions: Array | None = None,
+        *,
+        deterministic: bool = True,
+    ) -> Array:
+        _, pooled, _ = BertModel(self.config, name="bert")(
+            input_ids,
+            input_mask,
+            segment_ids,
+            position_ids,
+            deterministic=deterministic,
+            cls_positions=cls_positions,
+        )
+        pooled = dropout(self.config, self.config.hidden_dropout_prob)(pooled, deterministic)
+        logits = dense(self.config, self.num_labels, ("dense_out", "classes"), "classifier")(pooled)
+        return logits.astype(jnp.float32)
+
+
+class BertForQuestionAnswering(nn.Module):
+    """Span prediction (SQuAD): start and end logits at every token, each [B, S]."""
+
+    config: BertConfig
+
+    @nn.compact
+    def __call__(
+        self, input_ids: Array, input_mask: Array, segment_ids: Array, *, deterministic: bool = True
+    ) -> tuple[Array, Array]:
+        seq, _, _ = BertModel(self.config, add_pooler=False, name="bert")(
+            input_ids, input_mask, segment_ids, deterministic=deterministic
+        )
+        logits = dense(self.config, 2, ("embed", "classes"), "qa_outputs")(seq).astype(jnp.float32)
+        return logits[..., 0], logits[..., 1]
+
+
+class BertForTokenClassification(nn.Module):
+    """Per-token tags (NER): [B, S, num_labels]."""
+
+    config: BertConfig
+    num_labels: int
+
+    @nn.compact
+    def __call__(
+        self, input_ids: Array, input_mask: Array, segment_ids: Array, *, deterministic: bool = True
+    ) -> Array:
+        seq, _, _ = BertModel(self.config, add_pooler=False, name="bert")(
+            input_ids, input_mask, segment_ids, deterministic=deterministic
+        )
+        seq = dropout(self.config, self.config.hidden_dropout_prob)(seq, deterministic)
+        logits = dense(self.config, self.num_labels, ("embed", "classes"), "classifier")(seq)
+        return logits.astype(jnp.float32)
+
+
+class BertForMultipleChoice(nn.Module):
+    """SWAG: each of C choices encoded as its own sequence; one score each → [B, C]."""
+
+    config: BertConfig
+
+    @nn.compact
+    def __call__(
+        self, input_ids: Array, input_mask: Array, segment_ids: Array, *, deterministic: bool = True
+    ) -> Array:
+        b, c, s = input_ids.shape
+        flat = lambda x: x.reshape(b * c, s)
+        _, pooled, _ = BertModel(self.config, name="bert")(
+            flat(input_ids), flat(input_mask), flat(segment_ids), deterministic=deterministic
+        )
+        pooled = dropout(self.config, self.config.hidden_dropout_prob)(pooled, deterministic)
+        logits = dense(self.config, 1, ("dense_out", "classes"), "classifier")(pooled)
+        return logits.astype(jnp.float32).reshape(b, c)

@@ -1,0 +1,158 @@
+"""The parameterised building blocks of `modeling.py` and `heads.py`: dense layers,
+LayerNorm, dropout and activations, every parameter tagged with its logical axes
+(`nn.with_logical_partitioning`) so that `sharding.py` places it from the rules alone.
+Parameters are float32; `BertConfig.dtype` is the compute dtype."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from bert_jax.model import ops
+from bert_jax.model.config import BertConfig
+
+Array = jax.Array
+
+
+def compute_dtype(config: BertConfig) -> jnp.dtype:
+    return jnp.dtype(config.dtype)
+
+
+def normal_init(config: BertConfig, axes: tuple[str | None, ...]) -> Callable[..., Any]:
+    """Truncated-normal(0.02) init, as the original, tagged with logical axes."""
+    return nn.with_logical_partitioning(
+        nn.initializers.truncated_normal(stddev=config.initializer_range), axes
+    )
+
+
+def zeros_init(axes: tuple[str | None, ...]) -> Callable[..., Any]:
+    return nn.with_logical_partitioning(nn.initializers.zeros_init(), axes)
+
+
+def ones_init(axes: tuple[str | None, ...]) -> Callable[..., Any]:
+    return nn.with_logical_partitioning(nn.initializers.ones_init(), axes)
+
+
+def activation(name: str) -> Callable[[Array], Array]:
+    """GELU exact (erf) by default; the TF1 release's tanh approximation as an option."""
+    if name == "gelu":
+        return ops.gelu
+    if name == "gelu_tanh":
+        return functools.partial(jax.nn.gelu, approximate=True)
+    if name == "relu":
+        return jax.nn.relu
+    raise ValueError(f"Unknown activation {name!r}")
+
+
+class Dropout(nn.Module):
+    """Inverted dropout with the config's mask generator (`ops.dropout_keep_mask`)."""
+
+    rate: float
+    impl: str = "hash"
+
+    @nn.compact
+    def __call__(self, x: Array, deterministic: bool) -> Array:
+        if deterministic or self.rate == 0.0:
+            return x
+        if self.rate >= 1.0:
+            return jnp.zeros_like(x)
+        keep = ops.dropout_keep_mask(self.make_rng("dropout"), self.rate, x.shape, self.impl)
+        return jnp.where(keep, x / jnp.asarray(1.0 - self.rate, x.dtype), jnp.zeros_like(x))
+
+
+def dropout(config: BertConfig, rate: float, name: str | None = None) -> Dropout:
+    return Dropout(rate, config.dropout_rng, name=name)
+
+
+def layer_norm(config: BertConfig, name: str) -> nn.LayerNorm:
+    """LayerNorm with eps 1e-12 and float32 statistics."""
+    return nn.LayerNorm(
+        epsilon=config.layer_norm_eps,
+        dtype=compute_dtype(config),
+        param_dtype=jnp.float32,
+        scale_init=ones_init(("norm",)),
+        bias_init=zeros_init(("norm",)),
+        name=name,
+    )
+
+
+# Under "transposed_copy_wide", layers narrower than this keep the direct weight gradient.
+_MIN_COPY_WIDTH = 512
+
+
+def weight_grad(config: BertConfig, fan_in: int, fan_out: int, copy: str = "copy_x") -> str:
+    """How `ops.dense` computes the weight gradient of a ``[fan_in, fan_out]`` kernel:
+    `copy` (which operand to transpose) where the config asks for transposed copies, else
+    "direct". "auto" is decided once, for the mesh's platform, where a run builds its model
+    config (`engine.model_config`); a model built without that (inference, conversion)
+    computes no weight gradients, and "auto" reads as "direct" here."""
+    choice = config.weight_grad_matmul
+    if choice == "transposed_copy_wide":
+        choice = "transposed_copy" if min(fan_in, fan_out) >= _MIN_COPY_WIDTH else "direct"
+    return copy if choice == "transposed_copy" else "direct"
+
+
+class Dense(nn.Module):
+    """A dense layer (``kernel [in, out]``, ``bias [out]``, as `nn.Dense`) computed by
+    `ops.dense` on a 2-D ``[-1, in]`` view of its input (a free reshape).
+
+    On ``[B, S, in]`` arrays XLA's CPU backend copies the activation gradient into a
+    transposed layout for every weight gradient (measured 3-7% of a BERT-Base step);
+    on the 2-D view the weight gradient is a plain matmul.
+    """
+
+    config: BertConfig
+    features: int
+    axes: tuple[str | None, str | None]
+    # Which operand the weight gradient transposes when the config asks for copies
+    # (`ops.dense`): "copy_g" where the input is an elementwise result (the GELU output)
+    # that XLA would recompute, column by column, inside its copy (~6x slower).
+    copy: str = "copy_x"
+    use_bias: bool = True
+
+    @nn.compact
+    def __call__(self, inputs: Array) -> Array:
+        c = self.config
+        dt = compute_dtype(c)
+        kernel = self.param("kernel", normal_init(c, self.axes), (inputs.shape[-1], self.features))
+        bias = None
+        if self.use_bias:
+            bias = self.param("bias", zeros_init(self.axes[1:]), (self.features,)).astype(dt)
+        x2 = inputs.reshape(-1, inputs.shape[-1]).astype(dt)
+        how = weight_grad(c, inputs.shape[-1], self.features, self.copy)
+        y = ops.dense(x2, kernel.astype(dt), bias, how)
+        return y.reshape(*inputs.shape[:-1], self.features)
+
+
+def dense(
+    config: BertConfig,
+    features: int,
+    axes: tuple[str | None, str | None],
+    name: str,
+    copy: str = "copy_x",
+    use_bias: bool = True,
+) -> Dense:
+    """A `Dense` layer; ``use_bias=False`` leaves out its bias (`BertConfig.use_bias`)."""
+    return Dense(config, features, axes, copy, use_bias, name=name)
+
+
+def rotary_tables(position_ids: Array, head_dim: int, base: float) -> tuple[Array, Array]:
+    """(sin, cos) of rotary position embeddings (Su et al., 2021), each [B, S, D/2] float32:
+    angle ``position * base^(-2i/D)`` for frequency i of the head's D/2 pairs."""
+    inv_freq = base ** (-jnp.arange(0, head_dim, 2, dtype=jnp.float32) / head_dim)  # [D/2]
+    angles = position_ids.astype(jnp.float32)[..., None] * inv_freq  # [B, S, D/2]
+    return jnp.sin(angles), jnp.cos(angles)
+
+
+def apply_rotary(x: Array, sin: Array, cos: Array) -> Array:
+    """Rotates each pair (x_i, x_{i+D/2}) of ``x [B, S, N, D]`` by its angle (the "rotate
+    half" pairing of GPT-NeoX, Hugging Face and ModernBERT), in float32."""
+    half = x.shape[-1] // 2
+    x1, x2 = x[..., :half].astype(jnp.float32), x[..., half:].astype(jnp.float32)
+    s, c = sin[:, :, None, :], cos[:, :, None, :]  # broadcast over heads
+    return jnp.concatenate([x1 * c - x2 * s, x2 * c + x1 * s], axis=-1).astype(x.dtype)

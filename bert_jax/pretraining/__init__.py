@@ -1,0 +1,1 @@
+"""Pre-training (§3.1): the MLM/NSP objective, the run, its evaluation, and the TPU plan."""

@@ -1,0 +1,463 @@
+"""Pre-training (Devlin et al., 2019, §3.1 and §A.2): what `bert-jax pretrain` runs.
+
+`train_and_evaluate(config, workdir)` trains `PretrainingObjective` (`pretraining_loss.py`)
+with the engine (`engine.py`, `training_loop.py`) on the configured data
+(`pipeline.py`; masking on the devices, `masking.py`). Running it again with the
+same workdir resumes from the latest checkpoint, with exactly the batches an
+uninterrupted run would have seen (the input pipeline is positioned by step).
+
+The paper's two-phase schedule (90% of steps at sequence 128, then 512) is
+``config.phase2_fraction`` > 0: the second phase re-creates the data iterator at
+``phase2_max_seq_length`` and the jitted step recompiles for the new shapes; parameters
+(including the 512-row position table) and optimizer state carry over untouched.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import jax
+import ml_collections
+import numpy as np
+from jax.sharding import Mesh
+
+from bert_jax.data import synthetic
+from bert_jax.model.heads import BertForPreTraining
+from bert_jax.pretraining.objective import (
+    BATCH_KEYS,
+    Batch,
+    PretrainingObjective,
+    batch_shapes,
+    finalize_metrics,
+    model_flops_per_step,
+)
+from bert_jax.training import checkpoints, engine, run_config, sharding
+from bert_jax.training.loop import StopRequested, TrainingRun
+
+
+@dataclasses.dataclass(frozen=True)
+class Phase:
+    start: int  # first global step of the phase
+    end: int  # one past its last step
+    max_seq_length: int
+    max_predictions_per_seq: int
+
+
+def phases(config: ml_collections.ConfigDict) -> list[Phase]:
+    total = int(config.num_train_steps)
+    frac = float(config.phase2_fraction)
+    first = Phase(0, total, int(config.max_seq_length), int(config.max_predictions_per_seq))
+    if frac <= 0:
+        return [first]
+    split = round(total * (1 - frac))
+    return [
+        dataclasses.replace(first, end=split),
+        Phase(split, total, int(config.phase2_max_seq_length), int(config.phase2_max_predictions_per_seq)),
+    ]
+
+
+def warmup_steps(config: ml_collections.ConfigDict) -> int:
+    """``warmup_proportion`` of the steps when set (> 0), else ``warmup_steps``."""
+    if float(config.warmup_proportion) > 0:
+        return round(float(config.warmup_proportion) * int(config.num_train_steps))
+    return int(config.warmup_steps)
+
+
+class Pretraining:
+    """The model, objective, engine and batch placement of one pre-training run on a mesh.
+
+    Everything is derived from (config, mesh); works on real devices and on a TPU
+    topology description (`plan`) alike.
+    """
+
+    def __init__(self, config: ml_collections.ConfigDict, mesh: Mesh) -> None:
+        self.config, self.mesh = config, mesh
+        self.model_config = engine.model_config(run_config.bert_config(config), config, mesh)
+        self.nsp = bool(config.data.nsp)
+        self.objective = PretrainingObjective(BertForPreTraining(self.model_config), self.nsp)
+        tx, schedule = engine.create_optimizer(
+            config, total_steps=int(config.num_train_steps), warmup_steps=warmup_steps(config)
+        )
+        self.engine = engine.Engine(
+            objective=self.objective,
+            init_params=self.objective.init_params,
+            tx=tx,
+            schedule=schedule,
+            mesh=mesh,
+            rules=run_config.sharding_rules(config),
+            grad_accum_steps=int(config.grad_accum_steps),
+        )
+
+    @functools.lru_cache(maxsize=4)  # noqa: B019 (one masker per prediction count, per run)
+    def masker(self, max_predictions: int) -> Any:
+        """The data config's masking, jitted over the mesh."""
+        from bert_jax.data import masking, pipeline
+
+        spec, table = pipeline.masking_spec(self.config.data, max_predictions)
+        fn = functools.partial(masking.mask_batch, spec=spec, is_continuation=table)
+        out = {
+            k: sharding.batch_sharding(self.mesh, 1 if k == "next_sentence_labels" else 2) for k in BATCH_KEYS
+        }
+        return jax.jit(fn, out_shardings=out)
+
+    def global_batch(self, local: dict[str, np.ndarray], max_predictions: int | None = None) -> Batch:
+        """This host's rows → the global batch on the mesh.
+
+        Unmasked rows (prepared data) are masked on the devices here, for `max_predictions`
+        predictions per sequence; already masked rows (TFRecords, synthetic) pass through.
+        """
+        from bert_jax.data import masking
+
+        raw = "masked_lm_positions" not in local
+        keys = masking.RAW_KEYS if raw else BATCH_KEYS
+        out = self.engine.place({k: local[k] for k in keys}, process_local=True)
+        if not raw:
+            return out
+        if max_predictions is None:
+            raise ValueError("unmasked rows need max_predictions to be masked")
+        return self.masker(max_predictions)(out)
+
+    # What `plan` and the lowering tests read: the engine's state and step, for this objective.
+    abstract_state = property(lambda self: self.engine.abstract_state)
+    state_shardings = property(lambda self: self.engine.state_shardings)
+    train_step = property(lambda self: self.engine.train_step)
+
+    def abstract_batch(self, global_batch_size: int, max_seq_length: int, max_predictions: int) -> dict:
+        """A masked global batch as sharded ShapeDtypeStructs."""
+        return self.engine.abstract_batch(batch_shapes(global_batch_size, max_seq_length, max_predictions))
+
+    def compile_train_step(self, global_batch_size: int, max_seq_length: int, max_predictions: int) -> Any:
+        """Ahead-of-time compiled train step for abstract inputs (used by `plan`)."""
+        return self.engine.compile_train_step(
+            self.abstract_batch(global_batch_size, max_seq_length, max_predictions)
+        )
+
+    def batches(self, phase: Phase, start_step: int) -> Iterator[Batch]:
+        it = data_iterator(
+            self.config,
+            split="train",
+            max_seq_length=phase.max_seq_length,
+            max_predictions_per_seq=phase.max_predictions_per_seq,
+            start_step=start_step - phase.start,
+        )
+        return (self.global_batch(local, phase.max_predictions_per_seq) for local in it)
+
+
+def data_iterator(
+    config: ml_collections.ConfigDict,
+    *,
+    split: str,
+    max_seq_length: int,
+    max_predictions_per_seq: int,
+    start_step: int = 0,
+    global_batch_size: int | None = None,
+) -> Iterator[dict[str, np.ndarray]]:
+    """Host-local batches from the configured source, positioned at `start_step`."""
+    batch = int(global_batch_size or config.global_batch_size)
+    if batch % jax.process_count():
+        raise ValueError(f"global_batch_size={batch} is not divisible by {jax.process_count()} processes")
+    if config.data.source == "synthetic":
+        return synthetic.create_iterator(
+            global_batch_size=batch,
+            max_seq_length=max_seq_length,
+            max_predictions_per_seq=max_predictions_per_seq,
+            vocab_size=int(config.model.vocab_size),
+            seed=int(config.seed) + (0 if split == "train" else 10_000),
+            start_step=start_step,
+            process_index=jax.process_index(),
+            process_count=jax.process_count(),
+            num_batches=None if split == "train" else int(config.eval_steps or 4),
+        )
+    from bert_jax.data import pipeline
+
+    return pipeline.create_pretrain_iterator(
+        config.data,
+        global_batch_size=batch,
+        max_seq_length=max_seq_length,
+        max_predictions_per_seq=max_predictions_per_seq,
+        seed=int(config.seed),
+        split=split,
+        start_step=start_step,
+        process_index=jax.process_index(),
+        process_count=jax.process_count(),
+    )
+
+
+def check_config(config: ml_collections.ConfigDict) -> None:
+    """Refuses, with one line naming the keys, a recipe that cannot work (switches that
+    contradict each other, a model whose embedding table is smaller than the vocabulary:
+    it would index past it); warns when the prediction budget caps the masking rate, as
+    the original's `max_predictions_per_seq` silently does."""
+    if config.data.objective == "ltr" and not config.model.causal_attention:
+        raise ValueError(
+            "config.data.objective='ltr' needs --config.model.causal_attention=True "
+            "(a bidirectional model would see the tokens it predicts)"
+        )
+    if config.data.full_sentences and config.data.nsp:
+        raise ValueError(
+            "config.data.full_sentences=True packs rows without sentence pairs: set --config.data.nsp=False"
+        )
+    for phase in phases(config):
+        wanted = round((phase.max_seq_length - 2) * float(config.data.masked_lm_prob))
+        if (
+            config.data.objective == "mlm"
+            and phase.max_predictions_per_seq < wanted
+            and jax.process_index() == 0
+        ):
+            key = "max_predictions_per_seq" if phase.start == 0 else "phase2_max_predictions_per_seq"
+            print(
+                f"warning: config.data.masked_lm_prob={config.data.masked_lm_prob} masks up to {wanted} of "
+                f"{phase.max_seq_length} tokens; config.{key}={phase.max_predictions_per_seq} caps it "
+                f"(set --config.{key}={wanted} for the full rate)",
+                flush=True,
+            )
+    if config.data.source == "synthetic":
+        return
+    from bert_jax.data import pipeline
+
+    vocab = pipeline.vocab_size_of(config.data)
+    if vocab > config.model.vocab_size:
+        raise ValueError(
+            f"the vocabulary has {vocab} tokens but config.model.vocab_size is "
+            f"{config.model.vocab_size}: set --config.model.vocab_size={vocab}"
+        )
+
+
+def eval_batch_size(config: ml_collections.ConfigDict) -> int:
+    return int(config.eval_batch_size or config.global_batch_size)
+
+
+def check_data(config: ml_collections.ConfigDict) -> None:
+    """Opens the train and held-out data of every phase (preparing a built-in source on
+    first use), so that a run whose data cannot serve it is refused before it starts."""
+    for phase in phases(config):
+        for split in ("train", "eval"):
+            it = data_iterator(
+                config,
+                split=split,
+                max_seq_length=phase.max_seq_length,
+                max_predictions_per_seq=phase.max_predictions_per_seq,
+                global_batch_size=eval_batch_size(config) if split == "eval" else None,
+            )
+            next(iter(it))
+            getattr(it, "close", lambda: None)()
+
+
+def evaluate(run: Pretraining, params: Any, phase: Phase) -> tuple[dict[str, float], np.ndarray]:
+    """Eval metrics over the held-out split, and the masked target ids seen (for baselines)."""
+    sums: dict[str, float] = {}
+    targets = []
+    for local in data_iterator(
+        run.config,
+        split="eval",
+        max_seq_length=phase.max_seq_length,
+        max_predictions_per_seq=phase.max_predictions_per_seq,
+        global_batch_size=eval_batch_size(run.config),
+    ):
+        batch = run.global_batch(local, phase.max_predictions_per_seq)
+        for k, v in jax.device_get(run.engine.eval_step(params, batch)).items():
+            sums[k] = sums.get(k, 0.0) + float(v)
+        targets.append(masked_targets(batch))
+    if not sums:
+        raise ValueError("the eval split is empty: no held-out examples to evaluate on")
+    metrics = {k: float(v) for k, v in finalize_metrics(sums, run.nsp).items()}
+    metrics["num_predictions"] = sums["mlm_weight"]
+    metrics["num_changed_predictions"] = sums["mlm_changed_weight"]
+    return metrics, np.concatenate(targets) if targets else np.zeros((0,), np.int32)
+
+
+def masked_targets(batch: Batch) -> np.ndarray:
+    """The masked target ids of a global batch (every host gets all of them)."""
+    from jax.experimental import multihost_utils
+
+    ids, w = (
+        np.asarray(multihost_utils.process_allgather(batch[k], tiled=True))
+        for k in ("masked_lm_ids", "masked_lm_weights")
+    )
+    return ids[w > 0]
+
+
+def unigram_baseline(
+    run: Pretraining, phase: Phase, eval_targets: np.ndarray, batches: int
+) -> tuple[int, float, float]:
+    """The unigram model of the training data's masked targets (`batches` batches) on the
+    held-out targets: its most frequent token, the accuracy of always predicting it, and
+    its cross-entropy in nats (comparable with the MLM loss; add-k smoothed over the
+    vocabulary with the k that suits the held-out targets best, so the baseline is at its
+    strongest)."""
+    seen = [masked_targets(b) for _, b in zip(range(batches), run.batches(phase, phase.start), strict=False)]
+    counts = np.bincount(np.concatenate(seen), minlength=run.model_config.vocab_size).astype(np.float64)
+    top = int(np.argmax(counts))
+    if not eval_targets.size:
+        return top, 0.0, 0.0
+    acc = float(np.mean(eval_targets == top))
+    loss = min(
+        float(-np.mean(np.log((counts[eval_targets] + k) / (counts.sum() + k * counts.size))))
+        for k in (1.0, 0.3, 0.1, 0.03, 0.01, 0.003, 0.001)
+    )
+    return top, acc, loss
+
+
+def keep_vocab(config: ml_collections.ConfigDict, workdir: str) -> None:
+    """Copies the tokenizer's vocabulary into the workdir (``vocab.txt``, or ``spm.model``
+    for SentencePiece), so the workdir is a complete checkpoint for `finetune`, `features`
+    and `convert` without remembering which vocab it was trained with."""
+    if config.data.source == "synthetic" or jax.process_index() != 0:
+        return
+    import tensorflow as tf
+
+    from bert_jax.data import pipeline
+
+    src = pipeline.tokenizer_of(config.data).vocab_file
+    name = "spm.model" if config.data.tokenizer == "sentencepiece" else "vocab.txt"
+    dst = os.path.join(workdir, name)
+    if not tf.io.gfile.exists(dst):
+        tf.io.gfile.makedirs(workdir)
+        tf.io.gfile.copy(src, f"{dst}.tmp", overwrite=True)
+        tf.io.gfile.rename(f"{dst}.tmp", dst, overwrite=True)  # readers never see half a vocab
+
+
+class PeriodicEval:
+    """The `after_step` of pre-training: held-out metrics every ``eval_every_steps`` (and
+    at the last step), logged and kept as the best checkpoint when they are."""
+
+    def __init__(self, run: Pretraining, loop: TrainingRun) -> None:
+        self.run, self.loop, self.phase = run, loop, phases(run.config)[0]
+        self.every, self.total = int(run.config.eval_every_steps), int(run.config.num_train_steps)
+        self.last: dict[str, float] = {}
+
+    def __call__(self, step: int, state: Any, metrics: Any) -> None:
+        if self.every and (step % self.every == 0 or step == self.total):
+            self.last, _ = evaluate(self.run, state.params, self.phase)
+            self.loop.logger.write(step, self.last, split="eval")
+            self.loop.ckpt.maybe_save_best(step, state, self.last)
+
+
+def train_phases(run: Pretraining, loop: TrainingRun, state: Any, periodic_eval: PeriodicEval) -> Any:
+    """Trains every phase not yet done (each its own data and compiled shapes)."""
+    batch = int(run.config.global_batch_size)
+    for phase in phases(run.config):
+        step = int(jax.device_get(state.step))
+        if step >= phase.end:
+            continue
+        periodic_eval.phase = phase
+        flops = model_flops_per_step(
+            run.model_config, batch, phase.max_seq_length, phase.max_predictions_per_seq, run.nsp
+        )
+        state = loop.steps(
+            run.engine,
+            state,
+            run.batches(phase, step),
+            end=phase.end,
+            flops=lambda _, flops=flops: flops,
+            after_step=periodic_eval,
+            extra_metrics={"max_seq_length": phase.max_seq_length},
+        )
+    return state
+
+
+def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
+    """Trains (or resumes) to `config.num_train_steps`; returns the final eval metrics."""
+    if "://" not in workdir:  # orbax wants absolute paths; gs:// and the like stay as they are
+        workdir = os.path.abspath(workdir)
+    # Everything that can refuse the run comes before anything is written to the workdir.
+    run_config.check(config)
+    check_config(config)
+    run = Pretraining(config, sharding.make_mesh(tuple(config.mesh_shape)))
+    checkpoints.check_model_config(workdir, run.model_config)
+    check_data(config)
+    final_phase = phases(config)[-1]
+    keys = ("mlm_accuracy", "nsp_accuracy") if run.nsp else ("mlm_accuracy",)
+    try:
+        total = int(config.num_train_steps)
+        with TrainingRun(workdir, config, total_steps=total, best_metric=keys[0], console_keys=keys) as loop:
+            state, _ = loop.restore_or_init(run.engine, lambda: run.engine.init_state(int(config.seed)))
+            # The run is accepted: from here on it writes to the workdir.
+            checkpoints.write_model_config(workdir, run.model_config)
+            keep_vocab(config, workdir)
+            periodic_eval = PeriodicEval(run, loop)
+            state = train_phases(run, loop, state, periodic_eval)
+            step = loop.finish(state)
+            final, eval_targets = evaluate(run, state.params, final_phase)
+            if periodic_eval.last.get("mlm_accuracy") != final["mlm_accuracy"]:
+                loop.logger.write(step, final, split="eval")
+            loop.ckpt.maybe_save_best(step, state, final)
+    except StopRequested as stop:
+        return {"stopped_at": stop.step}
+    if int(config.baseline_batches):
+        with jax.set_mesh(run.mesh):
+            top, acc, loss = unigram_baseline(run, final_phase, eval_targets, int(config.baseline_batches))
+        final["unigram_baseline_token"] = top
+        if config.data.source != "synthetic":
+            from bert_jax.data import pipeline
+
+            final["unigram_baseline_piece"] = pipeline.tokenizer_of(config.data).vocab[top]
+        final["unigram_baseline_accuracy"], final["unigram_baseline_loss"] = acc, loss
+    report(final, workdir, run.nsp)
+    return final
+
+
+def learning_curve(workdir: str) -> list[tuple[int, float]]:
+    """(step, held-out loss on the changed tokens) of every evaluation in the workdir's
+    metrics.jsonl, the latest row per step (a resumed run's evaluations included)."""
+    path = os.path.join(workdir, "metrics.jsonl")
+    points: dict[int, float] = {}
+    if os.path.exists(path):
+        with open(path) as f:
+            for line in f:
+                row = json.loads(line)
+                if row.get("split") == "eval" and "mlm_loss_changed" in row:
+                    points[int(row["step"])] = float(row["mlm_loss_changed"])
+    return sorted(points.items())
+
+
+def curve_line(curve: list[tuple[int, float]], unigram_loss: float) -> str:
+    """One line of the held-out learning curve against the unigram model's loss, with the
+    first evaluation a nat under it (where the model left the unigram stage)."""
+    shown = ", ".join(f"{loss:.2f} at step {step}" for step, loss in curve)
+    left = next((step for step, loss in curve if loss <= unigram_loss - 1.0), None)
+    verdict = (
+        f"1 nat under the unigram loss from step {left}" if left else "never 1 nat under the unigram loss"
+    )
+    head = f"learning curve (held-out loss on the changed tokens; unigram {unigram_loss:.2f})"
+    return f"{head}: {shown}; {verdict}"
+
+
+def report(final: dict[str, Any], workdir: str, nsp: bool) -> None:
+    """The end-of-run summary on the console (process 0)."""
+    if jax.process_index() != 0:
+        return
+    lines = [
+        f"held-out MLM accuracy: {final['mlm_accuracy']:.4f}, loss {final['mlm_loss']:.3f} "
+        f"({int(final['num_predictions'])} masked tokens)",
+        f"  on the {int(final['num_changed_predictions'])} shown as [MASK] or a random token "
+        f"(not the original): accuracy {final['mlm_accuracy_changed']:.4f}, "
+        f"loss {final['mlm_loss_changed']:.3f}",
+    ]
+    if "unigram_baseline_accuracy" in final:
+        piece = final.get("unigram_baseline_piece")
+        always = (
+            f"{piece!r} (id {final['unigram_baseline_token']})"
+            if piece
+            else f"id {final['unigram_baseline_token']}"
+        )
+        lines.append(
+            f"unigram baseline (training-data token frequencies; always {always}): "
+            f"accuracy {final['unigram_baseline_accuracy']:.4f}, loss {final['unigram_baseline_loss']:.3f}"
+        )
+        curve = learning_curve(workdir)
+        if curve:
+            lines.append(curve_line(curve, final["unigram_baseline_loss"]))
+    if nsp:  # without NSP its head is untrained and its accuracy meaningless
+        lines.append(f"held-out NSP accuracy: {final['nsp_accuracy']:.4f}")
+    lines += [
+        f"checkpoints: {workdir}/checkpoints (best: {workdir}/best)",
+        f"TensorBoard: tensorboard --logdir {workdir}/tensorboard",
+        f"metrics: {workdir}/metrics.jsonl",
+    ]
+    print("\n".join(lines), flush=True)

@@ -1,0 +1,1 @@
+"""Files: atomic writes (and, for buckets, the paths they go to)."""

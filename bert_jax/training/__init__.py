@@ -1,0 +1,1 @@
+"""The engine every job shares: state, steps, optimizer, sharding, checkpoints, logging."""

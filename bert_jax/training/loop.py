@@ -1,0 +1,210 @@
+"""The loop every job runs: steps, metrics, checkpoints, resume and preemption.
+
+`TrainingRun` owns one job's workdir bookkeeping: it restores the newest intact
+checkpoint (or starts fresh), drives `Engine.train_step` over a stream of global batches,
+logs loss, tokens/s, MFU and ETA every ``log_every_steps``, checkpoints every
+``checkpoint_every_steps``, and on SIGTERM (a TPU maintenance event, `launch/tpu_pod.py
+stop`, a scheduler) saves and exits with 143 so that a restart loop resumes it. A run
+with ``stop_after_step`` checkpoints and stops there (`StopRequested`). The job decides
+what happens between steps (evaluation, best-model saving) through a callback that gets
+the step, the state and the step's metrics (on the devices: reading them is the job's
+choice, so the loop never waits for a step it does not log).
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+
+from bert_jax.training import checkpoints, hardware
+from bert_jax.training.engine import Batch, Engine, TrainState
+from bert_jax.training.metric_writer import MetricsLogger
+
+PREEMPTED_EXIT_CODE = 143  # as a process ended by SIGTERM: a restart loop starts it again
+
+
+class StopRequested(Exception):
+    """The run reached ``stop_after_step`` and saved a checkpoint there."""
+
+    def __init__(self, step: int) -> None:
+        super().__init__(f"stopped at step {step} (stop_after_step); rerun to continue")
+        self.step = step
+
+
+_CPU_PEAK: list[float] = []
+
+
+def device_peak_flops() -> float:
+    """Peak FLOP/s of one local device: from the table, or measured once on CPU."""
+    device = jax.local_devices()[0]
+    peak = hardware.peak_flops_for_device_kind(device.device_kind)
+    if peak is not None:
+        return peak
+    if not _CPU_PEAK:
+        n = 2048
+        a = jnp.ones((n, n), jnp.float32)
+        f = jax.jit(lambda x: x @ x)
+        f(a).block_until_ready()
+        start = time.perf_counter()
+        reps = 5
+        for _ in range(reps):
+            f(a).block_until_ready()
+        _CPU_PEAK.append(2 * n**3 * reps / (time.perf_counter() - start))
+    return _CPU_PEAK[0]
+
+
+class Preemption:
+    """SIGTERM → `should_stop` turns true (all hosts agree on the step)."""
+
+    def __init__(self) -> None:
+        self.requested = False
+        self._previous = signal.signal(signal.SIGTERM, self._handle)
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        self.requested = True
+
+    def should_stop(self, step: int) -> bool:
+        if jax.process_count() > 1:
+            from jax.experimental import multihost_utils
+
+            try:
+                return bool(multihost_utils.reached_preemption_sync_point(step)) or self.requested
+            except Exception:
+                return self.requested
+        return self.requested
+
+    def restore(self) -> None:
+        signal.signal(signal.SIGTERM, self._previous)
+
+
+class TrainingRun:
+    """Checkpoints, metrics and preemption of one job in `workdir` (a context manager).
+
+    Reads ``keep_checkpoints``, ``async_checkpointing``, ``checkpoint_every_steps`` (0:
+    only when stopping), ``log_every_steps`` and ``stop_after_step`` (0: none) from
+    `config`. `console_keys` are the metrics shown on the progress line besides the loss.
+    """
+
+    def __init__(
+        self,
+        workdir: str,
+        config: ml_collections.ConfigDict,
+        *,
+        total_steps: int,
+        best_metric: str = "",
+        console_keys: tuple[str, ...] = (),
+    ) -> None:
+        self.workdir = workdir
+        self.total_steps = int(total_steps)
+        self.ckpt = checkpoints.Checkpointer(
+            workdir,
+            keep=int(config.keep_checkpoints),
+            async_save=bool(config.async_checkpointing),
+            best_metric=best_metric,
+        )
+        self.checkpoint_every = int(config.checkpoint_every_steps)
+        self.log_every = max(1, int(config.log_every_steps))
+        self.stop_after = int(config.stop_after_step) or -1
+        self.console_keys = console_keys
+        self.logger: MetricsLogger | None = None
+        self.preemption = Preemption()
+        self.last_saved: int | None = None
+        self._peak: float | None = None
+
+    def __enter__(self) -> TrainingRun:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.preemption.restore()
+        self.ckpt.close()
+        if self.logger is not None:
+            self.logger.close()
+
+    def restore_or_init(self, engine: Engine, init: Callable[[], TrainState]) -> tuple[TrainState, bool]:
+        """The newest checkpoint that restores (damaged newer ones are set aside), else
+        ``init()``; and whether it resumed. Opens the metrics log: the run is accepted."""
+        with jax.set_mesh(engine.mesh):
+            restored = self.ckpt.restore_latest(engine.abstract_state)
+        if restored is not None:
+            state, self.last_saved = restored
+            print(f"resumed from {self.workdir}/checkpoints/{self.last_saved}", flush=True)
+        else:
+            state = init()
+        self.logger = MetricsLogger(self.workdir, self.total_steps, self.console_keys)
+        return state, restored is not None
+
+    def save(self, step: int, state: TrainState, *, force: bool = False) -> None:
+        self.ckpt.save(step, state, force=force)
+        self.last_saved = step
+
+    def finish(self, state: TrainState) -> int:
+        """Saves the final state unless it already is; returns its step."""
+        step = int(jax.device_get(state.step))
+        if self.last_saved != step:
+            self.save(step, state, force=True)
+        return step
+
+    def steps(
+        self,
+        engine: Engine,
+        state: TrainState,
+        batches: Iterator[Batch],
+        *,
+        end: int,
+        flops: Callable[[Batch], float],
+        after_step: Callable[[int, TrainState, dict[str, Any]], None] | None = None,
+        extra_metrics: dict[str, Any] | None = None,
+    ) -> TrainState:
+        """Trains from ``state.step`` up to step `end` on `batches` (global batches).
+
+        Tokens/s counts the positions of ``input_ids`` of each batch as fed (batches of
+        varying length count what they hold); MFU is `flops(batch)` (the model's training
+        FLOPs for that batch) over the devices' peak.
+        """
+        assert self.logger is not None, "restore_or_init first"
+        if self._peak is None:
+            self._peak = device_peak_flops() * jax.device_count()
+        step = first = int(jax.device_get(state.step))
+        window_start, window_tokens, window_flops = time.perf_counter(), 0, 0.0
+        while step < end:
+            batch = next(batches)
+            state, metrics = engine.train_step(state, batch)
+            step += 1
+            window_tokens += batch["input_ids"].size
+            window_flops += flops(batch)
+            is_log_step = step % self.log_every == 0 or step == end
+            if step == first + 1 and not is_log_step:
+                jax.block_until_ready(metrics)  # keep compilation out of the first window
+                window_start, window_tokens, window_flops = time.perf_counter(), 0, 0.0
+            if is_log_step:
+                host = {k: float(v) for k, v in jax.device_get(metrics).items()}
+                elapsed = time.perf_counter() - window_start
+                host["tokens_per_sec"] = window_tokens / elapsed
+                host["mfu"] = window_flops / elapsed / self._peak
+                host.update(extra_metrics or {})
+                self.logger.write(step, host)
+                self.logger.progress(step, host)
+                window_start, window_tokens, window_flops = time.perf_counter(), 0, 0.0
+            if self.checkpoint_every and step % self.checkpoint_every == 0:
+                self.save(step, state)
+            if after_step is not None:
+                after_step(step, state, metrics)
+            if step == self.stop_after or self.preemption.should_stop(step):
+                self._stop(step, state)
+        return state
+
+    def _stop(self, step: int, state: TrainState) -> None:
+        self.finish(state)
+        self.ckpt.wait()
+        if step == self.stop_after:
+            print(f"stopped at step {step} (stop_after_step); rerun to continue", flush=True)
+            raise StopRequested(step)
+        print(f"preempted: saved step {step} to {self.workdir}/checkpoints; exiting", flush=True)
+        sys.exit(PREEMPTED_EXIT_CODE)

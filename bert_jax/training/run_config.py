@@ -1,0 +1,74 @@
+"""Reading a run config (`configs/*.py`): the model it names, its sharding rules, and the
+names that were removed (one name per setting: a removed one is refused, not ignored)."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from types import ModuleType
+from typing import Any
+
+import ml_collections
+
+from bert_jax.model.config import BertConfig
+from bert_jax.training import sharding
+
+# Settings that had a second name; the config must use the one on the right.
+REMOVED_KEYS = {
+    "model.dtype": "compute_dtype",
+    "model.remat_policy": "remat_policy",
+}
+
+
+def _has(config: ml_collections.ConfigDict, dotted: str) -> bool:
+    node: Any = config
+    for part in dotted.split("."):
+        if not isinstance(node, ml_collections.ConfigDict) or part not in node:
+            return False
+        node = node[part]
+    return True
+
+
+def check(config: ml_collections.ConfigDict) -> None:
+    """Refuses a config that sets a removed name, naming the one to use."""
+    for old, new in REMOVED_KEYS.items():
+        if _has(config, old):
+            raise ValueError(
+                f"config.{old} was removed: set --config.{new} instead (it applies to the whole run)"
+            )
+
+
+def bert_config(config: ml_collections.ConfigDict) -> BertConfig:
+    """The model shape of a pre-training config (`config.model`)."""
+    check(config)
+    return BertConfig.from_dict(config.model)
+
+
+def sharding_rules(config: ml_collections.ConfigDict) -> list[tuple[str, Any]]:
+    """The logical-axis rules with the config's ``sharding_rules`` overrides applied."""
+    return list(sharding.rules_with_overrides(tuple(tuple(r) for r in config.sharding_rules)))
+
+
+def sibling(config_file: str, name: str) -> ModuleType:
+    """The config file `name`.py beside `config_file`, as a module: config files are
+    loaded by path (absl's config_flags), so `configs/` need not be importable."""
+    path = os.path.join(os.path.dirname(os.path.abspath(config_file)), f"{name}.py")
+    spec = importlib.util.spec_from_file_location(f"_bert_jax_config_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def set_keys(config: ml_collections.ConfigDict, changes: dict[str, Any]) -> ml_collections.ConfigDict:
+    """Sets dotted keys (``data.nsp``); a key the config does not have is an error naming it."""
+    for dotted, value in changes.items():
+        *parents, leaf = dotted.split(".")
+        node = config
+        for p in parents:
+            if p not in node:
+                raise KeyError(f"{dotted!r}: the config has no {p!r}")
+            node = node[p]
+        if leaf not in node:
+            raise KeyError(f"{dotted!r}: the config has no such key")
+        node[leaf] = value
+    return config
