@@ -6,7 +6,7 @@ BBC News training articles split into sentences (title and body; 34,623 sentence
 tokens on average), each labelled with its article's topic, tokenized with the bundled
 bert-base-uncased vocabulary; batch 32, max_seq_length 128 (the paper's GLUE setting).
 
-- bert_jax runs its real fine-tuning path (`configs/bbc.py`): `finetune.prepare` for the
+- bert_jax runs its real fine-tuning path (`configs/bbc.py`): `finetune.load_inputs` for the
   encoder and the fresh head, a train `Split` holding the sentences, and
   `Finetuning.batches` (the batch's sentences packed into rows of 128, `packing.py`; with
   ``--unpacked``, rows cut to the shortest of ``length_buckets`` holding the batch's
@@ -97,8 +97,8 @@ def prepare_data(path: str, steps: int, buckets: str | None) -> None:
     steps (the first step of each bucket length) to `path` (.npz)."""
     from bert_jax import convert
     from bert_jax.data import tokenization
-    from bert_jax.finetuning import finetune, packing
-    from bert_jax.pretraining.objective import model_flops_per_step
+    from bert_jax.finetuning import batches, finetune, packing
+    from bert_jax.model.flops import model_flops_per_step
     from bert_jax.tasks import bbc
 
     c = _config(buckets)
@@ -113,7 +113,7 @@ def prepare_data(path: str, steps: int, buckets: str | None) -> None:
         pack = lambda r: packing.pack({k: v[r] for k, v in arrays.items()}, max_len)
         shapes = [pack(r)["input_ids"].shape for r in rows]
     else:
-        shapes = [(batch, finetune.bucket_length(mask[r], tuple(c.length_buckets), max_len)) for r in rows]
+        shapes = [(batch, batches.bucket_length(mask[r], tuple(c.length_buckets), max_len)) for r in rows]
     warm = [shapes.index(n) for n in dict.fromkeys(shapes)]
     # Model FLOPs (the encoder's matmuls, forward + backward) on the shapes each computes.
     _, bert_config = convert.load_checkpoint(checkpoint)
@@ -138,22 +138,22 @@ def _bert_jax(data: dict[str, np.ndarray], steps: int, buckets: str | None) -> d
     import jax
 
     from bert_jax.finetuning import finetune, packing
-    from bert_jax.tasks import Split
+    from bert_jax.tasks.base import Split
 
     c = _config(buckets)
     c.max_eval_examples = 1  # the dev split is not used here
-    run = finetune.prepare(c)
+    inputs = finetune.load_inputs(c)
     arrays = {k: data[k] for k in ("input_ids", "input_mask", "segment_ids", "labels")}
-    run = dataclasses.replace(run, train=Split("train", arrays))
-    total = finetune.steps_per_epoch(c, run) * int(c.num_epochs)
-    ft = finetune.Finetuning(c, run, total_steps=total)
+    inputs = dataclasses.replace(inputs, train=Split("train", arrays))
+    total = finetune.steps_per_epoch(c, inputs) * int(c.num_epochs)
+    ft = finetune.Finetuning(c, inputs, total_steps=total)
     for step, idx in enumerate(data["rows"]):  # the same sentences as the peer's
         got, (r, length) = ft.rows(step), data["step_shapes"][step]
         rows = {k: v[idx] for k, v in arrays.items()}
         want = packing.pack(rows, length, ft.row_multiple)["input_ids"] if ft.packed else rows["input_ids"]
         if got["input_ids"].shape != (r, length) or not np.array_equal(got["input_ids"], want[:, :length]):
             raise RuntimeError(f"Finetuning.rows({step}) differs from the benchmark's batch")
-    state = ft.engine.init_state(int(c.seed), run.params)
+    state = ft.engine.init_state(int(c.seed), inputs.params)
 
     start = time.perf_counter()
     for step in data["warm"]:  # compiles one program per shape

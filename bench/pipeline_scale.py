@@ -3,7 +3,7 @@
 Builds the BBC News corpus (2,225 articles, ~1.08M WordPiece tokens, one sentence per
 line) repeated 1x, 10x and 40x as text files (one copy per file), prepares each with
 `bert-jax prepare-data`'s code, then measures the training-side reader
-(`pipeline.create_pretrain_iterator`, source=prepared, batch 256 x 128) in a fresh
+(`sources.data_batches`, source=prepared, batch 256 x 128) in a fresh
 process per corpus: time to first batch, peak RSS, resume at a late step, the slowest
 batch across an epoch boundary, and steady examples/s. Prints the ratios against the
 targets last.
@@ -73,7 +73,7 @@ def prepare(files: list[str], out: str, workers: int, dupe_factor: int) -> tuple
 
 def reader(directory: str) -> dict:
     """The training-side measurements, in this (fresh) process."""
-    from bert_jax.data import pipeline
+    from bert_jax.data import sources
     from configs import defaults
 
     c = defaults.data()
@@ -81,7 +81,7 @@ def reader(directory: str) -> dict:
     kw = dict(global_batch_size=BATCH, max_seq_length=SEQ, max_predictions_per_seq=20, seed=1,
               process_index=0, process_count=1)  # fmt: skip
     start = time.perf_counter()
-    it = pipeline.create_pretrain_iterator(c, **kw)
+    it = sources.data_batches(c, **kw)
     next(it)
     first = time.perf_counter() - start
     for _ in range(20):
@@ -92,15 +92,15 @@ def reader(directory: str) -> dict:
         next(it)
     steady = steps * BATCH / (time.perf_counter() - start)
     it.close()
-    size = pipeline.open_prepared(c, "train", SEQ, 1).size
+    size = sources.open_prepared(c, "train", SEQ, 1).size
     late = (10 * size) // BATCH + 7  # ten epochs in
     start = time.perf_counter()
-    it = pipeline.create_pretrain_iterator(c, start_step=late, **kw)
+    it = sources.data_batches(c, start_step=late, **kw)
     next(it)
     resume = time.perf_counter() - start
     it.close()
     boundary = size // BATCH  # the batch that straddles epochs 0 and 1
-    it = pipeline.create_pretrain_iterator(c, start_step=boundary - 3, **kw)
+    it = sources.data_batches(c, start_step=boundary - 3, **kw)
     times = []
     for _ in range(7):
         t = time.perf_counter()

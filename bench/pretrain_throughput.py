@@ -36,8 +36,9 @@ def _bert_jax_step(preset: str, batch: int, seq: int):
     import jax
 
     from bench import peers
+    from bert_jax.model import flops
     from bert_jax.model.config import model_config_dict
-    from bert_jax.pretraining import objective, pretrain
+    from bert_jax.pretraining import pretrain
     from bert_jax.training import sharding
     from configs import pretrain as pretrain_config
 
@@ -59,8 +60,7 @@ def _bert_jax_step(preset: str, batch: int, seq: int):
             state["s"], metrics = setup.train_step(state["s"], gbatch)
         return float(metrics["loss"])
 
-    flops = objective.model_flops_per_step(model_config, batch, seq, NUM_MASKED)
-    return step, flops
+    return step, flops.model_flops_per_step(model_config, batch, seq, NUM_MASKED)
 
 
 def run_one(name: str, shape: str, steps: int) -> dict:

@@ -1,6 +1,6 @@
 """Time and cost of a whole ablation table on a TPU slice, before running it.
 
-Pre-training: each row's training FLOPs (`runner.pretraining_flops`: every phase at its
+Pre-training: each row's training FLOPs (`cells.pretraining_flops`: every phase at its
 own length) at ``mfu`` of the slice's peak, or, with ``compile=True``, `bert_jax.pretraining.plan`'s
 estimate from the row's step compiled for the slice (also its memory per chip and
 whether it fits; minutes per row). Fine-tuning: per cell and seed, the steps of the
@@ -14,12 +14,14 @@ a lower bound. Cost: chip-hours times ``chip_hour_usd`` (0: not priced).
 from __future__ import annotations
 
 import math
+import os
 from typing import Any
 
 import ml_collections
 
-from bert_jax.ablations import runner
-from bert_jax.pretraining.objective import model_flops_per_step
+from bert_jax.ablations import cells
+from bert_jax.model.flops import model_flops_per_step
+from bert_jax.pretraining import plan
 from bert_jax.storage import atomic_files
 from bert_jax.training import hardware, run_config
 
@@ -47,7 +49,7 @@ def _hours(seconds: float) -> float:
 
 def finetune_flops(table: ml_collections.ConfigDict, row: str, column: str) -> float:
     """FLOPs of one seed of one cell (0 for ``lm_ppl`` and cells that do not apply)."""
-    plan = runner.cell_plan(table, row, column)
+    plan = cells.cell_plan(table, row, column)
     if plan["approach"] in ("lm_ppl", "n/a"):
         return 0.0
     config = plan["config"]
@@ -88,11 +90,9 @@ def estimate(
     sources = list(dict.fromkeys(table.row_settings[r].model_from for r in names))
     pretraining = []
     for source in sources:
-        flops = runner.pretraining_flops(table.rows[source])
+        flops = cells.pretraining_flops(table.rows[source])
         entry = {"row": source, "flops": flops, "seconds": flops / sustained}
         if compile:
-            from bert_jax.pretraining import plan
-
             report = plan.plan(table.rows[source], topology, mfu_assumed=mfu)
             entry.update(seconds=report.est_total_time_s, hbm_per_chip_bytes=report.hbm_per_chip_bytes,
                          fits=report.fits)  # fmt: skip
@@ -145,8 +145,6 @@ def markdown(p: dict[str, Any]) -> str:
 
 
 def write(p: dict[str, Any], workdir: str) -> str:
-    import os
-
     text = markdown(p)
     atomic_files.write_json(os.path.join(workdir, "plan.json"), p, indent=2)
     atomic_files.write_text(os.path.join(workdir, "plan.md"), text)

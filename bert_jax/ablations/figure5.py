@@ -14,7 +14,8 @@ from typing import Any
 import ml_collections
 
 from bert_jax.ablations import reports
-from bert_jax.ablations.runner import cell_done, cell_values, fill_cell, row_config
+from bert_jax.ablations.cells import cell_done, cell_values, fill_cell, row_config
+from bert_jax.pretraining import pretrain
 from bert_jax.storage import atomic_files
 
 
@@ -27,8 +28,6 @@ def latest_checkpoint_step(row_dir: str) -> int | None:
 def run(
     table: ml_collections.ConfigDict, workdir: str, names: list[str], cols: list[str], dry_run: bool
 ) -> dict[str, Any]:
-    from bert_jax.pretraining import pretrain
-
     steps = [int(s) for s in table.steps]
 
     def report() -> dict[str, Any]:
@@ -108,10 +107,10 @@ def write_figures(report: dict[str, Any], workdir: str) -> dict[str, str]:
 def _plot(lines: dict[str, list[tuple[int, float]]], label: str, stem: str) -> str:
     """``stem.png`` with matplotlib, else ``stem.svg``; returns the path."""
     try:
-        import matplotlib
+        import matplotlib  # deferred: matplotlib is heavy to import
 
         matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+        import matplotlib.pyplot as plt  # deferred: matplotlib is heavy to import
     except ImportError:
         return _svg(lines, label, f"{stem}.svg")
     fig, ax = plt.subplots(figsize=(5, 3.5))

@@ -52,7 +52,7 @@ def resolve(task: str, data_dir: str, cache: str) -> str:
 
 
 def _load(name: str, split: str, data_dir: str | None) -> list[dict[str, Any]]:
-    import tensorflow_datasets as tfds
+    import tensorflow_datasets as tfds  # deferred: TensorFlow Datasets is heavy to import
 
     return list(tfds.as_numpy(tfds.load(name, split=split, data_dir=data_dir)))
 
@@ -62,7 +62,7 @@ def _text(x: Any) -> str:
 
 
 def _write_conll(rows: list[dict[str, Any]], path: str, name: str, data_dir: str | None) -> None:
-    import tensorflow_datasets as tfds
+    import tensorflow_datasets as tfds  # deferred: TensorFlow Datasets is heavy to import
 
     features = tfds.builder(name, data_dir=data_dir).info.features
     names = {k: features[k].feature.names for k in ("pos", "chunks", "ner")}

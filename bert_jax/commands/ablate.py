@@ -1,4 +1,4 @@
-"""`bert-jax ablate --config=configs/runner.py:TABLE[.PRESET][+COLUMN...] --workdir=DIR
+"""`bert-jax ablate --config=configs/ablations.py:TABLE[.PRESET][+COLUMN...] --workdir=DIR
 [--rows=a,b] [--columns=c,d] [--set=key=value,...] [--finetune_set=key=value,...] [--dry_run]
 [--plan=TOPOLOGY [--mfu=0.45] [--chip_hour_usd=P] [--plan_compile]]`.
 
@@ -16,16 +16,20 @@ assuming `--mfu`.
 from __future__ import annotations
 
 import ast
+import os
 
 from absl import flags, logging
 from ml_collections import config_flags
+
+from bert_jax.ablations import cost, runner
+from bert_jax.training import run_config
 
 FLAGS = flags.FLAGS
 
 
 def define_flags() -> None:
     config_flags.DEFINE_config_file(
-        "config", None, "Ablation table, e.g. configs/runner.py:table5.demo+bbc.", lock_config=True
+        "config", None, "Ablation table, e.g. configs/ablations.py:table5.demo+bbc.", lock_config=True
     )
     flags.DEFINE_string("workdir", None, "One sub-folder per row, report.md and report.json.")
     flags.DEFINE_list("rows", None, "Only these rows (default: all).")
@@ -65,8 +69,6 @@ def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise SystemExit(f"unexpected arguments: {argv[1:]}")
     logging.set_verbosity(logging.WARNING)
-    from bert_jax.ablations import runner
-    from bert_jax.training import run_config
 
     table = FLAGS.config
     if FLAGS.set:
@@ -79,12 +81,9 @@ def main(argv: list[str]) -> None:
                 if "finetune" in column:
                     run_config.set_keys(column.finetune, _overrides(FLAGS.finetune_set))
     if FLAGS.plan:
-        import os
-
         if FLAGS.plan_compile:  # as `bert-jax plan`: the TPU compiler runs here without a TPU
             os.environ.setdefault("JAX_PLATFORMS", "cpu")
             os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
-        from bert_jax.ablations import cost
 
         plan = cost.estimate(
             table, FLAGS.plan, FLAGS.mfu, FLAGS.chip_hour_usd, FLAGS.rows, FLAGS.columns, FLAGS.plan_compile

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from absl import flags
 
+from bert_jax.data import corpora, tokenization
+
 FLAGS = flags.FLAGS
 
 
@@ -27,7 +29,6 @@ def define_flags() -> None:
 def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise SystemExit(f"unexpected arguments: {argv[1:]}")
-    from bert_jax.data import corpora, tokenization
 
     if FLAGS.input_file:
         docs = corpora.load_documents("text", FLAGS.input_file)

@@ -18,6 +18,8 @@ from typing import Any, NoReturn
 
 from absl import app, flags
 
+from bert_jax.training.run_config import REMOVED_KEYS
+
 # name -> (module, one-line description)
 COMMANDS: dict[str, tuple[str, str]] = {
     "convert": (
@@ -92,8 +94,6 @@ def flag_error_message(error: Exception, args: list[str]) -> str:
             name = arg.lstrip("-").split("=", 1)[0]
             flag, _, path = name.partition(".")
             if path and key in path.split("."):
-                from bert_jax.training.run_config import REMOVED_KEYS
-
                 if path in REMOVED_KEYS:
                     return f"config key {path!r} (from {arg}) was removed: set --{flag}.{REMOVED_KEYS[path]}"
                 return f"unknown config key {path!r} (from {arg}): --{flag} has no such field"

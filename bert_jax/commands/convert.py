@@ -8,6 +8,9 @@ from __future__ import annotations
 
 from absl import flags, logging
 
+from bert_jax import convert
+from bert_jax.data import tokenization
+
 FLAGS = flags.FLAGS
 
 
@@ -42,8 +45,6 @@ def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise SystemExit(f"unexpected arguments: {argv[1:]}")
     logging.set_verbosity(logging.WARNING)
-    from bert_jax import convert
-    from bert_jax.data import tokenization
 
     params, config = convert.load_checkpoint(FLAGS.src, vocab_pad_multiple=FLAGS.vocab_pad_multiple or None)
     vocab = FLAGS.vocab_file or tokenization.vocab_beside(FLAGS.src)  # refuses before writing

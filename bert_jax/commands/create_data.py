@@ -9,7 +9,11 @@ host (`pretraining_examples.to_features`), per instance, as the original.
 
 from __future__ import annotations
 
+import numpy as np
 from absl import flags
+from tqdm import tqdm
+
+from bert_jax.data import masking, prepare, tfrecords
 
 FLAGS = flags.FLAGS
 
@@ -37,18 +41,16 @@ def define_flags() -> None:
 def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise SystemExit(f"unexpected arguments: {argv[1:]}")
-    import numpy as np
-    import tensorflow as tf
-    from tqdm import tqdm
-
-    from bert_jax.data import prepare, pretraining_examples, tfrecords
+    import tensorflow as tf  # deferred: TensorFlow is heavy to import
 
     inputs = prepare.list_inputs(FLAGS.input_file)
     opts = prepare.Options.from_flags(FLAGS).resolved()
     tok = prepare.load_tokenizer(opts)
-    masking = pretraining_examples.MaskingConfig(
+    spec = masking.MaskingSpec.of(
+        tok.special,
+        tok.vocab_size,
+        FLAGS.max_predictions_per_seq,
         masked_lm_prob=FLAGS.masked_lm_prob,
-        max_predictions_per_seq=FLAGS.max_predictions_per_seq,
         whole_word_masking=FLAGS.do_whole_word_mask,
     )
     names = tfrecords.shard_names(FLAGS.output_file, FLAGS.num_shards)
@@ -60,15 +62,8 @@ def main(argv: list[str]) -> None:
         for dupe in range(opts.dupe_factor):
             rng = np.random.default_rng([opts.random_seed, index, dupe, 1])  # the masks
             for inst in prepare.shard_instances(docs, opts, tok.special, [opts.random_seed, index, dupe]):
-                feats = pretraining_examples.to_features(
-                    inst,
-                    rng,
-                    opts.max_seq_length,
-                    masking,
-                    tok.special,
-                    tok.vocab_size,
-                    tok.is_continuation if FLAGS.do_whole_word_mask else None,
-                )
+                continuation = tok.is_continuation if FLAGS.do_whole_word_mask else None
+                feats = masking.to_features(inst, rng, opts.max_seq_length, spec, continuation)
                 writers[written % len(writers)].write(tfrecords.serialize(feats))
                 written += 1
     for w in writers:

@@ -12,6 +12,8 @@ import sys
 
 from absl import flags
 
+from bert_jax.tasks import scorers, squad
+
 FLAGS = flags.FLAGS
 
 
@@ -37,7 +39,6 @@ def _load(path: str, what: str):
 def main(argv: list[str]) -> None:
     if len(argv) != 3:
         raise SystemExit("usage: bert-jax eval-squad --version=1.1|2.0 DATA_FILE PRED_FILE")
-    from bert_jax.tasks import scorers, squad
 
     data_file, pred_file = argv[1], argv[2]
     try:

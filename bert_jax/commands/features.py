@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import numpy as np
 from absl import flags, logging
+
+from bert_jax import convert
+from bert_jax.data import tokenization
+from bert_jax.model import features
 
 FLAGS = flags.FLAGS
 
@@ -27,11 +32,6 @@ def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise SystemExit(f"unexpected arguments: {argv[1:]}")
     logging.set_verbosity(logging.WARNING)
-    import numpy as np
-
-    from bert_jax import convert
-    from bert_jax.data import tokenization
-    from bert_jax.model import features
 
     params, config = convert.load_checkpoint(FLAGS.checkpoint)
     vocab = FLAGS.vocab_file or tokenization.vocab_beside(FLAGS.checkpoint)

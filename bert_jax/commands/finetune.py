@@ -7,8 +7,12 @@ seeds) into DIR/bs<B>_lr<LR>_ep<E>_seed<S>/ and writes DIR/sweep_table.md.
 
 from __future__ import annotations
 
+import os
+
 from absl import flags, logging
 from ml_collections import config_flags
+
+from bert_jax.finetuning import finetune, sweep
 
 FLAGS = flags.FLAGS
 
@@ -26,9 +30,6 @@ def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise SystemExit(f"unexpected arguments: {argv[1:]}")
     logging.set_verbosity(logging.WARNING)
-    import os
-
-    from bert_jax.finetuning import finetune, sweep
 
     workdir = os.path.abspath(FLAGS.workdir)
     if FLAGS.sweep:

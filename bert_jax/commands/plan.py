@@ -12,6 +12,8 @@ import os
 from absl import flags, logging
 from ml_collections import config_flags
 
+from bert_jax.pretraining import plan
+
 FLAGS = flags.FLAGS
 
 
@@ -34,7 +36,6 @@ def main(argv: list[str]) -> None:
     # Compiling needs no TPU, so two planners (or a test runner and a planner) may load
     # libtpu at once; without this the second one fails on libtpu's lock file.
     os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
-    from bert_jax.pretraining import plan
 
     report = plan.plan(FLAGS.config, FLAGS.topology, mfu_assumed=FLAGS.mfu)
     print(plan.format_report(report))

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from absl import flags
 
+from bert_jax.data import prepare
+
 FLAGS = flags.FLAGS
 
 
@@ -49,7 +51,6 @@ def define_flags() -> None:
 def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise SystemExit(f"unexpected arguments: {argv[1:]}")
-    from bert_jax.data import prepare
 
     if bool(FLAGS.input_file) == bool(FLAGS.tfds_name):
         raise SystemExit("pass exactly one of --input_file and --tfds_name")

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import os
 
+import jax
 from absl import flags, logging
 from ml_collections import config_flags
+
+from bert_jax.pretraining import pretrain
 
 FLAGS = flags.FLAGS
 
@@ -28,8 +31,6 @@ def define_flags() -> None:
 
 def initialize_distributed() -> None:
     """Multi-host start-up: before anything touches a device."""
-    import jax
-
     if FLAGS.coordinator_address:
         jax.distributed.initialize(
             coordinator_address=FLAGS.coordinator_address,
@@ -46,6 +47,5 @@ def main(argv: list[str]) -> None:
     # Orbax logs every save step at INFO; keep the console to the progress lines.
     logging.set_verbosity(logging.WARNING)
     initialize_distributed()
-    from bert_jax.pretraining import pretrain
 
     pretrain.train_and_evaluate(FLAGS.config, FLAGS.workdir)

@@ -10,6 +10,8 @@ import json
 
 from absl import flags
 
+from bert_jax.data import tokenization
+
 FLAGS = flags.FLAGS
 
 
@@ -34,7 +36,6 @@ def read_lines(text: str) -> list[str]:
 def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise SystemExit(f"unexpected arguments: {argv[1:]}")
-    from bert_jax.data import tokenization
 
     tok = tokenization.load_tokenizer(FLAGS.vocab_file or "", FLAGS.do_lower_case)
     with open(FLAGS.input, encoding="utf-8", errors="replace", newline="") as f:

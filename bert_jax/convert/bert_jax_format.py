@@ -7,7 +7,9 @@ from __future__ import annotations
 import json
 import os
 
+import jax
 import numpy as np
+import orbax.checkpoint as ocp
 from absl import logging
 
 from bert_jax.convert import layout
@@ -20,8 +22,6 @@ def save_bert_jax(folder: str, params: Params, config: BertConfig) -> None:
 
     The tensors are written unpadded; the config keeps `vocab_pad_multiple`, so that a
     load pads them again."""
-    import orbax.checkpoint as ocp
-
     params = layout.canonical(params, config)
     layout.validate(params, config, "params to export")
     folder = os.path.abspath(folder)
@@ -39,9 +39,6 @@ def _restore_workdir_params(workdir: str) -> Params:
     A partial restore: the optimizer state (twice the size of the params for Adam) is
     never read.
     """
-    import jax
-    import orbax.checkpoint as ocp
-
     manager = ocp.CheckpointManager(
         os.path.join(workdir, "checkpoints"), item_handlers=ocp.PyTreeCheckpointHandler()
     )
@@ -78,8 +75,6 @@ def load_bert_jax(path: str, expected: BertConfig | None = None) -> tuple[Params
     `bert_config.json`) load unpadded, as they were saved; a workdir whose checkpoints
     hold more vocabulary rows than its config says (a run resumed with padding) loads
     with the padding its config gives."""
-    import orbax.checkpoint as ocp
-
     path = os.path.abspath(path)
     config = layout.read_config(os.path.join(path, "bert_config.json"), path)
     layout.check_expected(config, expected, path)

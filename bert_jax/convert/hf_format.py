@@ -4,10 +4,12 @@ without the ``cls.*`` pre-training heads."""
 
 from __future__ import annotations
 
+import json
 import os
 from typing import Any
 
 import numpy as np
+from safetensors.numpy import load_file, save_file
 
 from bert_jax.convert import layout, names
 from bert_jax.convert.layout import Params
@@ -95,14 +97,12 @@ def _read_state(folder: str) -> dict[str, np.ndarray]:
     st = os.path.join(folder, "model.safetensors")
     pt = os.path.join(folder, "pytorch_model.bin")
     if os.path.exists(st):
-        from safetensors.numpy import load_file
-
         try:
             return load_file(st)
         except Exception as e:
             raise ValueError(f"{st} is not a readable safetensors file: {e}") from e
     if os.path.exists(pt):
-        import torch
+        import torch  # deferred: PyTorch is heavy to import
 
         try:
             raw = torch.load(pt, map_location="cpu", weights_only=True)
@@ -119,10 +119,6 @@ def load_hf(folder: str, expected: BertConfig | None = None) -> tuple[Params, Be
 
 
 def save_hf(folder: str, params: Params, config: BertConfig) -> None:
-    import json
-
-    from safetensors.numpy import save_file
-
     os.makedirs(folder, exist_ok=True)
     state = to_hf_state_dict(params, config)
     # safetensors refuses shared memory: the tied decoder is written as its own copy.

@@ -12,11 +12,16 @@ import json
 import os
 from typing import Any
 
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
 import numpy as np
 
 from bert_jax.convert import names
 from bert_jax.model import param_shapes, vocab_padding
 from bert_jax.model.config import ARCHITECTURE_KEYS, SHAPE_KEYS, BertConfig
+from bert_jax.model.encoder import BertModel, unstack_layers
+from bert_jax.model.heads import BertForPreTraining
 
 Params = dict[str, Any]
 
@@ -49,13 +54,6 @@ def unpadded(config: BertConfig) -> BertConfig:
 def expected_tree(config: BertConfig, heads: bool) -> Params:
     """Abstract params of `BertForPreTraining` (or, without `heads`, ``{"bert": encoder}``)
     for `config`, from the model itself (`jax.eval_shape`: nothing is allocated)."""
-    import flax.linen as nn
-    import jax
-    import jax.numpy as jnp
-
-    from bert_jax.model.encoder import BertModel
-    from bert_jax.model.heads import BertForPreTraining
-
     config = config.replace(scan_layers=False)
     ids = jnp.zeros((1, 4), jnp.int32)
     if heads:
@@ -85,8 +83,6 @@ def canonical(params: Params, config: BertConfig) -> Params:
     leading [L] axis; checkpoints on disk always use ``encoder/layer_i`` names so that a
     scanned and an unscanned run share them. Vocabulary padding rows are dropped.
     """
-    from bert_jax.model.encoder import unstack_layers
-
     params = unstack_layers(params, config.num_hidden_layers)
     params = nest({p: np.asarray(v) for p, v in flatten(params).items()})
     return vocab_padding.resize_vocab(params, config.vocab_size, config.vocab_size)

@@ -28,7 +28,7 @@ def _tf_prefix(path: str) -> str:
 
 
 def load_tf(path: str, expected: BertConfig | None = None) -> tuple[Params, BertConfig]:
-    import tensorflow as tf
+    import tensorflow as tf  # deferred: TensorFlow is heavy to import
 
     prefix = _tf_prefix(path)
     config = layout.read_config(os.path.join(os.path.dirname(prefix), "bert_config.json"), prefix)
@@ -57,7 +57,7 @@ def load_tf(path: str, expected: BertConfig | None = None) -> tuple[Params, Bert
 def save_tf(prefix: str, params: Params, config: BertConfig) -> None:
     """Writes the original release's variable names (tf.compat.v1 Saver), bert_config.json beside."""
     layout.check_exportable(config, "tf")
-    import tensorflow as tf
+    import tensorflow as tf  # deferred: TensorFlow is heavy to import
 
     params = layout.canonical(params, config)
     layout.validate(params, config, "params to export")

@@ -1,4 +1,4 @@
-"""Raw corpora → documents (lists of sentences), the input of `pretraining_data.py`.
+"""Raw corpora → documents (lists of sentences), the input of `pretraining_examples.py`.
 
 Formats:
 - ``text``: the original `create_pretraining_data.py` format — one sentence per line,
@@ -25,6 +25,8 @@ import logging
 import os
 import re
 from collections.abc import Iterator
+
+from bert_jax.data import bbc_news
 
 log = logging.getLogger(__name__)
 
@@ -145,11 +147,10 @@ def read_text_files(pattern: str) -> Iterator[Document]:
 
 
 def read_bbc_news(data_dir: str = "") -> Iterator[Document]:
-    """The train-split articles of the `bbc` task (see the module docstring)."""
-    from bert_jax.tasks import bbc
-
-    for ex in bbc.read(data_dir, "train"):
-        yield [ex.text_a] + [s for p in (ex.text_b or "").split("\n") for s in split_sentences(p)]
+    """The train-split BBC News articles (`bbc_news`; the `bbc` task's dev articles are
+    never pre-trained on): the title, then the body's sentences."""
+    for a in bbc_news.read_articles(data_dir, "train"):
+        yield [a.title] + [s for p in a.body.split("\n") for s in split_sentences(p)]
 
 
 def read_tfds(
@@ -157,7 +158,7 @@ def read_tfds(
 ) -> Iterator[Document]:
     """A TFDS text dataset (e.g. ``wikipedia/20230601.en``): each example one document;
     with ``parts`` > 1 only part ``part`` of ``tfds.even_splits(split, parts)``."""
-    import tensorflow_datasets as tfds
+    import tensorflow_datasets as tfds  # deferred: TensorFlow Datasets is heavy to import
 
     if parts > 1:
         split = tfds.even_splits(split, n=parts)[part]

@@ -1,17 +1,21 @@
-"""Dynamic masked-LM masking on the device, inside `jit`, from a counter-based RNG.
+"""The masked-LM rule (§3.1, Appendix C.2): one description (`MaskingSpec`), drawn on the
+device inside `jit` for training (`mask_batch`) and on the host as the reference
+(`mask_tokens`, `to_features`: the original's static masks of `bert-jax create-data`,
+which the device path is tested against).
 
-The host feeds unmasked token ids; each row's masks are a pure function of
+On the device the host feeds unmasked token ids; each row's masks are a pure function of
 ``(mask_seed, epoch, example_id)`` (threefry keys folded in that order), so they are the
 same whatever the batch, the mesh or the number of hosts, and a resume reproduces them
 exactly. Fresh masks every epoch (dynamic masking, RoBERTa's default) come from the
 epoch; static masks (the original's) from passing epoch 0 always.
 
-The rule is the original `create_pretraining_data.py`'s (see `pretraining_data.mask_tokens`,
-the host-side reference, which tests compare against): candidates are all tokens but
+The rule is the original `create_pretraining_data.py`'s: candidates are all tokens but
 [CLS]/[SEP]/[PAD]; ``k = min(max_predictions, max(1, round(n * masked_lm_prob)))``;
 words are visited in random order and taken while they fit in ``k`` (a whole-word-masking
 word is all of its pieces, skipped if it does not fit); each taken word becomes [MASK]
-(80%), a random token (10%) or stays (10%), one decision per word.
+(80%), a random token (10%) or stays (10%), one decision per word (ratios configurable:
+the paper's Appendix C.2 ablation). Whole-word masking decides once per word for all of
+its pieces (the original decides per piece: google-research/bert#910).
 """
 
 from __future__ import annotations
@@ -21,6 +25,9 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+from bert_jax.data import pretraining_examples
+from bert_jax.data.tokenization import SpecialIds
 
 # What the host feeds when masks are drawn on the device.
 RAW_KEYS = (
@@ -36,6 +43,10 @@ RAW_KEYS = (
 
 @dataclasses.dataclass(frozen=True)
 class MaskingSpec:
+    """What is masked: at most `max_predictions_per_seq` tokens per row, ``masked_lm_prob``
+    of its candidates, each [MASK] / random / kept with the given odds; the vocabulary's
+    special ids and size say what is never a candidate and what a random token is."""
+
     max_predictions_per_seq: int
     vocab_size: int
     cls_id: int
@@ -53,6 +64,13 @@ class MaskingSpec:
             raise ValueError(f"objective {self.objective!r}: mlm or ltr")
         if self.mask_token_prob + self.random_token_prob > 1 + 1e-9:
             raise ValueError("mask_token_prob + random_token_prob must be at most 1")
+
+    @classmethod
+    def of(cls, special: SpecialIds, vocab_size: int, max_predictions_per_seq: int, **rule) -> MaskingSpec:
+        """The spec for a vocabulary's special ids; `rule`: the probabilities, whole-word
+        masking and the objective."""
+        ids = dict(cls_id=special.cls, sep_id=special.sep, pad_id=special.pad, mask_id=special.mask)
+        return cls(max_predictions_per_seq=max_predictions_per_seq, vocab_size=vocab_size, **ids, **rule)
 
     def num_to_predict(self, max_seq_length: int) -> np.ndarray:
         """k for every candidate count 0..S, with Python's rounding (as the original)."""
@@ -145,3 +163,83 @@ def mask_batch(
         "masked_lm_weights": weights.astype(jnp.float32),
         "next_sentence_labels": batch["next_sentence_labels"].astype(jnp.int32),
     }
+
+
+# --- the host reference ----------------------------------------------------------------
+
+
+def mask_tokens(
+    tokens: np.ndarray, rng: np.random.Generator, spec: MaskingSpec, is_continuation: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(masked tokens, positions, original ids): the masked-LM targets of one instance.
+
+    [CLS], [SEP] and padding are never candidates. With whole-word masking a word's
+    pieces (a piece and its following ``##`` pieces) are chosen, and replaced, together.
+    """
+    specials = {spec.cls_id, spec.sep_id, spec.pad_id}
+    candidates = [i for i, t in enumerate(tokens.tolist()) if t not in specials]
+    words: list[list[int]] = []
+    for i in candidates:
+        if (
+            spec.whole_word_masking
+            and words
+            and is_continuation is not None
+            and is_continuation[tokens[i]]
+            and words[-1][-1] == i - 1
+        ):
+            words[-1].append(i)
+        else:
+            words.append([i])
+    num_to_predict = min(spec.max_predictions_per_seq, max(1, round(len(candidates) * spec.masked_lm_prob)))
+    order = rng.permutation(len(words))
+    output = tokens.copy()
+    chosen: list[int] = []
+    for w in order:
+        word = words[w]
+        if len(chosen) + len(word) > num_to_predict:
+            continue
+        r = rng.random()  # one decision per word (per piece when not whole-word)
+        for i in word:
+            if r < spec.mask_token_prob:
+                output[i] = spec.mask_id
+            elif r < spec.mask_token_prob + spec.random_token_prob:
+                output[i] = int(rng.integers(0, spec.vocab_size))
+            chosen.append(i)
+        if len(chosen) >= num_to_predict:
+            break
+    positions = np.array(sorted(chosen), np.int32)
+    return output, positions, tokens[positions]
+
+
+def to_features(
+    instance: pretraining_examples.Instance,
+    rng: np.random.Generator,
+    max_seq_length: int,
+    spec: MaskingSpec,
+    is_continuation: np.ndarray | None = None,
+) -> dict[str, np.ndarray]:
+    """One instance → the original feature dict (padded), with fresh masks from `rng`."""
+    if spec.objective == "ltr":
+        # Left-to-right LM: the hidden state at i (seeing tokens <= i) predicts token i + 1.
+        k = min(spec.max_predictions_per_seq, len(instance.tokens) - 1)
+        masked, positions = instance.tokens, np.arange(k, dtype=np.int32)
+        labels = instance.tokens[1 : k + 1]
+    else:
+        masked, positions, labels = mask_tokens(instance.tokens, rng, spec, is_continuation)
+    n, p = len(masked), spec.max_predictions_per_seq
+    out = {
+        "input_ids": np.full(max_seq_length, spec.pad_id, np.int32),
+        "input_mask": np.zeros(max_seq_length, np.int32),
+        "segment_ids": np.zeros(max_seq_length, np.int32),
+        "masked_lm_positions": np.zeros(p, np.int32),
+        "masked_lm_ids": np.zeros(p, np.int32),
+        "masked_lm_weights": np.zeros(p, np.float32),
+        "next_sentence_labels": np.array(int(instance.is_random_next), np.int32),
+    }
+    out["input_ids"][:n] = masked
+    out["input_mask"][:n] = 1
+    out["segment_ids"][:n] = instance.segment_ids
+    out["masked_lm_positions"][: len(positions)] = positions
+    out["masked_lm_ids"][: len(positions)] = labels
+    out["masked_lm_weights"][: len(positions)] = 1.0
+    return out

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
-import functools
 import glob
 import json
 import multiprocessing
@@ -31,6 +30,7 @@ import sys
 import time
 
 import numpy as np
+from tqdm import tqdm
 
 from bert_jax.data import corpora, pretraining_examples, records, tokenization
 from bert_jax.storage import atomic_files
@@ -140,14 +140,9 @@ def list_inputs(
     return [Input(f) for f in files]
 
 
-@functools.lru_cache(maxsize=2)
-def _tokenizer(vocab_file: str, do_lower_case: bool, kind: str):
-    return tokenization.load_tokenizer(vocab_file, do_lower_case, kind)
-
-
 def load_tokenizer(opts: Options):
     """The tokenizer of a preparation (loaded once per process)."""
-    return _tokenizer(opts.vocab_file, opts.do_lower_case, opts.tokenizer)
+    return tokenization.cached_tokenizer(opts.vocab_file, opts.do_lower_case, opts.tokenizer)
 
 
 def tokenize_documents(tok, texts: list[corpora.Document]) -> list[pretraining_examples.TokenDoc]:
@@ -186,7 +181,7 @@ def prepare_shard(item: Input, index: int, count: int, out_dir: str, opts: Optio
     tok = load_tokenizer(opts)
     dtype = records.token_dtype(tok.vocab_size)
     # Held out by document before tokenizing, as a vocabulary learned on the training
-    # documents (`input_pipeline.vocab_file_of`) chooses them.
+    # documents (`sources.vocab_file_of`) chooses them.
     train_text, held_out_text = split_held_out(item.documents(), opts.eval_fraction, index)
     train, held_out = tokenize_documents(tok, train_text), tokenize_documents(tok, held_out_text)
     docs = train + held_out
@@ -257,8 +252,6 @@ def write_metadata(out_dir: str, inputs: list[Input], opts: Options) -> dict | N
 
 
 def _progress(total: int, unit: str):
-    from tqdm import tqdm
-
     return tqdm(total=total, unit=unit, unit_scale=True, desc="prepare-data", file=sys.stderr, smoothing=0.1)
 
 

@@ -3,11 +3,8 @@
 Documents of tokenized sentences → ``[CLS] A [SEP] B [SEP]`` instances filling
 ``max_seq_length - 3`` tokens (10% of the time a shorter random target length), where B is
 the actual continuation half of the time (IsNext) and a span of a random other document
-otherwise (NotNext); the pair is truncated at random from the front or the back. Then
-masked-LM targets: 15% of the non-special tokens (at most ``max_predictions_per_seq``), of
-which 80% become [MASK], 10% a random token and 10% stay unchanged (ratios configurable,
-the paper's appendix C.2 ablation). Whole-word masking decides once per word for all of
-its pieces (the original decides per piece: google-research/bert#910).
+otherwise (NotNext); the pair is truncated at random from the front or the back. Their masked-LM
+targets are drawn later, by `masking` (the rule's one description).
 
 RoBERTa's FULL-SENTENCES rows (Liu et al., 2019, §4.2; the packed rows of Cramming and
 MosaicBERT) are the alternative without NSP (`create_full_sentence_instances`): the
@@ -39,23 +36,6 @@ class Instance:
     @property
     def segment_ids(self) -> np.ndarray:
         return (np.arange(len(self.tokens)) >= self.num_a).astype(np.int32)
-
-
-@dataclasses.dataclass(frozen=True)
-class MaskingConfig:
-    masked_lm_prob: float = 0.15
-    max_predictions_per_seq: int = 20
-    mask_token_prob: float = 0.8
-    random_token_prob: float = 0.1  # the rest (0.1) keeps the original token
-    whole_word_masking: bool = False
-    # "mlm", or "ltr": no masking, position i predicts token i + 1 (with a causal model).
-    objective: str = "mlm"
-
-    def __post_init__(self) -> None:
-        if self.objective not in ("mlm", "ltr"):
-            raise ValueError(f"objective {self.objective!r}: mlm or ltr")
-        if self.mask_token_prob + self.random_token_prob > 1 + 1e-9:
-            raise ValueError("mask_token_prob + random_token_prob must be at most 1")
 
 
 def _truncate_pair(a: list[int], b: list[int], max_tokens: int, rng: np.random.Generator) -> None:
@@ -178,91 +158,3 @@ def create_full_sentence_instances(
             out.append(Instance(row, len(row), False))
     order = rng.permutation(len(out))
     return [out[i] for i in order]
-
-
-def mask_tokens(
-    tokens: np.ndarray,
-    rng: np.random.Generator,
-    config: MaskingConfig,
-    special: SpecialIds,
-    vocab_size: int,
-    is_continuation: np.ndarray | None = None,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(masked tokens, positions, original ids): the masked-LM targets of one instance.
-
-    [CLS], [SEP] and padding are never candidates. With whole-word masking a word's
-    pieces (a piece and its following ``##`` pieces) are chosen, and replaced, together.
-    """
-    specials = {special.cls, special.sep, special.pad}
-    candidates = [i for i, t in enumerate(tokens.tolist()) if t not in specials]
-    words: list[list[int]] = []
-    for i in candidates:
-        if (
-            config.whole_word_masking
-            and words
-            and is_continuation is not None
-            and is_continuation[tokens[i]]
-            and words[-1][-1] == i - 1
-        ):
-            words[-1].append(i)
-        else:
-            words.append([i])
-    num_to_predict = min(
-        config.max_predictions_per_seq, max(1, round(len(candidates) * config.masked_lm_prob))
-    )
-    order = rng.permutation(len(words))
-    output = tokens.copy()
-    chosen: list[int] = []
-    for w in order:
-        word = words[w]
-        if len(chosen) + len(word) > num_to_predict:
-            continue
-        r = rng.random()  # one decision per word (per piece when not whole-word)
-        for i in word:
-            if r < config.mask_token_prob:
-                output[i] = special.mask
-            elif r < config.mask_token_prob + config.random_token_prob:
-                output[i] = int(rng.integers(0, vocab_size))
-            chosen.append(i)
-        if len(chosen) >= num_to_predict:
-            break
-    positions = np.array(sorted(chosen), np.int32)
-    return output, positions, tokens[positions]
-
-
-def to_features(
-    instance: Instance,
-    rng: np.random.Generator,
-    max_seq_length: int,
-    masking: MaskingConfig,
-    special: SpecialIds,
-    vocab_size: int,
-    is_continuation: np.ndarray | None = None,
-) -> dict[str, np.ndarray]:
-    """One instance → the original feature dict (padded), with fresh masks from `rng`."""
-    if masking.objective == "ltr":
-        # Left-to-right LM: the hidden state at i (seeing tokens <= i) predicts token i + 1.
-        k = min(masking.max_predictions_per_seq, len(instance.tokens) - 1)
-        masked, positions = instance.tokens, np.arange(k, dtype=np.int32)
-        labels = instance.tokens[1 : k + 1]
-    else:
-        masked, positions, labels = mask_tokens(
-            instance.tokens, rng, masking, special, vocab_size, is_continuation
-        )
-    n, p = len(masked), masking.max_predictions_per_seq
-    out = {
-        "input_ids": np.full(max_seq_length, special.pad, np.int32),
-        "input_mask": np.zeros(max_seq_length, np.int32),
-        "segment_ids": np.zeros(max_seq_length, np.int32),
-        "masked_lm_positions": np.zeros(p, np.int32),
-        "masked_lm_ids": np.zeros(p, np.int32),
-        "masked_lm_weights": np.zeros(p, np.float32),
-        "next_sentence_labels": np.array(int(instance.is_random_next), np.int32),
-    }
-    out["input_ids"][:n] = masked
-    out["input_mask"][:n] = 1
-    out["segment_ids"][:n] = instance.segment_ids
-    out["masked_lm_positions"][: len(positions)] = positions
-    out["masked_lm_ids"][: len(positions)] = labels
-    out["masked_lm_weights"][: len(positions)] = 1.0
-    return out

@@ -53,7 +53,7 @@ def file_sha256(path: str) -> str:
 
 
 def encode(instances: list, max_seq_length: int, pad_id: int, dtype: np.dtype) -> np.ndarray:
-    """Instances (`pretraining_data.Instance`) → records ``[n, max_seq_length + 3]``."""
+    """Instances (`pretraining_examples.Instance`) → records ``[n, max_seq_length + 3]``."""
     out = np.full((len(instances), record_width(max_seq_length)), pad_id, dtype)
     if not instances:
         return out

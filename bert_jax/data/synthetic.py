@@ -1,6 +1,6 @@
 """Random pre-training batches with the real feature layout, for tests and benchmarks.
 
-Same interface as `input_pipeline.create_pretrain_iterator`: global batch ``k`` is a pure
+Rows in the layout of `sources.data_batches`: global batch ``k`` is a pure
 function of (seed, k), each host keeps its rows, so resumption and host-count
 independence hold exactly as for real data.
 """

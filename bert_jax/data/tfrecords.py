@@ -31,7 +31,7 @@ def shard_names(prefix: str, num_shards: int) -> list[str]:
 
 
 def serialize(features: dict[str, np.ndarray]) -> bytes:
-    import tensorflow as tf
+    import tensorflow as tf  # deferred: TensorFlow is heavy to import
 
     def ints(v: np.ndarray) -> tf.train.Feature:
         return tf.train.Feature(int64_list=tf.train.Int64List(value=np.ravel(v).tolist()))
@@ -44,7 +44,7 @@ def serialize(features: dict[str, np.ndarray]) -> bytes:
 
 
 def _parser(max_seq_length: int, max_predictions_per_seq: int):
-    import tensorflow as tf
+    import tensorflow as tf  # deferred: TensorFlow is heavy to import
 
     s, p = max_seq_length, max_predictions_per_seq
     spec = {
@@ -79,7 +79,7 @@ def create_iterator(
     repeat: bool = True,
     shuffle_buffer: int = 10_000,
 ) -> Iterator[dict[str, np.ndarray]]:
-    import tensorflow as tf
+    import tensorflow as tf  # deferred: TensorFlow is heavy to import
 
     tf.config.set_visible_devices([], "GPU")
     files = sorted(f for pattern in input_files.split(",") for f in glob.glob(pattern))

@@ -25,25 +25,27 @@ import ml_collections
 import numpy as np
 import optax
 
-from bert_jax import convert, tasks
+from bert_jax import convert
 from bert_jax.data import tokenization
-from bert_jax.finetuning.finetune import bucket_length, cut_to_length, epoch_batch
+from bert_jax.finetuning.batches import bucket_length, cut_to_length, epoch_batch
 from bert_jax.model import features
 from bert_jax.model.bilstm import FeatureBiLSTM
 from bert_jax.model.encoder import BertModel
 from bert_jax.storage import atomic_files
 from bert_jax.tasks import classification, ner
+from bert_jax.tasks.base import Task
+from bert_jax.tasks.registry import get_task
 from bert_jax.training.metric_writer import format_eta
 
 
 def supports(task_name: str) -> bool:
     """Whether the feature-based approach serves the task: NER, or sentence(-pair)
     classification and regression (not span extraction or multiple choice)."""
-    task = tasks.get_task(task_name)
+    task = get_task(task_name)
     return isinstance(task, ner.NerTask | classification.ClassificationTask)
 
 
-def _model(task: tasks.Task, settings: ml_collections.ConfigDict, combine: str) -> FeatureBiLSTM:
+def _model(task: Task, settings: ml_collections.ConfigDict, combine: str) -> FeatureBiLSTM:
     size, layers = int(settings.lstm_size), int(settings.lstm_layers)
     if isinstance(task, ner.NerTask):
         return FeatureBiLSTM(len(ner.TAGS), size, layers, combine)
@@ -61,9 +63,7 @@ def layer_indices(spec: str, num_layers: int) -> list[int]:
     return index
 
 
-def _functions(
-    encoder: BertModel, model: FeatureBiLSTM, task: tasks.Task, index: list[int], tx: Any
-) -> tuple:
+def _functions(encoder: BertModel, model: FeatureBiLSTM, task: Task, index: list[int], tx: Any) -> tuple:
     """(states, step, predict): the frozen encoder's chosen layers, the jitted training
     step of the BiLSTM and its jitted logits. The encoder's parameters are an argument of
     the compiled functions, not constants in them."""
@@ -106,7 +106,7 @@ def train(
     tok = tokenization.load_tokenizer(
         config.vocab_file or tokenization.vocab_beside(checkpoint), config.do_lower_case
     )
-    task = tasks.get_task(config.task)
+    task = get_task(config.task)
     model = _model(task, settings, combine)
     train_split, dev = task.load(config, tok, "train"), task.load(config, tok, "dev")
     index = layer_indices(layers, bert_config.num_hidden_layers)
@@ -129,7 +129,7 @@ def train(
             losses.append(loss)
             tokens += int(rows["input_mask"].sum())
         outputs = _predict(lambda p, b: predict(p, bert_params, b), params, dev, int(config.eval_batch_size))
-        scores = task.evaluate(outputs, dev, os.path.join(workdir, "eval", f"epoch{epoch}", "dev"))
+        scores = task.score(outputs, dev, os.path.join(workdir, "eval", f"epoch{epoch}", "dev"))
         entry = {"epoch": epoch, "train_loss": float(np.mean(jax.device_get(losses))),
                  "seconds": time.time() - start, **scores}  # fmt: skip
         epochs.append(entry)

@@ -3,7 +3,7 @@ trained with AdamW, 10% warmup then linear decay, dropout 0.1; dev metrics every
 
 One job for every task in `bert_jax.tasks` (GLUE, BBC News, SQuAD, CoNLL-2003, SWAG): the
 task supplies the head, the model-ready arrays of each split, its loss and its scorer; the
-engine (`engine.py`, `training_loop.py`) supplies what pre-training has: gradient
+engine (`training/engine.py`, `training/loop.py`) supplies what pre-training has: gradient
 accumulation, bf16 compute, sharding over the mesh, checkpoints every
 ``checkpoint_every_steps`` with exact resume (same batches, same dropout) and SIGTERM
 save. The encoder comes from any checkpoint `convert.load_checkpoint` reads (a bert_jax
@@ -38,10 +38,12 @@ import numpy as np
 from bert_jax import convert
 from bert_jax.data import tokenization
 from bert_jax.finetuning import packing
+from bert_jax.finetuning.batches import bucket_length, cut_to_length, epoch_batch
 from bert_jax.finetuning.outputs import EpochHistory, load_saved_params, save_model, write_json
 from bert_jax.model import param_shapes
-from bert_jax.pretraining.objective import model_flops_per_step
-from bert_jax.tasks import MODEL_INPUTS, Split, Task, get_task
+from bert_jax.model.flops import model_flops_per_step
+from bert_jax.tasks.base import MODEL_INPUTS, Split, Task
+from bert_jax.tasks.registry import get_task
 from bert_jax.training import engine, run_config, sharding
 from bert_jax.training.loop import StopRequested, TrainingRun
 
@@ -79,12 +81,12 @@ class FinetuningObjective:
     def finalize(self, sums: dict[str, jax.Array]) -> dict[str, jax.Array]:
         return {"loss": sums["loss_sum"] / jnp.maximum(sums["weight"], 1.0)}
 
-    def evaluate(self, params: Any, batch: dict[str, Any]) -> Any:
+    def eval_outputs(self, params: Any, batch: dict[str, Any]) -> Any:
         return self._apply(params, batch)
 
 
 @dataclasses.dataclass
-class Run:
+class FinetuningInputs:
     """Everything a fine-tuning run starts from: task, tokenizer, data, model, params."""
 
     task: Task
@@ -97,7 +99,7 @@ class Run:
     pooler: Any = None  # the checkpoint's pooler, kept for heads that do not use it (saving)
 
 
-def prepare(config: ml_collections.ConfigDict) -> Run:
+def load_inputs(config: ml_collections.ConfigDict) -> FinetuningInputs:
     """Loads the checkpoint and the task's splits; the head is fresh, the encoder loaded."""
     run_config.check(config)
     task = get_task(config.task)
@@ -122,61 +124,42 @@ def prepare(config: ml_collections.ConfigDict) -> Run:
     init = jax.device_get(nn.meta.unbox(model.init(jax.random.key(config.seed), *_sample(train)))["params"])
     params = {**init, "bert": param_shapes.merge_params(init["bert"], loaded["bert"], checkpoint)}
     pooler = jax.device_get(loaded["bert"].get("pooler"))
-    return Run(task, checkpoint, tok, train, evals, bert_config, params, pooler)
+    return FinetuningInputs(task, checkpoint, tok, train, evals, bert_config, params, pooler)
 
 
 def _sample(split: Split) -> list[jax.Array]:
     return [jnp.asarray(split.arrays[k][:1]) for k in MODEL_INPUTS]
 
 
-def bucket_length(input_mask: np.ndarray, buckets: tuple[int, ...], max_len: int) -> int:
-    """The shortest bucket (or `max_len`) that holds every row's tokens."""
-    longest = int(np.max(np.sum(input_mask.reshape(-1, input_mask.shape[-1]) > 0, axis=-1), initial=1))
-    return min([b for b in buckets if longest <= b < max_len] + [max_len])
-
-
-def epoch_batch(split: Split, *, seed: int, epoch: int, index: int, batch_size: int) -> dict[str, np.ndarray]:
-    """The rows of training batch `index` of `epoch` (1-based): each epoch's order is a
-    permutation by (seed, epoch), so any batch is known without replaying; within a batch
-    the rows keep the split's order."""
-    order = np.random.default_rng([seed, epoch]).permutation(len(split))
-    idx = np.sort(order[index * batch_size : (index + 1) * batch_size])
-    return {k: v[idx] for k, v in split.arrays.items()}
-
-
-def cut_to_length(rows: dict[str, np.ndarray], length: int) -> dict[str, np.ndarray]:
-    """Every per-token array (the shape of ``input_ids``) cut to `length` positions."""
-    shape = rows["input_ids"].shape
-    return {k: v[..., :length] if v.shape == shape else v for k, v in rows.items()}
-
-
-def steps_per_epoch(config: ml_collections.ConfigDict, run: Run) -> int:
+def steps_per_epoch(config: ml_collections.ConfigDict, inputs: FinetuningInputs) -> int:
     """Full batches per epoch (the last partial batch is dropped, as the original)."""
-    return max(1, len(run.train) // min(int(config.batch_size), len(run.train)))
+    return max(1, len(inputs.train) // min(int(config.batch_size), len(inputs.train)))
 
 
 class Finetuning:
     """The task model, objective, engine and batches of one fine-tuning run on a mesh."""
 
-    def __init__(self, config: ml_collections.ConfigDict, run: Run, *, total_steps: int) -> None:
-        self.config, self.run = config, run
-        self.batch_size = min(int(config.batch_size), len(run.train))
-        self.steps_per_epoch = steps_per_epoch(config, run)
-        self.mesh = make_mesh(
+    def __init__(
+        self, config: ml_collections.ConfigDict, inputs: FinetuningInputs, *, total_steps: int
+    ) -> None:
+        self.config, self.inputs = config, inputs
+        self.batch_size = min(int(config.batch_size), len(inputs.train))
+        self.steps_per_epoch = steps_per_epoch(config, inputs)
+        self.mesh = mesh_for_batches(
             config, {"batch_size": self.batch_size, "eval_batch_size": config.eval_batch_size}
         )
         # Packed training rows: their count is rounded to what the mesh and accumulation split.
         # (Not for a left-to-right model: its pooled output is each row's last token.)
-        causal = run.bert_config.causal_attention
-        self.packed = bool(config.pack_examples) and run.task.packable and not causal
+        causal = inputs.bert_config.causal_attention
+        self.packed = bool(config.pack_examples) and inputs.task.packable and not causal
         self.row_multiple = self.mesh.shape["data"] * self.mesh.shape["fsdp"] * int(config.grad_accum_steps)
-        self.model_config = engine.model_config(run.bert_config, config, self.mesh)
-        model = run.task.model(self.model_config)
-        self.objective = FinetuningObjective(model, run.task)
+        self.model_config = engine.model_config(inputs.bert_config, config, self.mesh)
+        model = inputs.task.model(self.model_config)
+        self.objective = FinetuningObjective(model, inputs.task)
         tx, schedule = engine.create_optimizer(
             config, total_steps=total_steps, warmup_steps=int(config.warmup_proportion * total_steps)
         )
-        sample = _sample(run.train)
+        sample = _sample(inputs.train)
         self.engine = engine.Engine(
             objective=self.objective,
             init_params=lambda rng: model.init(rng, *sample)["params"],
@@ -191,7 +174,7 @@ class Finetuning:
         """The training rows of global step `step` (0-based): epoch e's batches are a
         permutation by (seed, e), so any step's batch is known without replaying."""
         epoch, s = divmod(step, self.steps_per_epoch)
-        rows = epoch_batch(self.run.train, seed=int(self.config.seed), epoch=epoch + 1, index=s,
+        rows = epoch_batch(self.inputs.train, seed=int(self.config.seed), epoch=epoch + 1, index=s,
                            batch_size=self.batch_size)  # fmt: skip
         if self.packed:
             packed = packing.pack(rows, int(self.config.max_seq_length), self.row_multiple)
@@ -228,10 +211,10 @@ class Finetuning:
         """Scores of every eval split (the first split's keys plain, others ``split/key``);
         the task's prediction files go to ``out_dir/<split>/``."""
         per_split = {}
-        for split in self.run.evals:
+        for split in self.inputs.evals:
             outputs = self.predict(params, split, int(self.config.eval_batch_size))
-            per_split[split.name] = self.run.task.evaluate(outputs, split, os.path.join(out_dir, split.name))
-        first = self.run.evals[0].name
+            per_split[split.name] = self.inputs.task.score(outputs, split, os.path.join(out_dir, split.name))
+        first = self.inputs.evals[0].name
         out = dict(per_split[first])
         for name, values in per_split.items():
             if name != first:
@@ -244,7 +227,7 @@ class Finetuning:
         return model_flops_per_step(self.model_config, batch["input_ids"].size // seq, seq, 0, nsp=False)
 
 
-def make_mesh(config: ml_collections.ConfigDict, batch_sizes: dict[str, int]) -> Any:
+def mesh_for_batches(config: ml_collections.ConfigDict, batch_sizes: dict[str, int]) -> Any:
     """The config's (data, fsdp, tensor) mesh; the batch sizes must divide over its batch
     axes (and each micro-batch of ``grad_accum_steps``)."""
     mesh = sharding.make_mesh(tuple(config.mesh_shape))
@@ -265,7 +248,7 @@ class EpochEnd:
 
     def __init__(self, ft: Finetuning, loop: TrainingRun, history: EpochHistory, workdir: str) -> None:
         self.ft, self.loop, self.history, self.workdir = ft, loop, history, workdir
-        config, task = ft.config, ft.run.task
+        config, task = ft.config, ft.inputs.task
         self.keep_best = bool(config.save_best_model or (config.predict_test and task.test_splits))
         self.start, self.losses = time.time(), []
 
@@ -273,7 +256,7 @@ class EpochEnd:
         self.losses.append(metrics["loss"])
         if step % self.ft.steps_per_epoch:
             return
-        epoch, run = step // self.ft.steps_per_epoch, self.ft.run
+        epoch, inputs = step // self.ft.steps_per_epoch, self.ft.inputs
         # Over the steps this process ran (a resumed epoch: those after the resume).
         train_loss = float(np.mean(jax.device_get(self.losses)))
         seconds = time.time() - self.start
@@ -281,14 +264,14 @@ class EpochEnd:
         self.loop.logger.write(step, scores, split="dev")
         self.loop.logger.write(step, {"epoch_train_loss": train_loss, "epoch_seconds": seconds})
         print(
-            f"{run.task.name} epoch {epoch}: train loss {train_loss:.4f} ({seconds:.0f}s)  "
+            f"{inputs.task.name} epoch {epoch}: train loss {train_loss:.4f} ({seconds:.0f}s)  "
             + "  ".join(f"{k} {v:.4f}" for k, v in scores.items()),
             flush=True,
         )
         entry = {"epoch": epoch, "step": step, "train_loss": train_loss, "seconds": seconds, **scores}
         if self.history.add(entry) and self.keep_best and jax.process_index() == 0:
             folder = os.path.join(self.workdir, "best_model")
-            save_model(folder, jax.device_get(state.params), run, self.ft.config, scores)
+            save_model(folder, jax.device_get(state.params), inputs, self.ft.config, scores)
         self.start, self.losses = time.time(), []
 
 
@@ -303,35 +286,35 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
     exist while the run does (a rerun resumes from them) and are removed at its end.
     """
     workdir = os.path.abspath(workdir)
-    run = prepare(config)
-    total = steps_per_epoch(config, run) * int(config.num_epochs)
-    ft = Finetuning(config, run, total_steps=total)
+    inputs = load_inputs(config)
+    total = steps_per_epoch(config, inputs) * int(config.num_epochs)
+    ft = Finetuning(config, inputs, total_steps=total)
     try:
         with TrainingRun(workdir, config, total_steps=total) as loop:
             fresh = loop.ckpt.latest_step() is None
             if fresh and jax.process_index() == 0 and os.path.exists(os.path.join(workdir, "metrics.jsonl")):
                 os.remove(os.path.join(workdir, "metrics.jsonl"))  # a fresh run, not an appended one
             state, _ = loop.restore_or_init(
-                ft.engine, lambda: ft.engine.init_state(int(config.seed), run.params)
+                ft.engine, lambda: ft.engine.init_state(int(config.seed), inputs.params)
             )
-            history = EpochHistory(workdir, run.task.main_metric, fresh=fresh)
+            history = EpochHistory(workdir, inputs.task.main_metric, fresh=fresh)
             batches = ft.batches(int(jax.device_get(state.step)))
             end_of_epoch = EpochEnd(ft, loop, history, workdir)
             loop.steps(ft.engine, state, batches, end=total, flops=ft.flops, after_step=end_of_epoch)
     except StopRequested as stop:
         return {"stopped_at": stop.step}
     best = {k: v for k, v in history.best().items() if k not in ("step", "seconds", "train_loss")}
-    test_files = predict_test(ft, workdir, config) if config.predict_test and run.task.test_splits else []
+    test_files = predict_test(ft, workdir, config) if config.predict_test and inputs.task.test_splits else []
     results = {
-        "task": run.task.name,
-        "checkpoint": run.checkpoint,
+        "task": inputs.task.name,
+        "checkpoint": inputs.checkpoint,
         "seed": int(config.seed),
         "batch_size": ft.batch_size,
         "learning_rate": float(config.learning_rate),
         "num_epochs": int(config.num_epochs),
-        "train_rows": len(run.train),
-        "eval_rows": {s.name: len(s) for s in run.evals},
-        "main_metric": run.task.main_metric,
+        "train_rows": len(inputs.train),
+        "eval_rows": {s.name: len(s) for s in inputs.evals},
+        "main_metric": inputs.task.main_metric,
         "epochs": history.epochs,
         "best": best,
         "test_files": test_files,
@@ -344,13 +327,13 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
 
 def predict_test(ft: Finetuning, workdir: str, config: ml_collections.ConfigDict) -> list[str]:
     """Test-split predictions of the best epoch's model (read back from ``best_model/``)."""
-    params = load_saved_params(os.path.join(workdir, "best_model"), ft.run)
+    params = load_saved_params(os.path.join(workdir, "best_model"), ft.inputs)
     placed = engine.place_tree(params, ft.engine.state_shardings.params)
     files = []
-    for name in ft.run.task.test_splits:
-        split = ft.run.task.load(config, ft.run.tokenizer, name)
+    for name in ft.inputs.task.test_splits:
+        split = ft.inputs.task.load(config, ft.inputs.tokenizer, name)
         outputs = ft.predict(placed, split, int(config.eval_batch_size))
-        files.append(ft.run.task.write_test(outputs, split, os.path.join(workdir, "test")))
+        files.append(ft.inputs.task.write_test(outputs, split, os.path.join(workdir, "test")))
     return files
 
 
@@ -358,7 +341,7 @@ def evaluate_saved(config: ml_collections.ConfigDict, folder: str, out_dir: str)
     """Dev scores of a model saved by `save_model` (its encoder and head), on `config`'s data."""
     config = ml_collections.ConfigDict(config.to_dict())
     config.init_checkpoint = folder
-    run = prepare(config)
-    ft = Finetuning(config, run, total_steps=1)
-    params = engine.place_tree(load_saved_params(folder, run), ft.engine.state_shardings.params)
+    inputs = load_inputs(config)
+    ft = Finetuning(config, inputs, total_steps=1)
+    params = engine.place_tree(load_saved_params(folder, inputs), ft.engine.state_shardings.params)
     return ft.evaluate(params, out_dir)

@@ -12,6 +12,7 @@ from typing import Any
 import jax
 import ml_collections
 import numpy as np
+from flax import serialization
 
 from bert_jax import convert
 from bert_jax.model import param_shapes
@@ -48,43 +49,40 @@ def write_json(path: str, value: Any) -> None:
     atomic_files.write_json(path, value, indent=2, default=str)
 
 
-def save_model(folder: str, params: Any, run: Any, config: ml_collections.ConfigDict, best: dict) -> None:
+def save_model(folder: str, params: Any, inputs: Any, config: ml_collections.ConfigDict, best: dict) -> None:
     """A fine-tuned model as a complete checkpoint: the encoder in the bert_jax export
     format (so `finetune`, `features` and `convert` read it), the task head
     (``head.msgpack``), the vocabulary and ``task.json`` (task, config, dev scores).
     Written beside the folder and swapped in, so a reader never sees half a model."""
-    from flax import serialization
-
     tmp = f"{folder}.tmp"  # one name: a killed save's leftover is removed by the next
     shutil.rmtree(tmp, ignore_errors=True)
     encoder = dict(params["bert"])
     if "pooler" not in encoder:  # span / token heads: the pooler is the checkpoint's, unused
-        encoder["pooler"] = run.pooler
-    convert.save_bert_jax(tmp, {"bert": encoder}, run.bert_config)
+        encoder["pooler"] = inputs.pooler
+    convert.save_bert_jax(tmp, {"bert": encoder}, inputs.bert_config)
     head = {k: v for k, v in params.items() if k != "bert"}
     with open(os.path.join(tmp, "head.msgpack"), "wb") as f:
         f.write(serialization.msgpack_serialize(jax.tree.map(np.asarray, head)))
-    shutil.copyfile(run.tokenizer.vocab_file, os.path.join(tmp, "vocab.txt"))
+    shutil.copyfile(inputs.tokenizer.vocab_file, os.path.join(tmp, "vocab.txt"))
     write_json(
-        os.path.join(tmp, "task.json"), {"task": run.task.name, "best": best, "config": config.to_dict()}
+        os.path.join(tmp, "task.json"), {"task": inputs.task.name, "best": best, "config": config.to_dict()}
     )
     shutil.rmtree(folder, ignore_errors=True)
     os.replace(tmp, folder)
 
 
-def load_saved_params(folder: str, run: Any) -> Any:
-    """The encoder and head saved by `save_model`, shaped as `run`'s task model."""
-    from flax import serialization
-
+def load_saved_params(folder: str, inputs: Any) -> Any:
+    """The encoder and head saved by `save_model`, shaped as the task model of `inputs`
+    (`finetune.FinetuningInputs`)."""
     loaded, _ = convert.load_checkpoint(folder)
     with open(os.path.join(folder, "head.msgpack"), "rb") as f:
         head = serialization.msgpack_restore(f.read())
-    missing = sorted(set(run.params) - {"bert"} - set(head))
+    missing = sorted(set(inputs.params) - {"bert"} - set(head))
     if missing:
         raise ValueError(f"{folder}/head.msgpack has no {missing}: saved for another task?")
     heads = {
-        k: param_shapes.merge_params(run.params[k], head[k], f"{folder}/head.msgpack")
-        for k in run.params
+        k: param_shapes.merge_params(inputs.params[k], head[k], f"{folder}/head.msgpack")
+        for k in inputs.params
         if k != "bert"
     }
-    return {"bert": param_shapes.merge_params(run.params["bert"], loaded["bert"], folder), **heads}
+    return {"bert": param_shapes.merge_params(inputs.params["bert"], loaded["bert"], folder), **heads}

@@ -5,7 +5,7 @@ longest example compute mostly padding. Packed, the examples of a batch share ro
 `length` tokens:
 
 - ``input_mask`` holds each token's example number in its row (1, 2, ...; 0 = padding)
-  and a token attends only to tokens of its own number (`modeling.attention_bias`);
+  and a token attends only to tokens of its own number (`encoder.attention_bias`);
 - ``position_ids`` restart at 0 at each example's [CLS], ``segment_ids`` are the
   example's own;
 - the head reads each example's [CLS] at ``cls_positions`` [R, K]; ``labels`` [R, K] and

@@ -16,7 +16,7 @@ import ml_collections
 import numpy as np
 
 from bert_jax.finetuning.finetune import finetune
-from bert_jax.tasks import get_task
+from bert_jax.tasks.registry import get_task
 
 
 def sweep(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:

@@ -61,7 +61,7 @@ class BertConfig:
     # Rematerialisation of each encoder layer in the backward pass.
     remat_policy: str = "none"
     # Scan over layers (one compiled layer body, stacked [L, ...] parameters): much faster
-    # compilation for deep models; `modeling.unstack_layers` converts to per-layer names.
+    # compilation for deep models; `encoder.unstack_layers` converts to per-layer names.
     scan_layers: bool = False
     # Left-to-right (causal) attention: the paper's "LTR & No NSP" ablation (Table 5).
     causal_attention: bool = False

@@ -1,4 +1,4 @@
-"""The parameterised building blocks of `modeling.py` and `heads.py`: dense layers,
+"""The parameterised building blocks of `encoder.py` and `heads.py`: dense layers,
 LayerNorm, dropout and activations, every parameter tagged with its logical axes
 (`nn.with_logical_partitioning`) so that `sharding.py` places it from the rules alone.
 Parameters are float32; `BertConfig.dtype` is the compute dtype."""

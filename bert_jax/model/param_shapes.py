@@ -1,6 +1,6 @@
 """The one check of parameter shapes: the tree a model expects against the one loaded.
 
-Checkpoint restore (`checkpointing`), checkpoint conversion (`convert`) and fine-tuning's
+Checkpoint restore (`training.checkpoints`), checkpoint conversion (`convert`) and fine-tuning's
 encoder initialisation (`merge_params`) all go through `check`, which fails with one line
 naming the source, the parameter path and both shapes (or the missing or unexpected
 parameter), so that a checkpoint of another model size is refused the same way wherever

@@ -15,6 +15,8 @@ from typing import Any
 import jax
 import numpy as np
 
+from bert_jax.model.param_shapes import path_str
+
 # Path suffixes of the parameters whose axis 0 is the vocabulary.
 VOCAB_PARAMS = ("embeddings/word_embeddings/embedding", "mlm/bias")
 
@@ -37,7 +39,6 @@ def resize_rows(x: Any, vocab_size: int, rows: int) -> np.ndarray:
 def resize_vocab(params: Any, vocab_size: int, rows: int) -> Any:
     """`params` with every vocabulary-axis leaf of at least `vocab_size` rows resized to
     `rows` (`resize_rows`); leaves with fewer rows are left for the shape check to name."""
-    from bert_jax.model.param_shapes import path_str
 
     def one(path: tuple[Any, ...], x: Any) -> Any:
         if not is_vocab_param(path_str(path)) or np.ndim(x) == 0:

@@ -20,7 +20,6 @@ import jax.numpy as jnp
 import optax
 
 from bert_jax.model import ops
-from bert_jax.model.config import BertConfig
 from bert_jax.model.heads import BertForPreTraining
 
 Batch = dict[str, jax.Array]
@@ -139,7 +138,7 @@ class PretrainingObjective:
     def finalize(self, sums: dict[str, jax.Array]) -> dict[str, jax.Array]:
         return finalize_metrics(sums, self.nsp)
 
-    def evaluate(self, params: Any, batch: Batch) -> dict[str, jax.Array]:
+    def eval_outputs(self, params: Any, batch: Batch) -> dict[str, jax.Array]:
         """Metric sums on one eval batch (deterministic: no dropout)."""
         return self._loss(params, batch, self.totals(batch), deterministic=True)[1]
 
@@ -160,25 +159,3 @@ def batch_shapes(batch_size: int, seq_len: int, predictions: int) -> dict[str, t
         "masked_lm_weights": ((b, p), jnp.float32),
         "next_sentence_labels": ((b,), jnp.int32),
     }
-
-
-def model_flops_per_step(
-    config: BertConfig, batch_size: int, seq_len: int, num_predictions: int, nsp: bool = True
-) -> float:
-    """Training FLOPs (forward + backward = 3x forward) of the model's matmuls per step.
-
-    Counts the encoder's dense layers and attention over all tokens, the pooler/NSP head,
-    and the MLM head (transform + tied decoder) at the `num_predictions` masked positions
-    only — the work this implementation actually does.
-    """
-    h, f, v, n = (
-        config.hidden_size,
-        config.intermediate_size,
-        config.vocab_size,
-        config.num_hidden_layers,
-    )
-    tokens = batch_size * seq_len
-    encoder = n * (2 * (4 * h * h + 2 * h * f) * tokens + 2 * 2 * batch_size * seq_len * seq_len * h)
-    mlm = 2 * (h * h + h * v) * batch_size * num_predictions
-    pooled = 2 * (h * h + 2 * h) * batch_size if nsp else 0
-    return 3.0 * (encoder + mlm + pooled)

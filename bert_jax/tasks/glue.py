@@ -21,7 +21,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from bert_jax.tasks import Example, TaskSpec, scorers
+from bert_jax.tasks import scorers
+from bert_jax.tasks.base import Example, TaskSpec
 
 Column = str | int  # a header name, or a position in header-less files
 
@@ -163,7 +164,7 @@ def read_tsv(task: str, data_dir: str, split: str) -> list[Example]:
 def read_tfds(task: str, split: str, data_dir: str | None = None) -> list[Example]:
     """Examples from ``tfds.load("glue/<task>")``; TFDS's label ids are mapped to ours by
     label name (MNLI orders its classes differently), test labels (-1) become None."""
-    import tensorflow_datasets as tfds
+    import tensorflow_datasets as tfds  # deferred: TensorFlow Datasets is heavy to import
 
     layout, labels = LAYOUTS[task], LABELS[task]
     name = f"glue/{task}"

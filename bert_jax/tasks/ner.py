@@ -16,9 +16,13 @@ import dataclasses
 import os
 from typing import Any
 
+import jax.numpy as jnp
 import numpy as np
+import optax
 
-from bert_jax.tasks import Split, Task, scorers, subset
+from bert_jax.model.heads import BertForTokenClassification
+from bert_jax.tasks import scorers
+from bert_jax.tasks.base import Split, Task, subset
 
 TAGS = ("O", "B-PER", "I-PER", "B-ORG", "I-ORG", "B-LOC", "I-LOC", "B-MISC", "I-MISC")
 IGNORE = -1  # target of pieces that are not a word's first piece (and of padding)
@@ -126,8 +130,6 @@ class NerTask(Task):
     test_splits = ("test",)
 
     def model(self, bert_config: Any) -> Any:
-        from bert_jax.model.heads import BertForTokenClassification
-
         return BertForTokenClassification(bert_config, num_labels=len(TAGS))
 
     def load(self, config: Any, tokenizer: Any, split: str) -> Split:
@@ -136,20 +138,15 @@ class NerTask(Task):
         return Split(split, arrays, NerMeta(sentences, first))
 
     def loss(self, outputs: Any, batch: dict[str, Any]) -> Any:
-        import jax.numpy as jnp
-        import optax
-
         labels = batch["labels"]
         keep = labels != IGNORE
         ce = optax.softmax_cross_entropy_with_integer_labels(outputs, jnp.where(keep, labels, 0))
         return jnp.sum(ce * keep) / jnp.maximum(jnp.sum(keep), 1)
 
     def loss_weight(self, batch: dict[str, Any]) -> Any:
-        import jax.numpy as jnp
-
         return jnp.sum(batch["labels"] != IGNORE)
 
-    def evaluate(self, outputs: Any, split: Split, out_dir: str) -> dict[str, float]:
+    def score(self, outputs: Any, split: Split, out_dir: str) -> dict[str, float]:
         meta: NerMeta = split.meta
         predicted = decode(outputs, meta.first_piece)
         self._write(meta, predicted, os.path.join(out_dir, f"{split.name}_predictions.txt"))

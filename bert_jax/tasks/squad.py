@@ -18,10 +18,14 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 
+from bert_jax.model.heads import BertForQuestionAnswering
 from bert_jax.storage import atomic_files
-from bert_jax.tasks import Split, Task, scorers, subset
+from bert_jax.tasks import scorers
+from bert_jax.tasks.base import Split, Task, subset
 from bert_jax.tasks.squad_answers import predict_answers
 from bert_jax.tasks.squad_examples import SquadExample, load_json, read_examples, restrict, split_words
 from bert_jax.tasks.squad_windows import Windows, featurize
@@ -51,9 +55,6 @@ class SquadMeta:
 
 
 def _cross_entropy(logits: Any, positions: Any) -> Any:
-    import jax
-    import jax.numpy as jnp
-
     logp = jax.nn.log_softmax(logits, axis=-1)
     return -jnp.mean(jnp.take_along_axis(logp, positions[:, None], axis=-1))
 
@@ -68,8 +69,6 @@ class SquadTask(Task):
         self.main_metric = "best_f1" if version_2 else "f1"
 
     def model(self, bert_config: Any) -> Any:
-        from bert_jax.model.heads import BertForQuestionAnswering
-
         return BertForQuestionAnswering(bert_config)
 
     def path(self, config: Any, split: str) -> str:
@@ -107,7 +106,7 @@ class SquadTask(Task):
             _cross_entropy(start, batch["start_positions"]) + _cross_entropy(end, batch["end_positions"])
         ) / 2
 
-    def evaluate(self, outputs: Any, split: Split, out_dir: str) -> dict[str, float]:
+    def score(self, outputs: Any, split: Split, out_dir: str) -> dict[str, float]:
         """Writes ``predictions.json`` and ``nbest_predictions.json`` (v2.0 also
         ``null_odds.json`` and ``predictions_tuned.json``, at the threshold tuned on this
         split as in the paper's §4.3) into `out_dir`; returns the official scores."""

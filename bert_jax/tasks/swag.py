@@ -13,9 +13,13 @@ import dataclasses
 import os
 from typing import Any
 
+import jax.numpy as jnp
 import numpy as np
+import optax
 
-from bert_jax.tasks import Split, Task, scorers, subset
+from bert_jax.model.heads import BertForMultipleChoice
+from bert_jax.tasks import scorers
+from bert_jax.tasks.base import Split, Task, subset
 
 NUM_CHOICES = 4
 _FILES = {"train": "train.csv", "dev": "val.csv", "test": "test.csv"}
@@ -83,8 +87,6 @@ class SwagTask(Task):
     test_splits = ("test",)
 
     def model(self, bert_config: Any) -> Any:
-        from bert_jax.model.heads import BertForMultipleChoice
-
         return BertForMultipleChoice(bert_config)
 
     def load(self, config: Any, tokenizer: Any, split: str) -> Split:
@@ -93,12 +95,9 @@ class SwagTask(Task):
         return Split(split, featurize(examples, tokenizer, config.max_seq_length), examples)
 
     def loss(self, outputs: Any, batch: dict[str, Any]) -> Any:
-        import jax.numpy as jnp
-        import optax
-
         return jnp.mean(optax.softmax_cross_entropy_with_integer_labels(outputs, batch["labels"]))
 
-    def evaluate(self, outputs: Any, split: Split, out_dir: str) -> dict[str, float]:
+    def score(self, outputs: Any, split: Split, out_dir: str) -> dict[str, float]:
         return {"accuracy": scorers.accuracy(split.arrays["labels"], np.argmax(outputs, -1))}
 
     def write_test(self, outputs: Any, split: Split, out_dir: str) -> str:

@@ -2,7 +2,7 @@
 output layer (Table 5's "+ BiLSTM" row): the task ``<name>+bilstm``.
 
 `BiLSTMTask` reads, scores and computes the loss exactly as the task it wraps; only its
-model differs (`bert_jax.model.bilstm`), with outputs of the same shapes. `bert_jax.tasks.get_task`
+model differs (`bert_jax.model.bilstm`), with outputs of the same shapes. `bert_jax.tasks.registry.get_task`
 resolves ``<task>+bilstm`` names to it.
 """
 
@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from bert_jax.tasks import Task
+from bert_jax.model import bilstm, heads
+from bert_jax.tasks.base import Task
 
 SUFFIX = "+bilstm"
 
@@ -24,8 +25,6 @@ class BiLSTMTask(Task):
         self.test_splits = inner.test_splits
 
     def model(self, bert_config: Any) -> Any:
-        from bert_jax.model import bilstm, heads
-
         base = self.inner.model(bert_config)
         size = dict(lstm_size=self.lstm_size, lstm_layers=self.lstm_layers)
         if isinstance(base, heads.BertForSequenceClassification):
@@ -47,8 +46,8 @@ class BiLSTMTask(Task):
     def loss_weight(self, batch: dict[str, Any]) -> Any:
         return self.inner.loss_weight(batch)
 
-    def evaluate(self, outputs: Any, split: Any, out_dir: str) -> dict[str, float]:
-        return self.inner.evaluate(outputs, split, out_dir)
+    def score(self, outputs: Any, split: Any, out_dir: str) -> dict[str, float]:
+        return self.inner.score(outputs, split, out_dir)
 
     def write_test(self, outputs: Any, split: Any, out_dir: str) -> str:
         return self.inner.write_test(outputs, split, out_dir)

@@ -31,6 +31,7 @@ import jax
 import jax.numpy as jnp
 import orbax.checkpoint as ocp
 from etils import epath
+from jax.experimental import multihost_utils
 from jax.sharding import NamedSharding, PartitionSpec
 
 from bert_jax.model import param_shapes, vocab_padding
@@ -195,8 +196,6 @@ class Checkpointer:
                 flush=True,
             )
         if jax.process_count() > 1:
-            from jax.experimental import multihost_utils
-
             multihost_utils.sync_global_devices(f"set aside checkpoint {step}")
         self.manager.reload()
 

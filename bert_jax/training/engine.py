@@ -13,7 +13,7 @@ parameter initialiser; the engine owns the mechanics both share:
 - the model config decided once for the mesh's platform (`model_config`): compute dtype,
   rematerialisation and the weight-gradient matmul form.
 
-The loop that drives it (checkpoints, resume, preemption, logging) is `training_loop.py`.
+The loop that drives it (checkpoints, resume, preemption, logging) is `loop.py`.
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ class Objective(Protocol):
     def finalize(self, sums: dict[str, jax.Array]) -> dict[str, jax.Array]:
         """Means from the sums of a whole batch."""
 
-    def evaluate(self, params: Any, batch: Batch) -> Any:
+    def eval_outputs(self, params: Any, batch: Batch) -> Any:
         """Deterministic outputs of one batch (metric sums or the head's outputs)."""
 
 
@@ -264,9 +264,9 @@ class Engine:
 
     @functools.cached_property
     def eval_step(self) -> Callable[[Any, Batch], Any]:
-        """`Objective.evaluate` jitted: (params, batch) → replicated outputs."""
+        """`Objective.eval_outputs` jitted: (params, batch) → replicated outputs."""
         jitted = jax.jit(
-            self._with_rules(self.objective.evaluate),
+            self._with_rules(self.objective.eval_outputs),
             in_shardings=(self.state_shardings.params, sharding.batch_sharding(self.mesh, 1)),
             out_shardings=sharding.replicated(self.mesh),
         )

@@ -22,6 +22,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import ml_collections
+from jax.experimental import multihost_utils
 
 from bert_jax.training import checkpoints, hardware
 from bert_jax.training.engine import Batch, Engine, TrainState
@@ -72,8 +73,6 @@ class Preemption:
 
     def should_stop(self, step: int) -> bool:
         if jax.process_count() > 1:
-            from jax.experimental import multihost_utils
-
             try:
                 return bool(multihost_utils.reached_preemption_sync_point(step)) or self.requested
             except Exception:

@@ -25,7 +25,7 @@ class MetricsLogger:
         self._start_step: int | None = None
         if self.enabled:
             os.makedirs(workdir, exist_ok=True)
-            from tensorboardX import SummaryWriter
+            from tensorboardX import SummaryWriter  # deferred: TensorBoard's writer is heavy to import
 
             self._tb = SummaryWriter(self.tb_dir)
 

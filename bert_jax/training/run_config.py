@@ -72,3 +72,15 @@ def set_keys(config: ml_collections.ConfigDict, changes: dict[str, Any]) -> ml_c
             raise KeyError(f"{dotted!r}: the config has no such key")
         node[leaf] = value
     return config
+
+
+def load_config(spec: str) -> ml_collections.ConfigDict:
+    """A run config from ``PATH[:ARG]`` as the command line's ``--config`` takes it, e.g.
+    ``load_config("configs/pretrain.py:demo")`` (for notebooks; the CLI reads the same
+    files through absl's config flags)."""
+    path, _, arg = spec.partition(":")
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"config file {path} does not exist")
+    name = os.path.splitext(os.path.basename(path))[0]
+    module = sibling(path, name)
+    return module.get_config(arg) if arg else module.get_config()

@@ -27,6 +27,8 @@ import numpy as np
 from jax.experimental import mesh_utils
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from bert_jax.model.param_shapes import path_str
+
 MESH_AXES = ("data", "fsdp", "tensor")
 
 # (logical name, mesh axis or axes or None). Batch goes over both data-parallel axes.
@@ -155,8 +157,6 @@ def check_param_sharding(
     dimension and the mesh axes, so a failure is readable before initialisation (where
     JAX would report an `IndivisibleError` on an anonymous array).
     """
-    from bert_jax.model.param_shapes import path_str
-
     rules = list(rules)
     known = {name for name, _ in rules}
     sizes = dict(mesh.shape)

@@ -16,7 +16,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 import jax
 
 from bert_jax.data import synthetic
-from bert_jax.pretraining import pretrain
+from bert_jax.pretraining import evaluation, pretrain
 from bert_jax.training import sharding
 from configs import pretrain as pretrain_config
 
@@ -62,7 +62,7 @@ def main(process_id: int, num_processes: int, port: int, cache_dir: str) -> None
             local = next(it)
             assert local["input_ids"].shape[0] == 8 // num_processes
             batch = setup.global_batch(local, 5)
-            targets.append(int(pretrain.masked_targets(batch).sum()))
+            targets.append(int(evaluation.masked_targets(batch).sum()))
             state, metrics = setup.train_step(state, batch)
             wiki_losses.append(float(metrics["loss"]))
     result = {

@@ -14,6 +14,7 @@ import jax
 import jax.numpy as jnp
 
 from bert_jax import convert
+from bert_jax.data import bbc_news
 from bert_jax.model.config import BertConfig
 from bert_jax.model.encoder import BertModel
 from bert_jax.tasks import bbc, scorers
@@ -36,7 +37,7 @@ def write_tiny_checkpoint(path: Path) -> str:
 
 
 def bbc_articles(n: int) -> list[tuple[str, list[str]]]:
-    files = sorted(glob.glob(os.path.join(bbc.default_dir(), "*", "*.txt")))[::53][:n]
+    files = sorted(glob.glob(os.path.join(bbc_news.default_dir(), "*", "*.txt")))[::53][:n]
     out = []
     for path in files:
         with open(path, encoding="utf-8") as f:

@@ -1,0 +1,30 @@
+"""Fine-tuning batches: each epoch's order, and rows cut to the shortest length that holds
+them (a few compiled shapes instead of padding every row to ``max_seq_length``). Shared by
+fine-tuning and the feature-based trainer, so both see the same rows in the same order."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from bert_jax.tasks.base import Split
+
+
+def bucket_length(input_mask: np.ndarray, buckets: tuple[int, ...], max_len: int) -> int:
+    """The shortest bucket (or `max_len`) that holds every row's tokens."""
+    longest = int(np.max(np.sum(input_mask.reshape(-1, input_mask.shape[-1]) > 0, axis=-1), initial=1))
+    return min([b for b in buckets if longest <= b < max_len] + [max_len])
+
+
+def epoch_batch(split: Split, *, seed: int, epoch: int, index: int, batch_size: int) -> dict[str, np.ndarray]:
+    """The rows of training batch `index` of `epoch` (1-based): each epoch's order is a
+    permutation by (seed, epoch), so any batch is known without replaying; within a batch
+    the rows keep the split's order."""
+    order = np.random.default_rng([seed, epoch]).permutation(len(split))
+    idx = np.sort(order[index * batch_size : (index + 1) * batch_size])
+    return {k: v[idx] for k, v in split.arrays.items()}
+
+
+def cut_to_length(rows: dict[str, np.ndarray], length: int) -> dict[str, np.ndarray]:
+    """Every per-token array (the shape of ``input_ids``) cut to `length` positions."""
+    shape = rows["input_ids"].shape
+    return {k: v[..., :length] if v.shape == shape else v for k, v in rows.items()}

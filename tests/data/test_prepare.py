@@ -1,0 +1,171 @@
+"""`prepare-data`: the original's instances, parallel = serial, resumable, pods, refusals."""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from bert_jax.data import corpora, prepare, pretraining_examples, records, sources, tokenization
+from configs import defaults
+from tests.conftest import ROOT
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> Path:
+    """The Wikipedia excerpt as three text files in the original format."""
+    folder = tmp_path_factory.mktemp("corpus")
+    docs = corpora.load_documents("wiki_excerpt")
+    for i in range(3):
+        part = docs[i::3]
+        (folder / f"wiki-{i}.txt").write_text("\n\n".join("\n".join(d) for d in part) + "\n")
+    return folder
+
+
+OPTS = prepare.Options(max_seq_length=64, dupe_factor=2, random_seed=3, eval_fraction=0.1)
+
+
+def _bytes(folder: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(folder.glob("shard-*.bin"))}
+
+
+def test_instances_are_the_original_pairing_for_the_same_seed(corpus, tmp_path) -> None:
+    inputs = prepare.list_inputs(str(corpus / "wiki-*.txt"))
+    meta = prepare.prepare(inputs, str(tmp_path), OPTS, progress=False)
+    assert meta["counts"]["train"] > 500 and meta["counts"]["eval"] > 10
+    tok = tokenization.load_tokenizer()
+    train = records.PreparedSet(str(tmp_path), "train")
+    shard = 1  # the second file: its own seed stream
+    docs = prepare.tokenize_documents(tok, list(corpora.read_text_file(str(corpus / "wiki-1.txt"))))
+    kept, held = prepare.split_held_out(docs, 0.1, shard)
+    assert len(held) == round(len(docs) * 0.1)
+    expected = []
+    for pairing in range(2):
+        rng = np.random.default_rng([3, shard, pairing])
+        expected += pretraining_examples.create_instances(kept, 64, 0.1, rng, tok.special)
+    ids = np.arange(train.starts[shard], train.starts[shard + 1])
+    rows = train.read(ids)
+    assert len(ids) == len(expected)
+    for j, inst in enumerate(expected):
+        n = len(inst.tokens)
+        assert rows["input_ids"][j][:n].tolist() == inst.tokens.tolist()
+        assert rows["input_mask"][j].sum() == n and not rows["input_ids"][j][n:].any()
+        assert rows["segment_ids"][j][:n].tolist() == inst.segment_ids.tolist()
+        assert rows["next_sentence_labels"][j] == int(inst.is_random_next)
+
+
+def test_parallel_pod_and_resumed_preparations_write_the_same_bytes(corpus, tmp_path) -> None:
+    inputs = prepare.list_inputs(str(corpus / "wiki-*.txt"))
+    serial = tmp_path / "serial"
+    prepare.prepare(inputs, str(serial), OPTS, progress=False)
+    parallel = tmp_path / "parallel"
+    prepare.prepare(inputs, str(parallel), OPTS, num_workers=2, progress=False)
+    assert _bytes(parallel) == _bytes(serial) and len(_bytes(serial)) == 6
+    # A pod of two hosts sharing one folder: metadata.json once both are done.
+    pod = tmp_path / "pod"
+    assert prepare.prepare(inputs, str(pod), OPTS, task_index=1, num_tasks=2, progress=False) is None
+    with pytest.raises(records.PreparedDataError, match=r"unfinished preparation \(1 of 3 shards"):
+        records.PreparedSet(str(pod))
+    assert prepare.prepare(inputs, str(pod), OPTS, task_index=0, num_tasks=2, progress=False)
+    assert _bytes(pod) == _bytes(serial)
+    # Interrupted: one shard missing. A rerun writes only that one; the others are kept.
+    (serial / "shard-00001-of-00003.json").unlink()
+    (serial / "shard-00001-of-00003.train.bin").unlink()
+    (serial / records.METADATA).unlink()
+    before = {p.name: p.stat().st_mtime_ns for p in serial.glob("shard-0000[02]*")}
+    exited = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True)
+    host = socket.gethostname()
+    (serial / f"shard-00001-of-00003.train.bin.tmp-{host}-{int(exited.stdout)}").write_bytes(b"killed")
+    # Temporary files of a process still running (another job preparing the same folder)
+    # and of another host (whose processes cannot be seen from here) stay.
+    running = subprocess.Popen(["sleep", "120"])
+    try:
+        kept = [
+            f"shard-00001-of-00003.eval.bin.tmp-{host}-{running.pid}",
+            f"shard-00001-of-00003.train.bin.tmp-other-host-{int(exited.stdout)}",
+        ]
+        for name in kept:
+            (serial / name).write_bytes(b"being written")
+        prepare.prepare(inputs, str(serial), OPTS, progress=False)
+        assert sorted(p.name for p in serial.glob("*.tmp*")) == kept
+        for name in kept:
+            (serial / name).unlink()
+    finally:
+        running.kill()
+        running.wait()
+    assert {p.name: p.stat().st_mtime_ns for p in serial.glob("shard-0000[02]*")} == before
+    assert _bytes(serial) == _bytes(parallel)
+    # The same folder with other flags is refused, not mixed.
+    with pytest.raises(ValueError, match="holds a preparation with other flags"):
+        prepare.prepare(inputs, str(serial), OPTS.__class__(max_seq_length=128), progress=False)
+
+
+def test_training_refuses_mismatched_or_damaged_prepared_data(corpus, tmp_path) -> None:
+    inputs = prepare.list_inputs(str(corpus / "wiki-0.txt"))
+    prepare.prepare(inputs, str(tmp_path), OPTS, progress=False)
+    c = defaults.data()
+    c.source, c.input_files = "prepared", str(tmp_path)
+
+    def first(**kw):
+        args = dict(global_batch_size=4, max_seq_length=64, max_predictions_per_seq=8, seed=0)
+        args.update(kw)
+        return next(sources.data_batches(c, process_index=0, process_count=1, **args))
+
+    assert first()["input_ids"].shape == (4, 64)
+    with pytest.raises(records.PreparedDataError, match=r"no prepared folder for max_seq_length=128.*\[64\]"):
+        first(max_seq_length=128)
+    other_vocab = tmp_path.parent / "vocab-other.txt"
+    words = tokenization.load_vocab(tokenization.default_vocab_file())
+    other_vocab.write_text("\n".join(words[:-1]) + "\n")
+    c.vocab_file = str(other_vocab)
+    with pytest.raises(records.PreparedDataError, match="prepared with another vocabulary"):
+        first()
+    c.vocab_file = ""
+    c.nsp = False
+    with pytest.raises(records.PreparedDataError, match="prepared with nsp=True"):
+        first()
+    c.nsp = True
+    shard = tmp_path / "shard-00000-of-00001.train.bin"
+    shard.write_bytes(shard.read_bytes()[:-7])
+    with pytest.raises(records.PreparedDataError, match=r"shard-00000-of-00001\.train\.bin is truncated"):
+        first()
+    (tmp_path / records.METADATA).unlink()
+    with pytest.raises(records.PreparedDataError, match=r"unfinished preparation \(1 of 1 shards"):
+        first()
+
+
+def test_cli_prepares_with_progress_and_pretrain_streams_it(corpus, tmp_path) -> None:
+    env = dict(os.environ, JAX_PLATFORMS="cpu", TF_CPP_MIN_LOG_LEVEL="3")
+    out = tmp_path / "prepared"
+    proc = subprocess.run(
+        [sys.executable, "-m", "bert_jax", "prepare-data", f"--input_file={corpus}/wiki-*.txt",
+         f"--output_dir={out}", "--max_seq_length=64", "--dupe_factor=1", "--eval_fraction=0.2",
+         "--num_workers=2"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "tokens/s" in proc.stderr and "3 shards" in proc.stdout
+    # The two-phase schedule takes the folder prepared for each phase's sequence length.
+    short = tmp_path / "prepared32"
+    inputs = prepare.list_inputs(str(corpus / "wiki-*.txt"))
+    opts = prepare.Options(max_seq_length=32, dupe_factor=1, eval_fraction=0.2)
+    prepare.prepare(inputs, str(short), opts, progress=False)
+    work = tmp_path / "run"
+    proc = subprocess.run(
+        [sys.executable, "-m", "bert_jax", "pretrain", "--config=configs/pretrain.py:tiny",
+         "--config.data.source=prepared", f"--config.data.input_files={short},{out}",
+         "--config.max_seq_length=32", "--config.phase2_fraction=0.5",
+         "--config.phase2_max_seq_length=64", "--config.phase2_max_predictions_per_seq=10",
+         "--config.num_train_steps=4", "--config.eval_every_steps=0", "--config.log_every_steps=1",
+         "--config.checkpoint_every_steps=4", "--config.global_batch_size=8", f"--workdir={work}"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "held-out MLM accuracy" in proc.stdout and (work / "checkpoints" / "4").is_dir()
+    logged = [json.loads(line) for line in (work / "metrics.jsonl").read_text().splitlines()]
+    lengths = {r["step"]: r["max_seq_length"] for r in logged if r.get("split", "train") == "train"}
+    assert lengths == {1: 32, 2: 32, 3: 64, 4: 64}

@@ -1,0 +1,310 @@
+"""Pre-training loop end to end on a tiny model: resume, preemption, logging, bad input."""
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from bert_jax.pretraining import objective, pretrain
+from bert_jax.training import checkpoints, loop
+from configs import pretrain as pretrain_config
+from tests.conftest import ROOT
+
+
+def tiny_config(**overrides):
+    c = pretrain_config.get_config("tiny")
+    c.data.source = "synthetic"
+    c.global_batch_size = 4
+    c.max_seq_length = 32
+    c.max_predictions_per_seq = 5
+    c.num_train_steps = 6
+    c.warmup_steps = 1
+    c.log_every_steps = 1
+    c.eval_every_steps = 3
+    c.eval_steps = 1
+    c.checkpoint_every_steps = 2
+    for k, v in overrides.items():
+        c[k] = v
+    return c
+
+
+def rows(workdir: Path, split: str = "train") -> dict[int, dict]:
+    out = {}
+    for line in (workdir / "metrics.jsonl").read_text().splitlines():
+        row = json.loads(line)
+        if row.get("split", "train") == split:
+            out[row["step"]] = row
+    return out
+
+
+def test_mlm_accuracy_on_changed_tokens_leaves_out_the_kept_originals() -> None:
+    # Targets 5, 6, 7 at positions 1-3, shown as [MASK] (id 3), kept (6) and random (9);
+    # a padded fourth prediction (weight 0). The logits get the first two right.
+    batch = {
+        "input_ids": np.array([[0, 3, 6, 9, 0]]),
+        "masked_lm_positions": np.array([[1, 2, 3, 0]]),
+        "masked_lm_ids": np.array([[5, 6, 7, 0]]),
+        "masked_lm_weights": np.array([[1.0, 1.0, 1.0, 0.0]]),
+        "next_sentence_labels": np.array([0]),
+    }
+    logits = np.full((1, 4, 10), -5.0, np.float32)
+    logits[0, 0, 5] = logits[0, 1, 6] = logits[0, 2, 1] = logits[0, 3, 0] = 5.0
+    _, sums = objective.pretraining_loss(
+        logits, np.zeros((1, 2), np.float32), batch, total_mlm_weight=3.0, batch_size=1, nsp=True
+    )
+    metrics = objective.finalize_metrics(sums, nsp=True)
+    assert float(metrics["mlm_accuracy"]) == pytest.approx(2 / 3)
+    assert float(sums["mlm_changed_weight"]) == 2.0  # [MASK] and random; not the kept 6
+    assert float(metrics["mlm_accuracy_changed"]) == pytest.approx(1 / 2)
+    lse = np.log(np.exp(logits[0]).sum(-1))
+    ce = lse - logits[0, np.arange(4), batch["masked_lm_ids"][0]]
+    assert float(metrics["mlm_loss_changed"]) == pytest.approx((ce[0] + ce[2]) / 2, rel=1e-5)
+    assert float(metrics["mlm_loss"]) == pytest.approx(ce[:3].mean(), rel=1e-5)
+    _, sums = objective.pretraining_loss(
+        logits, np.zeros((1, 2), np.float32), batch, total_mlm_weight=3.0, batch_size=1, nsp=True, causal=True
+    )
+    assert float(sums["mlm_changed_weight"]) == 3.0  # left-to-right: the next token is never seen
+
+
+def test_resumed_run_matches_uninterrupted_run(tmp_path) -> None:
+    full = tmp_path / "full"
+    pretrain.train_and_evaluate(tiny_config(), str(full))
+    parts = tmp_path / "parts"
+    assert pretrain.train_and_evaluate(tiny_config(stop_after_step=3), str(parts)) == {"stopped_at": 3}
+    assert rows(parts).keys() == {1, 2, 3}
+    final = pretrain.train_and_evaluate(tiny_config(), str(parts))
+    a, b = rows(full), rows(parts)
+    assert sorted(a) == sorted(b) == [1, 2, 3, 4, 5, 6]
+    for step in a:
+        assert b[step]["loss"] == a[step]["loss"], step  # bit-identical, step by step
+    assert final["mlm_accuracy"] == rows(full, "eval")[6]["mlm_accuracy"]
+    # Logging contract.
+    for key in (
+        "step",
+        "loss",
+        "mlm_accuracy",
+        "nsp_accuracy",
+        "learning_rate",
+        "tokens_per_sec",
+        "mfu",
+        "grad_norm",
+        "mlm_loss",
+        "nsp_loss",
+    ):
+        assert key in a[6], key
+    assert rows(full, "eval")[3]["split"] == "eval"
+    assert any(f.name.startswith("events.out.tfevents") for f in (full / "tensorboard").iterdir())
+    assert (full / "best").is_dir() and (full / "best_metric.json").exists()
+
+
+def test_checkpoint_of_another_model_size_is_refused(tmp_path) -> None:
+    pretrain.train_and_evaluate(tiny_config(num_train_steps=2, eval_every_steps=0), str(tmp_path))
+    bigger = tiny_config(num_train_steps=4)
+    bigger.model.hidden_size = 256
+    bigger.model.intermediate_size = 1024
+    with pytest.raises(
+        checkpoints.CheckpointMismatchError, match="hidden_size: checkpoint 128 vs config 256"
+    ):
+        pretrain.train_and_evaluate(bigger, str(tmp_path))
+    # Without the config file the shapes themselves are compared, naming the parameter.
+    (tmp_path / "bert_config.json").unlink()
+    before = _snapshot(tmp_path)
+    with pytest.raises(
+        checkpoints.CheckpointMismatchError,
+        match=r"word_embeddings/embedding: checkpoint \(30592, 128\) vs model \(30592, 256\)",
+    ):
+        pretrain.train_and_evaluate(bigger, str(tmp_path))
+    assert _snapshot(tmp_path) == before  # a refused run leaves the workdir byte-identical
+    # ... so the right run is not refused afterwards.
+    pretrain.train_and_evaluate(tiny_config(num_train_steps=4, eval_every_steps=0), str(tmp_path))
+    assert (tmp_path / "checkpoints" / "4").is_dir() and (tmp_path / "bert_config.json").exists()
+
+
+def _snapshot(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_a_run_refused_for_its_data_creates_nothing(tmp_path) -> None:
+    empty = tmp_path / "empty.txt"
+    empty.write_text("")
+    c = tiny_config()
+    c.data = pretrain_config.get_config("tiny").data
+    c.data.source, c.data.input_files, c.data.cache_dir = "text", str(empty), str(tmp_path / "cache")
+    with pytest.raises(ValueError, match=r"empty\.txt is empty"):
+        pretrain.train_and_evaluate(c, str(tmp_path / "run"))
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory) -> dict[int, dict]:
+    workdir = tmp_path_factory.mktemp("uninterrupted")
+    pretrain.train_and_evaluate(tiny_config(eval_every_steps=0), str(workdir))
+    return rows(workdir)
+
+
+def _damage(step_dir: Path, how: str) -> None:
+    if how == "truncated data file":
+        largest = max((p for p in step_dir.rglob("*") if p.is_file()), key=lambda p: p.stat().st_size)
+        largest.write_bytes(largest.read_bytes()[: largest.stat().st_size // 2])
+    elif how == "no _METADATA":
+        (step_dir / "default" / "_METADATA").unlink()
+    else:
+        (step_dir / "default" / "manifest.ocdbt").unlink()
+
+
+@pytest.mark.parametrize("how", ["truncated data file", "no _METADATA", "no manifest"])
+def test_a_damaged_latest_checkpoint_is_set_aside_and_the_previous_one_restored(
+    tmp_path, uninterrupted, how, capsys
+) -> None:
+    config = tiny_config(eval_every_steps=0)
+    pretrain.train_and_evaluate(tiny_config(eval_every_steps=0, stop_after_step=4), str(tmp_path))
+    _damage(tmp_path / "checkpoints" / "4", how)
+    capsys.readouterr()
+    pretrain.train_and_evaluate(config, str(tmp_path))
+    out = capsys.readouterr().out
+    assert "checkpoint step 4 is damaged" in out and "resumed from" in out and "checkpoints/2" in out
+    (aside,) = (tmp_path / "checkpoints_damaged").iterdir()
+    assert aside.name.startswith("4-") and any(aside.rglob("*"))  # moved, not deleted
+    resumed = rows(tmp_path)
+    assert sorted(resumed) == [1, 2, 3, 4, 5, 6]
+    for step in resumed:  # steps 3 and 4 redone from step 2: the same losses
+        assert resumed[step]["loss"] == uninterrupted[step]["loss"], step
+
+
+def test_no_intact_checkpoint_is_an_error_not_a_fresh_start(tmp_path) -> None:
+    pretrain.train_and_evaluate(tiny_config(eval_every_steps=0, stop_after_step=4), str(tmp_path))
+    for step in (2, 4):
+        _damage(tmp_path / "checkpoints" / str(step), "no manifest")
+    with pytest.raises(checkpoints.CheckpointDamagedError, match=r"no checkpoint in .* restores \(step 4: "):
+        pretrain.train_and_evaluate(tiny_config(eval_every_steps=0), str(tmp_path))
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["2", "4"]
+    assert not (tmp_path / "checkpoints_damaged").exists()
+
+
+def _cli(workdir: Path, *extra: str) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "bert_jax",
+        "pretrain",
+        "--config=configs/pretrain.py:tiny",
+        "--config.data.source=synthetic",
+        "--config.global_batch_size=4",
+        "--config.max_seq_length=32",
+        "--config.max_predictions_per_seq=5",
+        "--config.eval_steps=1",
+        f"--workdir={workdir}",
+        *extra,
+    ]
+
+
+def test_unknown_or_mistyped_config_key_fails_naming_it(tmp_path) -> None:
+    proc = subprocess.run(
+        _cli(tmp_path, "--config.no_such_key=1"), cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode != 0 and "no_such_key" in proc.stderr
+    proc = subprocess.run(
+        _cli(tmp_path, "--config.learning_rate=fast"), cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode != 0 and "learning_rate" in proc.stderr
+    assert not (tmp_path / "checkpoints").exists()
+
+
+def test_a_removed_setting_name_is_refused_naming_the_one_to_use(tmp_path) -> None:
+    """One name per setting: the model block no longer takes the run's compute dtype."""
+    proc = subprocess.run(
+        _cli(tmp_path, "--config.model.dtype=bfloat16"), cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 1 and "set --config.compute_dtype" in proc.stderr, proc.stderr
+    c = tiny_config()
+    c.model.remat_policy = "full"  # as a config file written for the old layout would
+    with pytest.raises(
+        ValueError, match=r"config\.model\.remat_policy was removed: set --config\.remat_policy"
+    ):
+        pretrain.train_and_evaluate(c, str(tmp_path / "run"))
+    assert not (tmp_path / "run").exists()
+
+
+def _wait_for(predicate, timeout: float, proc: subprocess.Popen) -> None:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if predicate():
+            return
+        assert proc.poll() is None, proc.stdout.read()
+        time.sleep(0.002)
+    raise AssertionError("timed out")
+
+
+def test_sigterm_saves_then_exits_and_sigkill_mid_save_leaves_a_restorable_checkpoint(tmp_path) -> None:
+    ckpts = tmp_path / "checkpoints"
+    # Checkpoint every step; a long run so that we interrupt it.
+    args = _cli(
+        tmp_path,
+        "--config.num_train_steps=100000",
+        "--config.checkpoint_every_steps=1",
+        "--config.eval_every_steps=0",
+        "--config.log_every_steps=1",
+    )
+    proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    # 1. SIGKILL while a save is being written (its temporary directory exists).
+    _wait_for(
+        lambda: (
+            any(".orbax-checkpoint-tmp" in p.name for p in ckpts.glob("*"))
+            and any(p.name.isdigit() for p in ckpts.glob("*"))
+        ),
+        300,
+        proc,
+    )
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    leftovers = [p.name for p in ckpts.iterdir() if "tmp" in p.name]
+    finished = sorted(int(p.name) for p in ckpts.iterdir() if p.name.isdigit())
+    assert leftovers and finished  # killed mid-save, with earlier complete checkpoints
+
+    # 2. The same command resumes from the latest complete checkpoint ...
+    proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    out_lines = []
+    while True:
+        line = proc.stdout.readline()
+        out_lines.append(line)
+        if line.startswith("step "):
+            break
+        assert line or proc.poll() is None, "".join(out_lines)
+    assert f"resumed from {tmp_path}/checkpoints/{finished[-1]}" in "".join(out_lines)
+    # 3. ... and SIGTERM makes it save and exit with 143.
+    proc.send_signal(signal.SIGTERM)
+    rest = proc.communicate(timeout=120)[0]
+    assert proc.returncode == loop.PREEMPTED_EXIT_CODE, rest
+    saved = int(rest.split("preempted: saved step ")[1].split()[0])
+    assert saved > finished[-1]
+    assert (ckpts / str(saved)).is_dir()
+
+
+def test_relative_workdir(tmp_path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    final = pretrain.train_and_evaluate(tiny_config(num_train_steps=2, eval_every_steps=2), "runs/x")
+    assert final["mlm_accuracy"] >= 0
+    assert (tmp_path / "runs" / "x" / "best" / "2").is_dir()
+    assert (tmp_path / "runs" / "x" / "checkpoints" / "2").is_dir()
+
+
+def test_two_phase_schedule_switches_sequence_length_and_resumes(tmp_path) -> None:
+    c = tiny_config(
+        num_train_steps=4,
+        phase2_fraction=0.5,
+        phase2_max_seq_length=64,
+        phase2_max_predictions_per_seq=8,
+        eval_every_steps=0,
+        stop_after_step=3,
+    )
+    pretrain.train_and_evaluate(c, str(tmp_path))
+    c.stop_after_step = 0
+    final = pretrain.train_and_evaluate(c, str(tmp_path))  # resumes inside phase 2
+    seq = {step: row["max_seq_length"] for step, row in rows(tmp_path).items()}
+    assert seq == {1: 32, 2: 32, 3: 64, 4: 64}
+    assert final["num_predictions"] > 0
