@@ -38,7 +38,8 @@ def random_batch(
     }
 
 
-def _hf_config(config: BertConfig):
+def hf_config(config: BertConfig):
+    """`transformers.BertConfig` of the same shape, dropout and LayerNorm epsilon."""
     import transformers
 
     return transformers.BertConfig(
@@ -50,6 +51,9 @@ def _hf_config(config: BertConfig):
         max_position_embeddings=config.max_position_embeddings,
         type_vocab_size=config.type_vocab_size,
         hidden_act="gelu",
+        hidden_dropout_prob=config.hidden_dropout_prob,
+        attention_probs_dropout_prob=config.attention_probs_dropout_prob,
+        layer_norm_eps=config.layer_norm_eps,
     )
 
 
@@ -65,7 +69,7 @@ def torch_step(config: BertConfig, batch: dict[str, np.ndarray]) -> Callable[[],
     import transformers
 
     torch.manual_seed(0)
-    model = transformers.BertForPreTraining(_hf_config(config)).train()
+    model = transformers.BertForPreTraining(hf_config(config)).train()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.01, eps=1e-6)
     inputs = {
         "input_ids": torch.from_numpy(batch["input_ids"].astype(np.int64)),
@@ -93,7 +97,7 @@ def flax_step(config: BertConfig, batch: dict[str, np.ndarray]) -> Callable[[], 
     import optax
     import transformers
 
-    model = transformers.FlaxBertForPreTraining(_hf_config(config), seed=0)
+    model = transformers.FlaxBertForPreTraining(hf_config(config), seed=0)
     tx = optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(1e-4, eps=1e-6, weight_decay=0.01))
     labels = jnp.asarray(_mlm_labels(batch))
     inputs = {

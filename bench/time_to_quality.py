@@ -217,24 +217,14 @@ def run_transformers(c, train, held, target, args, info) -> dict:
     import torch
     import transformers
 
+    from bench import peers
     from bert_jax.model.config import BertConfig
 
     torch.manual_seed(int(c.seed))
     m = BertConfig.from_dict(c.model)
     modern = dict(pre_layer_norm=True, gated_ffn=True, position_embedding_type="rotary", use_bias=False)
     if not m.switches_on():
-        hf = transformers.BertConfig(
-            vocab_size=m.vocab_size,
-            hidden_size=m.hidden_size,
-            num_hidden_layers=m.num_hidden_layers,
-            num_attention_heads=m.num_attention_heads,
-            intermediate_size=m.intermediate_size,
-            max_position_embeddings=m.max_position_embeddings,
-            hidden_dropout_prob=m.hidden_dropout_prob,
-            attention_probs_dropout_prob=m.attention_probs_dropout_prob,
-            layer_norm_eps=m.layer_norm_eps,
-        )
-        model = transformers.BertForMaskedLM(hf)
+        model = transformers.BertForMaskedLM(peers.hf_config(m))
     elif all(getattr(m, k) == v for k, v in modern.items()):
         s = info["special"]
         hf = transformers.ModernBertConfig(
@@ -281,19 +271,32 @@ def run_transformers(c, train, held, target, args, info) -> dict:
         loss = model(
             input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], labels=batch["labels"]
         ).loss
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), float(c.grad_clip_norm))
-        opt.step()
-        sched.step()
+        _update(model, loss, opt, sched, float(c.grad_clip_norm))
 
     def logits_at(ids, pos):
-        model.eval()
-        out = model(input_ids=ids).logits
-        model.train()
+        out = _in_eval_mode(model, lambda: model(input_ids=ids).logits)
         return torch.gather(out, 1, pos[..., None].expand(-1, -1, out.shape[-1]))
 
     return _train_loop(step, lambda: _torch_eval(logits_at, held), target, args, train)
+
+
+def _update(model, loss, opt, sched, clip: float) -> None:
+    """One optimizer step of a torch contender: backward, global-norm clipping, AdamW, schedule."""
+    import torch
+
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+    opt.step()
+    sched.step()
+
+
+def _in_eval_mode(model, fn):
+    model.eval()
+    try:
+        return fn()
+    finally:
+        model.train()
 
 
 def _mask_rows(ids, rate, max_pred, special, vocab, gen):
@@ -331,18 +334,10 @@ def run_lean_torch(c, train, held, target, args, info) -> dict:
         rate = float(c.data.masked_lm_prob)
         masked, pos, labels, weights = _mask_rows(ids, rate, max_pred, info["special"], m.vocab_size, gen)
         total, weight = model(masked, pos, labels, weights)
-        loss = total / weight.clamp(min=1.0)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), float(c.grad_clip_norm))
-        opt.step()
-        sched.step()
+        _update(model, total / weight.clamp(min=1.0), opt, sched, float(c.grad_clip_norm))
 
     def logits_at(ids, pos):
-        model.eval()
-        out = model.logits(ids, pos)
-        model.train()
-        return out
+        return _in_eval_mode(model, lambda: model.logits(ids, pos))
 
     return _train_loop(step, lambda: _torch_eval(logits_at, held), target, args, train)
 
