@@ -3,7 +3,7 @@
 # then runs the suite in parallel.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup_env.sh
+bash scripts/setup_env.sh test
 export TF_CPP_MIN_LOG_LEVEL=2 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 JAX_PLATFORMS=cpu
 .venv/bin/ruff check bert_jax configs tests bench launch scripts
 .venv/bin/ruff format --check --quiet bert_jax configs tests bench launch scripts

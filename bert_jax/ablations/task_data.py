@@ -14,7 +14,7 @@ import json
 import os
 from typing import Any
 
-from bert_jax.storage import atomic_files
+from bert_jax.storage import atomic_files, tensorflow_runtime
 
 # task → (TFDS name, {file split: TFDS split})
 _TFDS = {
@@ -52,7 +52,7 @@ def resolve(task: str, data_dir: str, cache: str) -> str:
 
 
 def _load(name: str, split: str, data_dir: str | None) -> list[dict[str, Any]]:
-    import tensorflow_datasets as tfds  # deferred: TensorFlow Datasets is heavy to import
+    tfds = tensorflow_runtime.tensorflow_datasets()
 
     return list(tfds.as_numpy(tfds.load(name, split=split, data_dir=data_dir)))
 
@@ -62,7 +62,7 @@ def _text(x: Any) -> str:
 
 
 def _write_conll(rows: list[dict[str, Any]], path: str, name: str, data_dir: str | None) -> None:
-    import tensorflow_datasets as tfds  # deferred: TensorFlow Datasets is heavy to import
+    tfds = tensorflow_runtime.tensorflow_datasets()
 
     features = tfds.builder(name, data_dir=data_dir).info.features
     names = {k: features[k].feature.names for k in ("pos", "chunks", "ner")}

@@ -16,8 +16,10 @@ import sys
 from collections.abc import Callable
 from typing import Any, NoReturn
 
+import jax
 from absl import app, flags
 
+from bert_jax.training import hardware
 from bert_jax.training.run_config import REMOVED_KEYS
 
 # name -> (module, one-line description)
@@ -117,8 +119,30 @@ def guarded(name: str, main: Callable[[list[str]], Any]) -> Callable[[list[str]]
     return run_main
 
 
+def quiet_start(argv: list[str]) -> None:
+    """A clean run prints only its own lines, on CPU, GPU and TPU alike.
+
+    - The platform is chosen before JAX starts a backend: on a machine with no TPU or GPU
+      device, only the CPU (else an installed libtpu probes for a TPU and prints a dozen
+      lines of its own errors). Where there is one, JAX's detection is left alone.
+      ``JAX_PLATFORMS`` set by the user wins.
+    - TensorFlow's C++ start-up logs (oneDNN notices, CUDA probing, "failed call to
+      cuInit") are off (``TF_CPP_MIN_LOG_LEVEL=3``; TensorFlow's real errors still raise),
+      unless ``--verbosity``/``-v`` is given or ``BERT_JAX_DEBUG=1``.
+
+    Environment variables, so that worker processes (`prepare-data`) inherit them.
+    """
+    verbose = os.environ.get(DEBUG_ENV) or any(a.startswith(("--verbosity", "-v")) for a in argv[2:])
+    if not verbose:
+        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    if "JAX_PLATFORMS" not in os.environ and hardware.local_accelerator() is None:
+        os.environ["JAX_PLATFORMS"] = "cpu"
+        jax.config.update("jax_platforms", "cpu")  # JAX is imported, no backend started yet
+
+
 def run(argv: list[str] | None = None) -> None:
     argv = list(sys.argv if argv is None else argv)
+    quiet_start(argv)
     if len(argv) < 2 or argv[1] in ("-h", "--help", "help"):
         print(usage())
         sys.exit(0 if len(argv) >= 2 else 2)

@@ -14,6 +14,7 @@ from absl import flags
 from tqdm import tqdm
 
 from bert_jax.data import masking, prepare, tfrecords
+from bert_jax.storage import tensorflow_runtime
 
 FLAGS = flags.FLAGS
 
@@ -41,7 +42,7 @@ def define_flags() -> None:
 def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise SystemExit(f"unexpected arguments: {argv[1:]}")
-    import tensorflow as tf  # deferred: TensorFlow is heavy to import
+    tf = tensorflow_runtime.tensorflow()
 
     inputs = prepare.list_inputs(FLAGS.input_file)
     opts = prepare.Options.from_flags(FLAGS).resolved()

@@ -41,7 +41,12 @@ def define_flags() -> None:
         False,
         "RoBERTa's FULL-SENTENCES rows: documents streamed into full rows, no pairs (needs --nonsp).",
     )
-    flags.DEFINE_float("eval_fraction", 0.0, "Fraction of each input's documents held out for evaluation.")
+    flags.DEFINE_float(
+        "eval_fraction",
+        0.005,
+        "Fraction of each input's documents held out for evaluation (0: none; pretrain then "
+        "trains without held-out evaluation).",
+    )
     flags.DEFINE_integer("num_workers", 1, "Worker processes on this host.")
     flags.DEFINE_integer("task_index", 0, "This host's index on a pod (prepares shards i, i+n, ...).")
     flags.DEFINE_integer("num_tasks", 1, "Hosts preparing into the same output_dir.")

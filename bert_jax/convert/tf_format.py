@@ -13,6 +13,7 @@ from bert_jax.convert import layout, names
 from bert_jax.convert.hf_format import hf_config_dict
 from bert_jax.convert.layout import Params
 from bert_jax.model.config import BertConfig
+from bert_jax.storage import tensorflow_runtime
 
 # Optimizer and bookkeeping variables of a training checkpoint: not parameters.
 _SKIP = ("global_step", "adam_", "/Adam", "bad_steps", "good_steps", "loss_scale")
@@ -28,7 +29,7 @@ def _tf_prefix(path: str) -> str:
 
 
 def load_tf(path: str, expected: BertConfig | None = None) -> tuple[Params, BertConfig]:
-    import tensorflow as tf  # deferred: TensorFlow is heavy to import
+    tf = tensorflow_runtime.tensorflow()
 
     prefix = _tf_prefix(path)
     config = layout.read_config(os.path.join(os.path.dirname(prefix), "bert_config.json"), prefix)
@@ -57,7 +58,7 @@ def load_tf(path: str, expected: BertConfig | None = None) -> tuple[Params, Bert
 def save_tf(prefix: str, params: Params, config: BertConfig) -> None:
     """Writes the original release's variable names (tf.compat.v1 Saver), bert_config.json beside."""
     layout.check_exportable(config, "tf")
-    import tensorflow as tf  # deferred: TensorFlow is heavy to import
+    tf = tensorflow_runtime.tensorflow()
 
     params = layout.canonical(params, config)
     layout.validate(params, config, "params to export")

@@ -27,6 +27,7 @@ import re
 from collections.abc import Iterator
 
 from bert_jax.data import bbc_news
+from bert_jax.storage import tensorflow_runtime
 
 log = logging.getLogger(__name__)
 
@@ -158,7 +159,7 @@ def read_tfds(
 ) -> Iterator[Document]:
     """A TFDS text dataset (e.g. ``wikipedia/20230601.en``): each example one document;
     with ``parts`` > 1 only part ``part`` of ``tfds.even_splits(split, parts)``."""
-    import tensorflow_datasets as tfds  # deferred: TensorFlow Datasets is heavy to import
+    tfds = tensorflow_runtime.tensorflow_datasets()
 
     if parts > 1:
         split = tfds.even_splits(split, n=parts)[part]

@@ -158,8 +158,11 @@ def tokenize_documents(tok, texts: list[corpora.Document]) -> list[pretraining_e
 
 
 def split_held_out(docs: list, eval_fraction: float, shard: int) -> tuple[list, list]:
-    """(train, held-out) documents of one shard: a fixed ``eval_fraction`` of them."""
+    """(train, held-out) documents of one shard: a fixed ``eval_fraction`` of them, at
+    least one where the fraction is not 0 and the shard has two or more."""
     num_eval = round(len(docs) * eval_fraction)
+    if eval_fraction > 0 and len(docs) >= 2:
+        num_eval = min(max(num_eval, 1), len(docs) - 1)
     held = set(np.random.default_rng([EVAL_SEED, shard]).permutation(len(docs))[:num_eval].tolist())
     return [d for i, d in enumerate(docs) if i not in held], [d for i, d in enumerate(docs) if i in held]
 

@@ -32,6 +32,10 @@ class PreparedDataError(ValueError):
     """A prepared folder that cannot be used as it is (the message says why)."""
 
 
+class NoHeldOutData(PreparedDataError):
+    """A prepared folder with no held-out instances: a run trains without evaluation."""
+
+
 def shard_stem(index: int, count: int) -> str:
     return f"shard-{index:05d}-of-{count:05d}"
 

@@ -290,11 +290,11 @@ def open_prepared(
         do_lower_case=bool(c.do_lower_case),
         full_sentences=bool(c.full_sentences),
     )
+    if data.size == 0 and split == "eval":
+        hint = "prepare with --eval_fraction > 0 or set data.eval_files"
+        raise records.NoHeldOutData(f"{directory} holds no held-out examples ({hint})")
     if data.size == 0:
-        hint = (
-            "prepare with --eval_fraction > 0 or set data.eval_files" if split == "eval" else "no instances"
-        )
-        raise records.PreparedDataError(f"{directory} has no {split} examples: {hint}")
+        raise records.PreparedDataError(f"{directory} has no training examples")
     if data.size >= 2**31:
         raise records.PreparedDataError(f"{directory}: {data.size} examples; split it (ids are int32)")
     return data

@@ -16,6 +16,8 @@ from collections.abc import Iterator
 
 import numpy as np
 
+from bert_jax.storage import tensorflow_runtime
+
 INT_FEATURES = (
     "input_ids",
     "input_mask",
@@ -31,7 +33,7 @@ def shard_names(prefix: str, num_shards: int) -> list[str]:
 
 
 def serialize(features: dict[str, np.ndarray]) -> bytes:
-    import tensorflow as tf  # deferred: TensorFlow is heavy to import
+    tf = tensorflow_runtime.tensorflow()
 
     def ints(v: np.ndarray) -> tf.train.Feature:
         return tf.train.Feature(int64_list=tf.train.Int64List(value=np.ravel(v).tolist()))
@@ -44,7 +46,7 @@ def serialize(features: dict[str, np.ndarray]) -> bytes:
 
 
 def _parser(max_seq_length: int, max_predictions_per_seq: int):
-    import tensorflow as tf  # deferred: TensorFlow is heavy to import
+    tf = tensorflow_runtime.tensorflow()
 
     s, p = max_seq_length, max_predictions_per_seq
     spec = {
@@ -79,9 +81,7 @@ def create_iterator(
     repeat: bool = True,
     shuffle_buffer: int = 10_000,
 ) -> Iterator[dict[str, np.ndarray]]:
-    import tensorflow as tf  # deferred: TensorFlow is heavy to import
-
-    tf.config.set_visible_devices([], "GPU")
+    tf = tensorflow_runtime.tensorflow()
     files = sorted(f for pattern in input_files.split(",") for f in glob.glob(pattern))
     if not files:
         raise FileNotFoundError(f"no TFRecord files match {input_files!r}")

@@ -125,3 +125,16 @@ def report(final: dict[str, Any], workdir: str, nsp: bool) -> None:
         f"metrics: {workdir}/metrics.jsonl",
     ]
     print("\n".join(lines), flush=True)
+
+
+def report_without_held_out(workdir: str, step: int) -> None:
+    """The end-of-run summary of a run that had no held-out data (process 0)."""
+    if jax.process_index() != 0:
+        return
+    lines = [
+        f"trained to step {step} without held-out evaluation (the data holds no held-out examples)",
+        f"checkpoints: {workdir}/checkpoints",
+        f"TensorBoard: tensorboard --logdir {workdir}/tensorboard",
+        f"metrics: {workdir}/metrics.jsonl",
+    ]
+    print("\n".join(lines), flush=True)

@@ -25,7 +25,7 @@ import ml_collections
 import numpy as np
 from jax.sharding import Mesh
 
-from bert_jax.data import masking, sources
+from bert_jax.data import masking, records, sources
 from bert_jax.model.flops import model_flops_per_step
 from bert_jax.model.heads import BertForPreTraining
 from bert_jax.pretraining import evaluation
@@ -35,6 +35,7 @@ from bert_jax.pretraining.objective import (
     PretrainingObjective,
     batch_shapes,
 )
+from bert_jax.storage import tensorflow_runtime
 from bert_jax.training import checkpoints, engine, run_config, sharding
 from bert_jax.training.loop import StopRequested, TrainingRun
 
@@ -78,6 +79,7 @@ class Pretraining:
         self.config, self.mesh = config, mesh
         self.model_config = engine.model_config(run_config.bert_config(config), config, mesh)
         self.nsp = bool(config.data.nsp)
+        self.held_out = True  # whether the data has a held-out split (`check_data` says)
         self.objective = PretrainingObjective(BertForPreTraining(self.model_config), self.nsp)
         tx, schedule = engine.create_optimizer(
             config, total_steps=int(config.num_train_steps), warmup_steps=warmup_steps(config)
@@ -217,20 +219,33 @@ def eval_batch_size(config: ml_collections.ConfigDict) -> int:
     return int(config.eval_batch_size or config.global_batch_size)
 
 
-def check_data(config: ml_collections.ConfigDict) -> None:
+def check_data(config: ml_collections.ConfigDict) -> bool:
     """Opens the train and held-out data of every phase (preparing a built-in source on
-    first use), so that a run whose data cannot serve it is refused before it starts."""
+    first use), so that a run whose data cannot serve it is refused before it starts.
+    Returns whether there is held-out data; without it the run trains without evaluation
+    (as the original `run_pretraining.py` without ``--do_eval``), saying so in one line."""
+    held_out = True
     for phase in phases(config):
         for split in ("train", "eval"):
-            it = data_iterator(
-                config,
-                split=split,
-                max_seq_length=phase.max_seq_length,
-                max_predictions_per_seq=phase.max_predictions_per_seq,
-                global_batch_size=eval_batch_size(config) if split == "eval" else None,
-            )
-            next(iter(it))
+            try:
+                it = data_iterator(
+                    config,
+                    split=split,
+                    max_seq_length=phase.max_seq_length,
+                    max_predictions_per_seq=phase.max_predictions_per_seq,
+                    global_batch_size=eval_batch_size(config) if split == "eval" else None,
+                )
+                next(iter(it))
+            except records.NoHeldOutData as e:
+                held_out = False
+                if jax.process_index() == 0:
+                    print(
+                        f"warning: {e}: training without held-out evaluation (no best/ checkpoint)",
+                        flush=True,
+                    )
+                continue
             getattr(it, "close", lambda: None)()
+    return held_out
 
 
 def keep_vocab(config: ml_collections.ConfigDict, workdir: str) -> None:
@@ -239,7 +254,7 @@ def keep_vocab(config: ml_collections.ConfigDict, workdir: str) -> None:
     and `convert` without remembering which vocab it was trained with."""
     if config.data.source == "synthetic" or jax.process_index() != 0:
         return
-    import tensorflow as tf  # tf.io.gfile (also gs://), deferred: TensorFlow is heavy
+    tf = tensorflow_runtime.tensorflow()
 
     src = sources.tokenizer_of(config.data).vocab_file
     name = "spm.model" if config.data.tokenizer == "sentencepiece" else "vocab.txt"
@@ -260,6 +275,8 @@ class PeriodicEval:
         self.last: dict[str, float] = {}
 
     def __call__(self, step: int, state: Any, metrics: Any) -> None:
+        if not self.run.held_out:
+            return
         if self.every and (step % self.every == 0 or step == self.total):
             self.last, _ = evaluation.evaluate_held_out(self.run, state.params, self.phase)
             self.loop.logger.write(step, self.last, split="eval")
@@ -298,7 +315,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
     check_config(config)
     run = Pretraining(config, sharding.make_mesh(tuple(config.mesh_shape)))
     checkpoints.check_model_config(workdir, run.model_config)
-    check_data(config)
+    run.held_out = check_data(config)
     final_phase = phases(config)[-1]
     keys = ("mlm_accuracy", "nsp_accuracy") if run.nsp else ("mlm_accuracy",)
     try:
@@ -311,6 +328,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
             periodic_eval = PeriodicEval(run, loop)
             state = train_phases(run, loop, state, periodic_eval)
             step = loop.finish(state)
+            if not run.held_out:
+                evaluation.report_without_held_out(workdir, step)
+                return {"step": step, "held_out": False}
             final, eval_targets = evaluation.evaluate_held_out(run, state.params, final_phase)
             if periodic_eval.last.get("mlm_accuracy") != final["mlm_accuracy"]:
                 loop.logger.write(step, final, split="eval")

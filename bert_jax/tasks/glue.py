@@ -21,6 +21,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from bert_jax.storage import tensorflow_runtime
 from bert_jax.tasks import scorers
 from bert_jax.tasks.base import Example, TaskSpec
 
@@ -164,7 +165,7 @@ def read_tsv(task: str, data_dir: str, split: str) -> list[Example]:
 def read_tfds(task: str, split: str, data_dir: str | None = None) -> list[Example]:
     """Examples from ``tfds.load("glue/<task>")``; TFDS's label ids are mapped to ours by
     label name (MNLI orders its classes differently), test labels (-1) become None."""
-    import tensorflow_datasets as tfds  # deferred: TensorFlow Datasets is heavy to import
+    tfds = tensorflow_runtime.tensorflow_datasets()
 
     layout, labels = LAYOUTS[task], LABELS[task]
     name = f"glue/{task}"

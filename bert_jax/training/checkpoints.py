@@ -22,8 +22,10 @@ back, the real rows unchanged.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
+import sys
 import time
 from typing import Any
 
@@ -169,6 +171,7 @@ class Checkpointer:
                 state = self.restore(abstract_state, step)
             except Exception as e:
                 failures.append((step, e))
+                _quiet_restore_debris()
                 continue
             for bad, error in failures:
                 self._set_aside(bad, error)
@@ -230,8 +233,35 @@ def _mkdir(path: Any) -> None:
 
 
 def _first_line(error: Exception) -> str:
+    """The reason in a few words: the first line, without TensorStore's spec dump."""
     text = str(error).strip().splitlines()
-    return f"{type(error).__name__}: {text[0][:200] if text else ''}"
+    line = text[0].split(" See full TensorStore details")[0] if text else ""
+    return f"{type(error).__name__}: {line[:200]}"
+
+
+def _is_restore_debris(unraisable: Any) -> bool:
+    """What a failed orbax restore leaves behind: its reading coroutines, garbage-collected
+    with their error unretrieved, and callbacks scheduled on its closed event loop."""
+    value, obj = unraisable.exc_value, repr(unraisable.object)
+    closed_loop = isinstance(value, RuntimeError) and "Event loop is closed" in str(value)
+    return closed_loop or ("coroutine" in obj and "orbax" in repr(getattr(unraisable.object, "cr_code", "")))
+
+
+def _quiet_restore_debris() -> None:
+    """After a restore failed (a damaged step, already reported in one warning line): its
+    debris is dropped instead of printed as tracebacks; every other unraisable error is
+    reported as before."""
+    previous = sys.unraisablehook
+    if getattr(previous, "_bert_jax_quiet", False):
+        return
+
+    def hook(unraisable: Any) -> None:
+        if not _is_restore_debris(unraisable):
+            previous(unraisable)
+
+    hook._bert_jax_quiet = True  # type: ignore[attr-defined]
+    sys.unraisablehook = hook
+    gc.collect()  # the failed restore's coroutines are finalised now, quietly
 
 
 def check_shapes(metadata: Any, abstract_state: Any, where: str, skip: Any = ()) -> None:

@@ -8,6 +8,7 @@ the three never disagree.
 from __future__ import annotations
 
 import dataclasses
+import glob
 import math
 import re
 
@@ -93,4 +94,15 @@ def peak_flops_for_device_kind(device_kind: str) -> float | None:
     for kind, peak in GPU_PEAK_BF16_FLOPS.items():
         if device_kind.startswith(kind):
             return peak
+    return None
+
+
+def local_accelerator() -> str | None:
+    """ "tpu" or "gpu" when this machine has one (from its device files, without starting
+    any runtime), None for a CPU-only machine: TPU VMs expose /dev/accel* (v2-v4) or
+    /dev/vfio/<n> (v5e and later), NVIDIA machines /dev/nvidia<n>."""
+    if glob.glob("/dev/accel*") or [p for p in glob.glob("/dev/vfio/*") if p.rsplit("/", 1)[-1].isdigit()]:
+        return "tpu"
+    if glob.glob("/dev/nvidia[0-9]*"):
+        return "gpu"
     return None

@@ -100,3 +100,25 @@ def test_user_errors_are_one_line_with_exit_code_1(tmp_path) -> None:
         capture_output=True, text=True, cwd=ROOT, timeout=300, env={**os.environ, "BERT_JAX_DEBUG": "1"},
     )  # fmt: skip
     assert proc.returncode != 0 and "Traceback" in proc.stderr
+
+
+def test_a_clean_run_prints_only_its_own_lines(tmp_path) -> None:
+    """On a machine with no accelerator, with libtpu installed (the test extra) and nothing
+    set in the environment: no TPU probing, no TensorFlow or XLA start-up logs."""
+    env = {k: v for k, v in os.environ.items() if k not in ("JAX_PLATFORMS", "TF_CPP_MIN_LOG_LEVEL")}
+    args = ["pretrain", "--config=configs/pretrain.py:tiny", f"--workdir={tmp_path}"]
+    args += ["--config.num_train_steps=2", "--config.eval_every_steps=0", "--config.eval_steps=1"]
+    args += [f"--config.data.cache_dir={tmp_path / 'cache'}"]  # prepared here: its progress bar shows
+    proc = subprocess.run(
+        [sys.executable, "-m", "bert_jax", *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    others = [ln for ln in proc.stderr.replace("\r", "\n").splitlines() if ln and "prepare-data" not in ln]
+    assert others == [], proc.stderr[-3000:]  # only the preparation's progress bar
+    assert proc.stdout.splitlines()[0].startswith("preparing wiki_excerpt data")
+    assert [ln for ln in proc.stdout.splitlines() if ln.startswith("step ")], proc.stdout

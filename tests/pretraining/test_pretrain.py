@@ -308,3 +308,48 @@ def test_two_phase_schedule_switches_sequence_length_and_resumes(tmp_path) -> No
     seq = {step: row["max_seq_length"] for step, row in rows(tmp_path).items()}
     assert seq == {1: 32, 2: 32, 3: 64, 4: 64}
     assert final["num_predictions"] > 0
+
+
+def test_prepare_data_defaults_hold_out_and_data_without_held_out_trains_without_evaluation(
+    tmp_path, capsys
+) -> None:
+    """`prepare-data` with its defaults holds out a small share, which `pretrain` evaluates
+    on; a folder prepared with none trains without evaluation, saying so in one line."""
+    from bert_jax.data import corpora, prepare, records
+
+    docs = corpora.load_documents("wiki_excerpt")[:60]
+    text = tmp_path / "wiki.txt"
+    text.write_text("\n\n".join("\n".join(d) for d in docs) + "\n")
+    out = tmp_path / "prepared_defaults"
+    cmd = ["prepare-data", f"--input_file={text}", f"--output_dir={out}", "--max_seq_length=64"]
+    proc = subprocess.run([sys.executable, "-m", "bert_jax", *cmd], capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert records.read_metadata(str(out))["counts"]["eval"] > 0  # the default holds some out
+
+    bare = tmp_path / "prepared_bare"
+    opts = prepare.Options(max_seq_length=64, dupe_factor=1, eval_fraction=0.0)
+    prepare.prepare(prepare.list_inputs(str(text)), str(bare), opts, progress=False)
+    c = pretrain_config.get_config("tiny")
+    c.data.source, c.data.input_files = "prepared", str(bare)
+    c.num_train_steps, c.eval_every_steps, c.checkpoint_every_steps = 4, 2, 2
+    final = pretrain.train_and_evaluate(c, str(tmp_path / "run"))
+    assert final == {"step": 4, "held_out": False}
+    warnings = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("warning:")]
+    assert len(warnings) == 1 and "holds no held-out examples" in warnings[0]
+    assert not (tmp_path / "run" / "best").exists() and (tmp_path / "run" / "checkpoints" / "4").exists()
+    assert not [r for r in rows(tmp_path / "run", "eval").values()]
+
+
+def test_a_damaged_checkpoint_is_one_warning_line_and_no_traceback(tmp_path) -> None:
+    """The fallback is handled: orbax's debris of the failed restore is not printed."""
+    flags = ["--config.num_train_steps=6", "--config.eval_every_steps=0", "--config.checkpoint_every_steps=2"]
+    first = subprocess.run(
+        _cli(tmp_path, *flags, "--config.stop_after_step=4"), capture_output=True, text=True, cwd=ROOT
+    )
+    assert first.returncode == 0, first.stderr[-2000:]
+    _damage(tmp_path / "checkpoints" / "4", "truncated data file")
+    proc = subprocess.run(_cli(tmp_path, *flags), capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    warnings = [ln for ln in proc.stdout.splitlines() if ln.startswith("warning:")]
+    assert len(warnings) == 1 and "checkpoint step 4 is damaged" in warnings[0] and len(warnings[0]) < 400
+    assert "Traceback" not in proc.stderr and "Event loop is closed" not in proc.stderr, proc.stderr[-3000:]

@@ -1,0 +1,61 @@
+"""TensorFlow, imported once per process: quietly, and with no accelerator of its own.
+
+bert_jax uses TensorFlow for tensorflow-text's WordPiece, TFRecords, TFDS and
+`tf.io.gfile` (which also reads and writes ``gs://``); JAX owns the accelerators, so
+TensorFlow is shown none (`tf.config.set_visible_devices([], ...)`). Importing TensorFlow
+2.21 prints a dozen C++ lines of its own (oneDNN notices, CUDA probing, "failed call to
+cuInit"), logged before its logging starts, so ``TF_CPP_MIN_LOG_LEVEL`` no longer silences
+them: the import runs with the process's stderr pointed at /dev/null (Python errors still
+raise). ``BERT_JAX_DEBUG=1``, or ``TF_CPP_MIN_LOG_LEVEL=0``, keeps the lines. Importing is
+deferred to first use: TensorFlow costs ~3 s and ~0.5 GB per process.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import os
+import sys
+from types import ModuleType
+
+
+def _quiet() -> bool:
+    return not os.environ.get("BERT_JAX_DEBUG") and os.environ.get("TF_CPP_MIN_LOG_LEVEL") != "0"
+
+
+def _import(name: str) -> ModuleType:
+    if not _quiet():
+        return importlib.import_module(name)
+    sys.stderr.flush()
+    saved, null = os.dup(2), os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, 2)
+    try:
+        return importlib.import_module(name)
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(null)
+
+
+@functools.cache
+def tensorflow() -> ModuleType:
+    """`tensorflow`, with no GPU or TPU of its own."""
+    tf = _import("tensorflow")
+    for kind in ("GPU", "TPU"):
+        try:
+            tf.config.set_visible_devices([], kind)
+        except (RuntimeError, ValueError):  # already initialised, or no such device type
+            pass
+    return tf
+
+
+@functools.cache
+def tensorflow_text() -> ModuleType:
+    tensorflow()
+    return _import("tensorflow_text")
+
+
+@functools.cache
+def tensorflow_datasets() -> ModuleType:
+    tensorflow()
+    return _import("tensorflow_datasets")
