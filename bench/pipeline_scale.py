@@ -10,10 +10,15 @@ targets last.
 
     .venv/bin/python bench/pipeline_scale.py [--workdir /tmp/bert_jax_scale] [--dupe_factor 5]
 
+Then one file holding the corpus 20 times (one huge input, as a Wikipedia or books dump
+comes), prepared with 2 workers: its tokens/s and its largest process against the 1x
+file's (a large file is prepared in parts cut at documents, `prepare.split_text_file`).
+
 Targets (stated demands): RSS(40x)/RSS(1x) <= 1.15; time to first batch 40x/1x <= 1.3;
 resume at any step <= 2 s; no epoch-boundary stall above 1 s; steady >= 50,000
 examples/s (a TPU v6e host of 8 chips at 50% MFU on BERT-Base consumes ~52,000);
-prepare >= 1M tokens/s with 2 workers.
+prepare >= 1M tokens/s with 2 workers; the single 20x file >= 1M tokens/s with 2 workers
+and its largest process <= 1.2x the 1x file's.
 """
 
 from __future__ import annotations
@@ -60,9 +65,7 @@ def prepare(files: list[str], out: str, workers: int, dupe_factor: int) -> tuple
     shutil.rmtree(out, ignore_errors=True)
     start = time.perf_counter()
     subprocess.run(
-        [sys.executable, "-m", "bert_jax", "prepare-data", f"--input_file={','.join(files)}",
-         f"--output_dir={out}", f"--max_seq_length={SEQ}", f"--dupe_factor={dupe_factor}",
-         f"--num_workers={workers}"],
+        _prepare_command(files, out, workers, dupe_factor),
         cwd=ROOT, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
     elapsed = time.perf_counter() - start
@@ -113,6 +116,50 @@ def reader(directory: str) -> dict:
             "late_step": late}  # fmt: skip
 
 
+def _prepare_command(files: list[str], out: str, workers: int, dupe_factor: int) -> list[str]:
+    return [sys.executable, "-m", "bert_jax", "prepare-data", f"--input_file={','.join(files)}",
+            f"--output_dir={out}", f"--max_seq_length={SEQ}", f"--dupe_factor={dupe_factor}",
+            f"--num_workers={workers}"]  # fmt: skip
+
+
+def prepare_measured(files: list[str], out: str, workers: int, dupe_factor: int) -> tuple[float, float]:
+    """(tokens/s, largest process in MB) of one preparation, measured in a fresh process
+    (so that the largest process is this preparation's own: the command or a worker)."""
+    shutil.rmtree(out, ignore_errors=True)
+    code = (
+        "import json, resource, subprocess, sys, time\n"
+        "t = time.perf_counter()\n"
+        "quiet = dict(stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)\n"
+        "subprocess.run(json.loads(sys.argv[1]), check=True, **quiet)\n"
+        "print(time.perf_counter() - t, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024)\n"
+    )
+    command = json.dumps(_prepare_command(files, out, workers, dupe_factor))
+    proc = subprocess.run(
+        [sys.executable, "-c", code, command], cwd=ROOT, check=True, capture_output=True, text=True
+    )
+    seconds, peak_mb = (float(x) for x in proc.stdout.split())
+    with open(os.path.join(out, "metadata.json")) as f:
+        tokens = json.load(f)["counts"]["tokens"]
+    return tokens / seconds, peak_mb
+
+
+def single_file(files: list[str], workdir: str, dupe_factor: int, copies: int = 20) -> dict[str, float]:
+    """The corpus `copies` times in ONE file against the 1x file, both with 2 workers."""
+    big = os.path.join(workdir, f"single-{copies}x.txt")
+    if not os.path.exists(big):
+        with open(big, "wb") as out:
+            for _ in range(copies):
+                with open(files[0], "rb") as f:
+                    out.write(f.read() + b"\n\n")
+    rate_1x, peak_1x = prepare_measured(files[:1], os.path.join(workdir, "s1"), 2, dupe_factor)
+    rate, peak = prepare_measured([big], os.path.join(workdir, f"s{copies}"), 2, dupe_factor)
+    print(
+        f"prepare-data, one file: 1x {rate_1x:,.0f} tokens/s, largest process {peak_1x:,.0f} MB; "
+        f"{copies}x in one file {rate:,.0f} tokens/s, largest process {peak:,.0f} MB (2 workers)"
+    )
+    return {"single_20x_2_workers_over_1M": rate / 1e6, "single_20x_peak_over_1x": peak / peak_1x}
+
+
 TARGETS = {
     "rss_40x_over_1x": ("<=", 1.15),
     "first_batch_40x_over_1x": ("<=", 1.3),
@@ -120,6 +167,8 @@ TARGETS = {
     "epoch_boundary_stall_max_s": ("<=", 1.0),
     "steady_over_50k": (">=", 1.0),
     "prepare_2_workers_over_1M": (">=", 1.0),
+    "single_20x_2_workers_over_1M": (">=", 1.0),
+    "single_20x_peak_over_1x": ("<=", 1.2),
 }
 
 
@@ -182,6 +231,7 @@ def main() -> None:
     parser.add_argument("--workdir", default="/tmp/bert_jax_scale")
     parser.add_argument("--dupe_factor", type=int, default=5)
     parser.add_argument("--reader", help=argparse.SUPPRESS)
+    parser.add_argument("--only_single_file", action="store_true", help="only the one-file measurement")
     args = parser.parse_args()
     if args.reader:
         print(json.dumps(reader(args.reader)))
@@ -192,11 +242,15 @@ def main() -> None:
         f"CPU: {os.cpu_count()} cores; corpus: BBC News x1 / x10 / x40 in {corpus}; "
         f"dupe_factor={args.dupe_factor}"
     )
+    if args.only_single_file:
+        print_targets(single_file(files, args.workdir, args.dupe_factor))
+        return
     results, rates = {}, {}
     for k in (1, 10, 40):
         results[k] = measure(files, k, args.workdir, args.dupe_factor, rates)
     print(f"prepare-data, 40x: 1 worker {rates[1]:,.0f} tokens/s, 2 workers {rates[2]:,.0f} tokens/s")
-    print_targets(ratios(results, rates))
+    single = single_file(files, args.workdir, args.dupe_factor)
+    print_targets({**ratios(results, rates), **single})
 
 
 if __name__ == "__main__":

@@ -116,10 +116,12 @@ def read_wiki_dump(path: str) -> Iterator[Document]:
         yield sentences
 
 
-def read_text_file(name: str) -> Iterator[Document]:
-    """One file of the original format: one sentence per line, blank line between documents."""
+def read_text_file(name: str, start: int = 0, end: int = -1) -> Iterator[Document]:
+    """One file of the original format: one sentence per line, blank line between documents
+    (its bytes ``[start, end)`` only, with ``end`` -1 meaning the end of the file)."""
     with open(name, "rb") as f:
-        raw = f.read()
+        f.seek(start)
+        raw = f.read() if end < 0 else f.read(end - start)
     if not raw.strip():
         raise ValueError(f"input file {name} is empty")
     text = raw.decode("utf-8", errors="replace")

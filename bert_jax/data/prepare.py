@@ -23,6 +23,7 @@ from __future__ import annotations
 import concurrent.futures
 import dataclasses
 import glob
+import itertools
 import json
 import multiprocessing
 import os
@@ -87,28 +88,31 @@ _ADDED_LATER = ("full_sentences",)
 
 @dataclasses.dataclass(frozen=True)
 class Input:
-    """One input of a preparation: a file, the BBC News train articles (``reader=
-    "bbc_news"``, `path` their folder) or part `part` of `parts` of a TFDS split."""
+    """One input of a preparation: a file, or the bytes ``[start, end)`` of a large text
+    file (`split_text_file`), the BBC News train articles (``reader="bbc_news"``, `path`
+    their folder) or part `part` of `parts` of a TFDS split."""
 
     path: str
     tfds_split: str = ""
     part: int = 0
     parts: int = 1
     reader: str = ""
+    start: int = 0
+    end: int = -1  # -1: to the end of the file
 
     def describe(self) -> str:
         if self.reader:
             return f"{self.reader}:{self.path}"
-        return (
-            f"tfds:{self.path}[{self.tfds_split} {self.part + 1}/{self.parts}]"
-            if self.tfds_split
-            else self.path
-        )
+        if self.tfds_split:
+            return f"tfds:{self.path}[{self.tfds_split} {self.part + 1}/{self.parts}]"
+        return self.path if self.end < 0 else f"{self.path}[bytes {self.start}:{self.end}]"
 
     def size(self) -> int:
         if self.reader == "bbc_news":
             return sum(os.path.getsize(f) for f in glob.glob(os.path.join(self.path, "*", "*.txt")))
-        return os.path.getsize(self.path) if not self.tfds_split else 1
+        if self.tfds_split:
+            return 1
+        return (self.end if self.end >= 0 else os.path.getsize(self.path)) - self.start
 
     def documents(self) -> list[corpora.Document]:
         if self.tfds_split:
@@ -118,14 +122,51 @@ class Input:
         elif self.path.endswith((".xml", ".xml.bz2", ".bz2")):
             docs = corpora.read_wiki_dump(self.path)
         else:
-            docs = corpora.read_text_file(self.path)
+            docs = corpora.read_text_file(self.path, self.start, self.end)
         return [d for d in docs if len(d) >= 2]
 
 
+# A text file larger than this is prepared in parts of about this size, cut at document
+# boundaries (`split_text_file`): every worker can take a part of one huge file, and a
+# worker's memory is bounded by a part, not by the file.
+PART_BYTES = 8 << 20
+
+
+def split_text_file(path: str, part_bytes: int = PART_BYTES) -> list[Input]:
+    """A text file of the original format as one input, or, above `part_bytes`, as parts
+    of about that size, each ending with a blank line (the end of a document): together
+    they hold exactly the file's documents. The cut points depend on the file and
+    `part_bytes` only, so the instances do not depend on how many workers prepare them."""
+    size = os.path.getsize(path)
+    if size <= part_bytes or path.endswith((".xml", ".bz2")):
+        return [Input(path)]
+    bounds = [0]
+    with open(path, "rb") as f:
+        while bounds[-1] + part_bytes < size:
+            f.seek(bounds[-1] + part_bytes)
+            f.readline()  # to the start of the next line
+            line = f.readline()
+            while line and line.strip():  # to the next blank line: a document ends there
+                line = f.readline()
+            cut = f.tell()
+            if not line or cut >= size:
+                break
+            bounds.append(cut)
+    bounds.append(size)
+    if len(bounds) == 2:
+        return [Input(path)]
+    return [Input(path, start=a, end=b) for a, b in itertools.pairwise(bounds)]
+
+
 def list_inputs(
-    input_file: str = "", tfds_name: str = "", tfds_split: str = "train", tfds_num_shards: int = 1
+    input_file: str = "",
+    tfds_name: str = "",
+    tfds_split: str = "train",
+    tfds_num_shards: int = 1,
+    part_bytes: int = PART_BYTES,
 ) -> list[Input]:
-    """The inputs of a preparation, in a fixed order (sorted files, or TFDS parts)."""
+    """The inputs of a preparation, in a fixed order: sorted files (each large one in its
+    parts, `split_text_file`), or TFDS parts."""
     if tfds_name:
         return [Input(tfds_name, tfds_split, i, tfds_num_shards) for i in range(tfds_num_shards)]
     patterns = [p for p in input_file.split(",") if p]
@@ -137,7 +178,7 @@ def list_inputs(
         if not matched:
             raise FileNotFoundError(f"no input files match {pattern!r}")
         files += matched
-    return [Input(f) for f in files]
+    return [part for f in files for part in split_text_file(f, part_bytes)]
 
 
 def load_tokenizer(opts: Options):

@@ -196,6 +196,7 @@ def _stamp(inputs: list) -> list:
     return [
         (i.path, i.tfds_split, i.parts)
         + ((os.path.getsize(i.path), os.path.getmtime(i.path)) if not i.tfds_split else ())
+        + ((i.start, i.end) if i.end >= 0 else ())
         for i in inputs
     ]
 

@@ -1,5 +1,6 @@
 """`prepare-data`: the original's instances, parallel = serial, resumable, pods, refusals."""
 
+import itertools
 import json
 import os
 import socket
@@ -169,3 +170,23 @@ def test_cli_prepares_with_progress_and_pretrain_streams_it(corpus, tmp_path) ->
     logged = [json.loads(line) for line in (work / "metrics.jsonl").read_text().splitlines()]
     lengths = {r["step"]: r["max_seq_length"] for r in logged if r.get("split", "train") == "train"}
     assert lengths == {1: 32, 2: 32, 3: 64, 4: 64}
+
+
+def test_a_large_file_is_prepared_in_parts_cut_at_documents_whatever_the_workers(corpus, tmp_path) -> None:
+    """One big file is split at blank lines: its parts hold exactly its documents, every
+    worker can take a part, and the instances do not depend on the number of workers."""
+    big = tmp_path / "big.txt"
+    big.write_text("".join((corpus / f"wiki-{i}.txt").read_text() + "\n" for i in range(3)))
+    parts = prepare.list_inputs(str(big), part_bytes=200_000)
+    assert len(parts) >= 5 and parts[0].start == 0 and parts[-1].end == big.stat().st_size
+    assert all(a.end == b.start for a, b in itertools.pairwise(parts))
+    whole = list(corpora.read_text_file(str(big)))
+    assert [d for p in parts for d in corpora.read_text_file(p.path, p.start, p.end)] == whole
+    small = str(corpus / "wiki-0.txt")  # below the part size: one input, as it always was
+    assert prepare.list_inputs(small, part_bytes=4_000_000) == [prepare.Input(small)]
+
+    serial, parallel = tmp_path / "serial", tmp_path / "parallel"
+    prepare.prepare(parts, str(serial), OPTS, num_workers=1, progress=False)
+    meta = prepare.prepare(parts, str(parallel), OPTS, num_workers=2, progress=False)
+    assert _bytes(serial) == _bytes(parallel) and len(meta["shards"]) == len(parts)
+    assert "[bytes 0:" in meta["shards"][0]["input"]
