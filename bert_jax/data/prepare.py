@@ -235,22 +235,23 @@ def prepare_shard(item: Input, index: int, count: int, out_dir: str, opts: Optio
         "train": [(train, [opts.random_seed, index, d]) for d in range(opts.dupe_factor)],
         "eval": [(held_out, [EVAL_SEED, index, 1])] if held_out else [],
     }
-    counts = {"train": 0, "eval": 0}
-    for split in records.SPLITS:
-        final = os.path.join(out_dir, f"{stem}.{split}.bin")
-        tmp = atomic_files.temp_path(final)
-        with open(tmp, "wb") as f:
-            for split_docs, seed in pairings[split]:
-                instances = shard_instances(split_docs, opts, tok.special, seed)
-                records.encode(instances, opts.max_seq_length, tok.special.pad, dtype).tofile(f)
-                counts[split] += len(instances)
-        os.replace(tmp, final)
+    counts: dict[str, int] = {}
+    files: dict[str, int] = {}
+    for split, split_docs in (("train", train), ("eval", held_out)):
+        writer = records.SplitWriter(os.path.join(out_dir, f"{stem}.{split}"), dtype, atomic_files.temp_path)
+        writer.add_documents(split_docs)
+        for pairing_docs, seed in pairings[split]:
+            writer.add_instances(shard_instances(pairing_docs, opts, tok.special, seed))
+        writer.close()
+        counts[split], counts[f"{split}_tokens"] = writer.count, writer.written
+        files.update({os.path.basename(f): os.path.getsize(f) for f in writer.final})
     info = {
         "stem": stem,
         "input": item.describe(),
         "documents": len(docs),
         "tokens": sum(len(s) for d in docs for s in d),
         **counts,
+        "files": files,
         "flags": opts.flags(),
     }
     atomic_files.write_json(os.path.join(out_dir, f"{stem}.json"), info, indent=1, sort_keys=True)
@@ -269,6 +270,8 @@ def _done(out_dir: str, stem: str, opts: Options) -> dict | None:
             f"{out_dir} holds a preparation with other flags ({path}: {info['flags']}); "
             "use another --output_dir or the same flags"
         )
+    if "train_tokens" not in info:  # a shard of format 1, from an older preparation: redone
+        return None
     return info
 
 
@@ -287,9 +290,16 @@ def write_metadata(out_dir: str, inputs: list[Input], opts: Options) -> dict | N
         "vocab_file": opts.vocab_file,
         "vocab_sha256": records.file_sha256(opts.vocab_file),
         "vocab_size": tok.vocab_size,
+        "special": {"cls": tok.special.cls, "sep": tok.special.sep, "pad": tok.special.pad},
         "dtype": records.token_dtype(tok.vocab_size).str,
         "counts": totals,
-        "shards": [{k: i[k] for k in ("stem", "input", "train", "eval", "tokens")} for i in infos],
+        "shards": [
+            {
+                k: i[k]
+                for k in ("stem", "input", "train", "eval", "tokens", "train_tokens", "eval_tokens", "files")
+            }
+            for i in infos
+        ],
     }
     atomic_files.write_json(os.path.join(out_dir, records.METADATA), meta, indent=1, sort_keys=True)
     return meta

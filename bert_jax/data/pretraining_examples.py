@@ -32,20 +32,36 @@ class Instance:
     tokens: np.ndarray  # [CLS] A [SEP] B [SEP], int32, unpadded
     num_a: int  # length of [CLS] A [SEP]: segment 0; the rest is segment 1
     is_random_next: bool
+    # Where A (and B) lie in the documents' tokens laid end to end (`token_offsets`):
+    # ((start, length), ...), so that storage can keep each document once. Empty for rows
+    # that are not spans of the documents (FULL-SENTENCES rows join several).
+    pieces: tuple[tuple[int, int], ...] = ()
 
     @property
     def segment_ids(self) -> np.ndarray:
         return (np.arange(len(self.tokens)) >= self.num_a).astype(np.int32)
 
 
-def _truncate_pair(a: list[int], b: list[int], max_tokens: int, rng: np.random.Generator) -> None:
-    """Trim the longer segment, from the front or the back at random (in place).
+def token_offsets(docs: list[TokenDoc]) -> list[np.ndarray]:
+    """For each document, where each of its sentences starts (and, last, where it ends) in
+    all the documents' tokens laid end to end, in order."""
+    out, base = [], 0
+    for doc in docs:
+        starts = base + np.concatenate([[0], np.cumsum([len(s) for s in doc])]).astype(np.int64)
+        out.append(starts)
+        base = int(starts[-1])
+    return out
+
+
+def _truncate_pair(a: list[int], b: list[int], max_tokens: int, rng: np.random.Generator) -> list[int]:
+    """Trim the longer segment, from the front or the back at random (in place); returns
+    the tokens cut from the front of a, its back, the front of b and its back.
 
     One draw per removed token, as the original's loop; drawn in one call (the same
     numbers) and applied as slices."""
     excess = len(a) + len(b) - max_tokens
     if excess <= 0:
-        return
+        return [0, 0, 0, 0]
     la, lb = len(a), len(b)
     cut = [0, 0, 0, 0]  # front of a, back of a, front of b, back of b
     for r in rng.random(excess).tolist():
@@ -57,6 +73,7 @@ def _truncate_pair(a: list[int], b: list[int], max_tokens: int, rng: np.random.G
             lb -= 1
     a[:] = a[cut[0] : len(a) - cut[1]]
     b[:] = b[cut[2] : len(b) - cut[3]]
+    return cut
 
 
 def create_instances_from_document(
@@ -67,12 +84,15 @@ def create_instances_from_document(
     rng: np.random.Generator,
     special: SpecialIds,
     nsp: bool = True,
+    offsets: list[np.ndarray] | None = None,
 ) -> list[Instance]:
     """The original `create_instances_from_document`, with an NSP-off mode.
 
     With ``nsp=False`` (the paper's "No NSP" ablation) each instance is one contiguous
-    span ``[CLS] A [SEP]`` of up to ``max_seq_length - 2`` tokens.
+    span ``[CLS] A [SEP]`` of up to ``max_seq_length - 2`` tokens. `offsets`
+    (`token_offsets` of `docs`) gives each instance its pieces.
     """
+    offsets = token_offsets(docs) if offsets is None else offsets
     document = docs[doc_index]
     max_tokens = max_seq_length - (3 if nsp else 2)
     target = max_tokens
@@ -87,14 +107,17 @@ def create_instances_from_document(
         length += len(document[i])
         if i == len(document) - 1 or length >= target:
             if chunk:
+                a_start = int(offsets[doc_index][i + 1 - len(chunk)])  # the chunk's first token
                 if not nsp:
                     a = list(chain.from_iterable(chunk))[:max_tokens]
                     tokens = [special.cls, *a, special.sep]
-                    instances.append(Instance(np.array(tokens, np.int32), len(tokens), False))
+                    instance = Instance(np.array(tokens, np.int32), len(tokens), False, ((a_start, len(a)),))
+                    instances.append(instance)
                 else:
                     a_end = int(rng.integers(1, len(chunk))) if len(chunk) >= 2 else 1
                     a = list(chain.from_iterable(chunk[:a_end]))
                     b: list[int] = []
+                    b_start = a_start + len(a)  # the continuation follows A
                     is_random_next = len(chunk) == 1 or rng.random() < 0.5
                     if is_random_next and len(docs) > 1:
                         target_b = target - len(a)
@@ -103,6 +126,7 @@ def create_instances_from_document(
                             other = int(rng.integers(0, len(docs)))
                         random_doc = docs[other]
                         start = int(rng.integers(0, len(random_doc)))
+                        b_start = int(offsets[other][start])
                         for sentence in random_doc[start:]:
                             b.extend(sentence)
                             if len(b) >= target_b:
@@ -112,10 +136,12 @@ def create_instances_from_document(
                     else:
                         is_random_next = False
                         b = list(chain.from_iterable(chunk[a_end:]))
-                    _truncate_pair(a, b, max_tokens, rng)
+                    cut = _truncate_pair(a, b, max_tokens, rng)
                     if a and b:
                         tokens = [special.cls, *a, special.sep, *b, special.sep]
-                        instances.append(Instance(np.array(tokens, np.int32), len(a) + 2, is_random_next))
+                        pieces = ((a_start + cut[0], len(a)), (b_start + cut[2], len(b)))
+                        instance = Instance(np.array(tokens, np.int32), len(a) + 2, is_random_next, pieces)
+                        instances.append(instance)
             chunk, length = [], 0
         i += 1
     return instances
@@ -131,8 +157,13 @@ def create_instances(
 ) -> list[Instance]:
     """One pass over all documents, instances shuffled."""
     out: list[Instance] = []
+    offsets = token_offsets(docs)
     for d in range(len(docs)):
-        out.extend(create_instances_from_document(docs, d, max_seq_length, short_seq_prob, rng, special, nsp))
+        out.extend(
+            create_instances_from_document(
+                docs, d, max_seq_length, short_seq_prob, rng, special, nsp, offsets
+            )
+        )
     order = rng.permutation(len(out))
     return [out[i] for i in order]
 

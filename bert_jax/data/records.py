@@ -1,18 +1,26 @@
 """Prepared pre-training data: the on-disk format, its metadata, and the random-access reader.
 
 A prepared folder (made by `bert-jax prepare-data`, or in the cache for the built-in
-sources) holds unmasked NSP instances, one shard per input file::
+sources) holds unmasked instances, one shard per input (or part of a large input)::
 
-    shard-00000-of-00040.train.bin   fixed-width records, little-endian
-    shard-00000-of-00040.eval.bin    the held-out documents' instances (may be empty)
-    shard-00000-of-00040.json        the shard's counts, written once its records are in place
-    metadata.json                    written when every shard is: flags, vocab hash, counts
+    shard-00000-of-00040.train.tokens   the training documents' tokens, each document once
+    shard-00000-of-00040.train.index    one fixed-width entry per instance
+    shard-00000-of-00040.eval.tokens    the held-out documents' (may be empty)
+    shard-00000-of-00040.eval.index
+    shard-00000-of-00040.json           the shard's counts, written once its files are in place
+    metadata.json                       written when every shard is: flags, vocab hash, counts
 
-A record is ``max_seq_length + 3`` integers (uint16 when the vocabulary fits, else
-int32): the instance's tokens ``[CLS] A [SEP] B [SEP]`` padded with [PAD], then its
-length, the length of ``[CLS] A [SEP]``, and the NotNext label. Fixed width makes record
-``i`` of a shard one ``pread`` at ``i * width``: random access with no index and no
-memory map (host memory stays flat whatever the corpus size; see bench/pipeline_scale.py).
+An instance is ``[CLS] A [SEP]`` or ``[CLS] A [SEP] B [SEP]`` where A and B are spans of
+the documents' tokens, so its index entry (`INDEX_DTYPE`, 24 bytes) is where A and B start
+in ``.tokens`` (uint16 when the vocabulary fits, else int32), their lengths and the NotNext
+label. The ``dupe_factor`` pairings of the same documents share their tokens: ~3 GiB per
+billion tokens at ``dupe_factor=5`` (2 bytes per token once, 24 bytes per instance),
+where storing every instance's tokens took ~15 GiB. Rows that are not spans of one
+document (FULL-SENTENCES rows join several) keep their tokens in ``.tokens`` as one span.
+Reading instance ``i`` is three ``pread``s (its entry at ``24 * i``, then A and B): random
+access with no memory map, so host memory stays flat whatever the corpus size
+(bench/pipeline_scale.py). Folders of format 1 (every instance's tokens in a fixed-width
+record, ``.bin``) are still read.
 """
 
 from __future__ import annotations
@@ -23,9 +31,15 @@ import os
 
 import numpy as np
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+READABLE_VERSIONS = (1, 2)
 METADATA = "metadata.json"
 SPLITS = ("train", "eval")
+# One instance: A's and B's start in the shard's tokens, their lengths (B's 0 for a single
+# segment), the NotNext label.
+INDEX_DTYPE = np.dtype(
+    [("a", "<i8"), ("b", "<i8"), ("a_len", "<u2"), ("b_len", "<u2"), ("label", "u1"), ("pad", "V3")]
+)
 
 
 class PreparedDataError(ValueError):
@@ -100,11 +114,49 @@ def read_metadata(directory: str) -> dict:
         raise PreparedDataError(f"{directory} is not a prepared data folder (no {METADATA})")
     with open(path) as f:
         meta = json.load(f)
-    if meta.get("format_version") != FORMAT_VERSION:
+    if meta.get("format_version") not in READABLE_VERSIONS:
         raise PreparedDataError(
-            f"{path}: format version {meta.get('format_version')}, expected {FORMAT_VERSION}"
+            f"{path}: format version {meta.get('format_version')}, expected one of {READABLE_VERSIONS}"
         )
     return meta
+
+
+class SplitWriter:
+    """Writes one split of one shard: its documents' tokens once, then its instances'
+    index entries (to temporary names; `close` moves both into place)."""
+
+    def __init__(self, prefix: str, dtype: np.dtype, temp_path) -> None:
+        self.final = (f"{prefix}.tokens", f"{prefix}.index")
+        self.temp = tuple(temp_path(p) for p in self.final)
+        self.tokens, self.index = (open(p, "wb") for p in self.temp)
+        self.dtype, self.written = dtype, 0
+        self.count = 0
+
+    def add_documents(self, docs: list) -> None:
+        """The split's documents, in order: their tokens are what instances' pieces index."""
+        flat = [t for d in docs for s in d for t in s]
+        self._tokens(np.asarray(flat, self.dtype))
+
+    def _tokens(self, tokens: np.ndarray) -> int:
+        start = self.written
+        tokens.astype(self.dtype).tofile(self.tokens)
+        self.written += len(tokens)
+        return start
+
+    def add_instances(self, instances: list) -> None:
+        entries = np.zeros(len(instances), INDEX_DTYPE)
+        for j, inst in enumerate(instances):
+            pieces = inst.pieces or ((self._tokens(inst.tokens[1:-1]), len(inst.tokens) - 2),)
+            (a, a_len), (b, b_len) = pieces[0], (pieces[1] if len(pieces) > 1 else (0, 0))
+            entries[j] = (a, b, a_len, b_len, int(inst.is_random_next), b"")
+        entries.tofile(self.index)
+        self.count += len(instances)
+
+    def close(self) -> None:
+        for f in (self.tokens, self.index):
+            f.close()
+        for tmp, final in zip(self.temp, self.final, strict=True):
+            os.replace(tmp, final)
 
 
 def check_compatible(
@@ -155,48 +207,95 @@ class PreparedSet:
             raise ValueError(f"split {split!r}: train or eval")
         self.directory, self.split = directory, split
         self.meta = read_metadata(directory)
+        self.version = int(self.meta["format_version"])
         self.max_seq_length = int(self.meta["flags"]["max_seq_length"])
         self.dtype = np.dtype(self.meta["dtype"])
-        self.record_bytes = record_width(self.max_seq_length) * self.dtype.itemsize
-        self.paths, counts = [], []
+        self.entry_bytes = (
+            record_width(self.max_seq_length) * self.dtype.itemsize
+            if self.version == 1
+            else INDEX_DTYPE.itemsize
+        )
+        special = self.meta.get("special", {})
+        self.cls, self.sep = special.get("cls", 0), special.get("sep", 0)
+        self.paths, self.token_paths, counts = [], [], []
         for shard in self.meta["shards"]:
-            path = os.path.join(directory, f"{shard['stem']}.{split}.bin")
             count = int(shard[split])
-            size = os.path.getsize(path) if os.path.exists(path) else -1
-            if size != count * self.record_bytes:
-                state = "missing" if size < 0 else f"{size} bytes, expected {count * self.record_bytes}"
-                raise PreparedDataError(f"{path} is truncated or damaged ({state}): prepare it again")
+            stem = os.path.join(directory, f"{shard['stem']}.{split}")
+            path = f"{stem}.bin" if self.version == 1 else f"{stem}.index"
+            _check_size(path, count * self.entry_bytes)
+            if self.version > 1:
+                _check_size(f"{stem}.tokens", int(shard[f"{split}_tokens"]) * self.dtype.itemsize)
             self.paths.append(path)
+            self.token_paths.append(f"{stem}.tokens")
             counts.append(count)
         self.starts = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
         self.size = int(self.starts[-1])
-        self._fds: dict[int, int] = {}
+        self._fds: dict[str, int] = {}
 
-    def _fd(self, shard: int) -> int:
-        if shard not in self._fds:
-            self._fds[shard] = os.open(self.paths[shard], os.O_RDONLY)
-        return self._fds[shard]
+    def _fd(self, path: str) -> int:
+        if path not in self._fds:
+            self._fds[path] = os.open(path, os.O_RDONLY)
+        return self._fds[path]
 
-    def records(self, ids: np.ndarray) -> np.ndarray:
-        """Raw records of the given example ids, in their order."""
+    def _pread(self, path: str, n: int, offset: int) -> bytes:
+        raw = os.pread(self._fd(path), n, offset)
+        if len(raw) != n:
+            raise PreparedDataError(f"short read in {path}: a shard changed while training")
+        return raw
+
+    def entries(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(shard of each id, its raw entry: a record of format 1, an index entry of 2)."""
         ids = np.asarray(ids, np.int64)
         shards = np.searchsorted(self.starts, ids, side="right") - 1
-        offsets = (ids - self.starts[shards]) * self.record_bytes
-        n = self.record_bytes
-        chunks = [os.pread(self._fd(s), n, o) for s, o in zip(shards.tolist(), offsets.tolist(), strict=True)]
-        raw = b"".join(chunks)
-        if len(raw) != n * len(ids):
-            raise PreparedDataError(f"short read in {self.directory}: a shard changed while training")
-        return np.frombuffer(raw, self.dtype).reshape(len(ids), -1)
+        offsets = (ids - self.starts[shards]) * self.entry_bytes
+        n = self.entry_bytes
+        raw = b"".join(
+            self._pread(self.paths[s], n, o) for s, o in zip(shards.tolist(), offsets.tolist(), strict=True)
+        )
+        if self.version == 1:
+            return shards, np.frombuffer(raw, self.dtype).reshape(len(ids), -1)
+        return shards, np.frombuffer(raw, INDEX_DTYPE)
 
     def read(self, ids: np.ndarray) -> dict[str, np.ndarray]:
         """Unmasked features of the given example ids."""
-        return decode(self.records(ids), self.max_seq_length)
+        shards, entries = self.entries(ids)
+        if self.version == 1:
+            return decode(entries, self.max_seq_length)
+        s, item = self.max_seq_length, self.dtype.itemsize
+        ids_out = np.zeros((len(shards), s), np.int32)
+        lengths, first = np.zeros(len(shards), np.int32), np.zeros(len(shards), np.int32)
+        for row, (shard, e) in enumerate(zip(shards.tolist(), entries, strict=True)):
+            path = self.token_paths[shard]
+            a = np.frombuffer(self._pread(path, int(e["a_len"]) * item, int(e["a"]) * item), self.dtype)
+            parts = [[self.cls], a, [self.sep]]
+            if e["b_len"]:
+                parts += [
+                    np.frombuffer(self._pread(path, int(e["b_len"]) * item, int(e["b"]) * item), self.dtype),
+                    [self.sep],
+                ]
+            tokens = np.concatenate(parts)
+            ids_out[row, : len(tokens)] = tokens
+            lengths[row], first[row] = len(tokens), len(a) + 2
+        pos = np.arange(s, dtype=np.int32)[None]
+        mask = (pos < lengths[:, None]).astype(np.int32)
+        return {
+            "input_ids": ids_out,
+            "input_mask": mask,
+            "segment_ids": ((pos >= first[:, None]) & (mask > 0)).astype(np.int32),
+            "next_sentence_labels": entries["label"].astype(np.int32),
+        }
 
     def close(self) -> None:
         for fd in self._fds.values():
             os.close(fd)
         self._fds.clear()
+
+
+def _check_size(path: str, expected: int) -> None:
+    size = os.path.getsize(path) if os.path.exists(path) else -1
+    if size != expected:
+        state = "missing" if size < 0 else f"{size} bytes, expected {expected}"
+        raise PreparedDataError(f"{path} is truncated or damaged ({state}): prepare it again")
 
     def __del__(self) -> None:
         try:

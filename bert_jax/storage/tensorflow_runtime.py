@@ -12,10 +12,12 @@ deferred to first use: TensorFlow costs ~3 s and ~0.5 GB per process.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib
 import os
 import sys
+from collections.abc import Iterator
 from types import ModuleType
 
 
@@ -23,18 +25,27 @@ def _quiet() -> bool:
     return not os.environ.get("BERT_JAX_DEBUG") and os.environ.get("TF_CPP_MIN_LOG_LEVEL") != "0"
 
 
-def _import(name: str) -> ModuleType:
+@contextlib.contextmanager
+def quiet_stderr() -> Iterator[None]:
+    """The process's stderr (file descriptor 2, where TensorFlow's C++ logs go) pointed at
+    /dev/null for the block, unless asked not to (see the module docstring)."""
     if not _quiet():
-        return importlib.import_module(name)
+        yield
+        return
     sys.stderr.flush()
     saved, null = os.dup(2), os.open(os.devnull, os.O_WRONLY)
     os.dup2(null, 2)
     try:
-        return importlib.import_module(name)
+        yield
     finally:
         os.dup2(saved, 2)
         os.close(saved)
         os.close(null)
+
+
+def _import(name: str) -> ModuleType:
+    with quiet_stderr():
+        return importlib.import_module(name)
 
 
 @functools.cache

@@ -31,7 +31,7 @@ OPTS = prepare.Options(max_seq_length=64, dupe_factor=2, random_seed=3, eval_fra
 
 
 def _bytes(folder: Path) -> dict[str, bytes]:
-    return {p.name: p.read_bytes() for p in sorted(folder.glob("shard-*.bin"))}
+    return {p.name: p.read_bytes() for p in sorted(folder.glob("shard-*")) if not p.name.endswith(".json")}
 
 
 def test_instances_are_the_original_pairing_for_the_same_seed(corpus, tmp_path) -> None:
@@ -65,7 +65,7 @@ def test_parallel_pod_and_resumed_preparations_write_the_same_bytes(corpus, tmp_
     prepare.prepare(inputs, str(serial), OPTS, progress=False)
     parallel = tmp_path / "parallel"
     prepare.prepare(inputs, str(parallel), OPTS, num_workers=2, progress=False)
-    assert _bytes(parallel) == _bytes(serial) and len(_bytes(serial)) == 6
+    assert _bytes(parallel) == _bytes(serial) and len(_bytes(serial)) == 12  # tokens + index per split
     # A pod of two hosts sharing one folder: metadata.json once both are done.
     pod = tmp_path / "pod"
     assert prepare.prepare(inputs, str(pod), OPTS, task_index=1, num_tasks=2, progress=False) is None
@@ -75,19 +75,19 @@ def test_parallel_pod_and_resumed_preparations_write_the_same_bytes(corpus, tmp_
     assert _bytes(pod) == _bytes(serial)
     # Interrupted: one shard missing. A rerun writes only that one; the others are kept.
     (serial / "shard-00001-of-00003.json").unlink()
-    (serial / "shard-00001-of-00003.train.bin").unlink()
+    (serial / "shard-00001-of-00003.train.index").unlink()
     (serial / records.METADATA).unlink()
     before = {p.name: p.stat().st_mtime_ns for p in serial.glob("shard-0000[02]*")}
     exited = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True)
     host = socket.gethostname()
-    (serial / f"shard-00001-of-00003.train.bin.tmp-{host}-{int(exited.stdout)}").write_bytes(b"killed")
+    (serial / f"shard-00001-of-00003.train.index.tmp-{host}-{int(exited.stdout)}").write_bytes(b"killed")
     # Temporary files of a process still running (another job preparing the same folder)
     # and of another host (whose processes cannot be seen from here) stay.
     running = subprocess.Popen(["sleep", "120"])
     try:
         kept = [
-            f"shard-00001-of-00003.eval.bin.tmp-{host}-{running.pid}",
-            f"shard-00001-of-00003.train.bin.tmp-other-host-{int(exited.stdout)}",
+            f"shard-00001-of-00003.eval.tokens.tmp-{host}-{running.pid}",
+            f"shard-00001-of-00003.train.index.tmp-other-host-{int(exited.stdout)}",
         ]
         for name in kept:
             (serial / name).write_bytes(b"being written")
@@ -130,9 +130,9 @@ def test_training_refuses_mismatched_or_damaged_prepared_data(corpus, tmp_path) 
     with pytest.raises(records.PreparedDataError, match="prepared with nsp=True"):
         first()
     c.nsp = True
-    shard = tmp_path / "shard-00000-of-00001.train.bin"
+    shard = tmp_path / "shard-00000-of-00001.train.index"
     shard.write_bytes(shard.read_bytes()[:-7])
-    with pytest.raises(records.PreparedDataError, match=r"shard-00000-of-00001\.train\.bin is truncated"):
+    with pytest.raises(records.PreparedDataError, match=r"shard-00000-of-00001\.train\.index is truncated"):
         first()
     (tmp_path / records.METADATA).unlink()
     with pytest.raises(records.PreparedDataError, match=r"unfinished preparation \(1 of 1 shards"):
@@ -190,3 +190,35 @@ def test_a_large_file_is_prepared_in_parts_cut_at_documents_whatever_the_workers
     meta = prepare.prepare(parts, str(parallel), OPTS, num_workers=2, progress=False)
     assert _bytes(serial) == _bytes(parallel) and len(meta["shards"]) == len(parts)
     assert "[bytes 0:" in meta["shards"][0]["input"]
+
+
+def test_documents_are_stored_once_and_format_1_folders_still_read(corpus, tmp_path) -> None:
+    """The dupe_factor pairings share their documents' tokens (the index is 24 bytes per
+    instance), and a folder of the earlier fixed-width format reads as it did."""
+    inputs = prepare.list_inputs(str(corpus / "wiki-0.txt"))
+    opts = prepare.Options(max_seq_length=64, dupe_factor=5, random_seed=3, eval_fraction=0.1)
+    meta = prepare.prepare(inputs, str(tmp_path / "v2"), opts, progress=False)
+    shard = meta["shards"][0]
+    assert shard["train_tokens"] + shard["eval_tokens"] == shard["tokens"]  # each token once
+    v2_bytes = sum(p.stat().st_size for p in (tmp_path / "v2").glob("shard-*") if p.suffix != ".json")
+    v1_bytes = (meta["counts"]["train"] + meta["counts"]["eval"]) * records.record_width(64) * 2
+    assert v2_bytes < v1_bytes / 2.5  # 2.85x less here (sequence 64; more at 128)
+
+    v2 = records.PreparedSet(str(tmp_path / "v2"))
+    ids = np.arange(v2.size)
+    rows = v2.read(ids)
+    v1 = tmp_path / "v1"  # the same instances in format 1: one fixed-width record each
+    v1.mkdir()
+    instances = []
+    for i in ids.tolist():
+        n = int(rows["input_mask"][i].sum())
+        tokens = rows["input_ids"][i][:n]
+        num_a = int(n - rows["segment_ids"][i][:n].sum())
+        instances.append(pretraining_examples.Instance(tokens, num_a, bool(rows["next_sentence_labels"][i])))
+    records.encode(instances, 64, 0, np.dtype("<u2")).tofile(v1 / f"{shard['stem']}.train.bin")
+    (v1 / f"{shard['stem']}.eval.bin").write_bytes(b"")
+    old = {**meta, "format_version": 1, "shards": [{**shard, "eval": 0}]}
+    (v1 / records.METADATA).write_text(json.dumps(old))
+    again = records.PreparedSet(str(v1)).read(ids)
+    for key in rows:
+        np.testing.assert_array_equal(again[key], rows[key], err_msg=key)
