@@ -17,7 +17,8 @@ file's (a large file is prepared in parts cut at documents, `prepare.split_text_
 Targets (stated demands): RSS(40x)/RSS(1x) <= 1.15; time to first batch 40x/1x <= 1.3;
 resume at any step <= 2 s; no epoch-boundary stall above 1 s; steady >= 50,000
 examples/s (a TPU v6e host of 8 chips at 50% MFU on BERT-Base consumes ~52,000);
-prepare >= 1M tokens/s with 2 workers; the single 20x file >= 1M tokens/s with 2 workers
+prepare >= 1M tokens/s with 2 workers; disk <= 4 GiB per billion tokens at dupe_factor 5
+(each document stored once); the single 20x file >= 1M tokens/s with 2 workers
 and its largest process <= 1.2x the 1x file's.
 """
 
@@ -167,6 +168,7 @@ TARGETS = {
     "epoch_boundary_stall_max_s": ("<=", 1.0),
     "steady_over_50k": (">=", 1.0),
     "prepare_2_workers_over_1M": (">=", 1.0),
+    "disk_gib_per_billion_tokens": ("<=", 4.0),
     "single_20x_2_workers_over_1M": (">=", 1.0),
     "single_20x_peak_over_1x": ("<=", 1.2),
 }
@@ -196,6 +198,7 @@ def measure(files: list[str], k: int, workdir: str, dupe_factor: int, rates: dic
     print(f"prepare-data, {k}x ({k} files): 2 workers {rate:,.0f} tokens/s, largest process {peak:,.0f} MB")
     size = sum(os.path.getsize(os.path.join(out, n)) for n in os.listdir(out))
     r = reader_in_fresh_process(out)
+    r["gib_per_billion_tokens"] = size / meta["counts"]["tokens"] * 1e9 / 2**30
     print(
         f"{k:>2}x: {meta['counts']['tokens'] / 1e6:.1f}M tokens, {r['examples']:,} instances, "
         f"{size / 2**20:,.0f} MiB on disk ({size / meta['counts']['tokens'] * 1e9 / 2**30:.1f} GiB per "
@@ -216,6 +219,7 @@ def ratios(results: dict[int, dict], rates: dict[int, float]) -> dict[str, float
         "epoch_boundary_stall_max_s": max(r["boundary_max_batch_s"] for r in results.values()),
         "steady_over_50k": min(r["steady_examples_per_s"] for r in results.values()) / 50_000,
         "prepare_2_workers_over_1M": rates[2] / 1e6,
+        "disk_gib_per_billion_tokens": results[40]["gib_per_billion_tokens"],
     }
 
 

@@ -208,14 +208,17 @@ def split_held_out(docs: list, eval_fraction: float, shard: int) -> tuple[list, 
     return [d for i, d in enumerate(docs) if i not in held], [d for i, d in enumerate(docs) if i in held]
 
 
-def shard_instances(docs: list, opts: Options, special, seed: list[int]) -> list:
+def shard_instances(
+    docs: list, opts: Options, special, seed: list[int], offsets: list | None = None, materialize: bool = True
+) -> list:
     """One pairing of a shard's documents (the original's logic), or one pass of
-    FULL-SENTENCES rows, from ``default_rng(seed)``."""
+    FULL-SENTENCES rows, from ``default_rng(seed)``. Storage needs only the pairs' pieces
+    (``materialize=False``, with the documents' `offsets` computed once per shard)."""
     rng = np.random.default_rng(seed)
     if opts.full_sentences:
         return pretraining_examples.create_full_sentence_instances(docs, opts.max_seq_length, rng, special)
     return pretraining_examples.create_instances(
-        docs, opts.max_seq_length, opts.short_seq_prob, rng, special, nsp=opts.nsp
+        docs, opts.max_seq_length, opts.short_seq_prob, rng, special, opts.nsp, offsets, materialize
     )
 
 
@@ -240,8 +243,11 @@ def prepare_shard(item: Input, index: int, count: int, out_dir: str, opts: Optio
     for split, split_docs in (("train", train), ("eval", held_out)):
         writer = records.SplitWriter(os.path.join(out_dir, f"{stem}.{split}"), dtype, atomic_files.temp_path)
         writer.add_documents(split_docs)
+        offsets = pretraining_examples.token_offsets(split_docs)
         for pairing_docs, seed in pairings[split]:
-            writer.add_instances(shard_instances(pairing_docs, opts, tok.special, seed))
+            writer.add_instances(
+                shard_instances(pairing_docs, opts, tok.special, seed, offsets, materialize=False)
+            )
         writer.close()
         counts[split], counts[f"{split}_tokens"] = writer.count, writer.written
         files.update({os.path.basename(f): os.path.getsize(f) for f in writer.final})

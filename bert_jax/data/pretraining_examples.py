@@ -29,7 +29,7 @@ TokenDoc = list[list[int]]  # a document: sentences of token ids
 
 @dataclasses.dataclass(frozen=True)
 class Instance:
-    tokens: np.ndarray  # [CLS] A [SEP] B [SEP], int32, unpadded
+    tokens: np.ndarray | None  # [CLS] A [SEP] B [SEP], int32, unpadded (None: not built)
     num_a: int  # length of [CLS] A [SEP]: segment 0; the rest is segment 1
     is_random_next: bool
     # Where A (and B) lie in the documents' tokens laid end to end (`token_offsets`):
@@ -40,6 +40,11 @@ class Instance:
     @property
     def segment_ids(self) -> np.ndarray:
         return (np.arange(len(self.tokens)) >= self.num_a).astype(np.int32)
+
+    def __len__(self) -> int:
+        return (
+            sum(n for _, n in self.pieces) + 1 + len(self.pieces) if self.tokens is None else len(self.tokens)
+        )
 
 
 def token_offsets(docs: list[TokenDoc]) -> list[np.ndarray]:
@@ -53,17 +58,15 @@ def token_offsets(docs: list[TokenDoc]) -> list[np.ndarray]:
     return out
 
 
-def _truncate_pair(a: list[int], b: list[int], max_tokens: int, rng: np.random.Generator) -> list[int]:
-    """Trim the longer segment, from the front or the back at random (in place); returns
-    the tokens cut from the front of a, its back, the front of b and its back.
-
-    One draw per removed token, as the original's loop; drawn in one call (the same
-    numbers) and applied as slices."""
-    excess = len(a) + len(b) - max_tokens
+def _truncation(la: int, lb: int, max_tokens: int, rng: np.random.Generator) -> list[int]:
+    """How the original trims a pair to `max_tokens`: always the longer segment, from the
+    front or the back at random; returns the tokens cut from the front of A, its back, the
+    front of B and its back. One draw per removed token, as the original's loop (drawn in
+    one call: the same numbers)."""
+    excess = la + lb - max_tokens
+    cut = [0, 0, 0, 0]
     if excess <= 0:
-        return [0, 0, 0, 0]
-    la, lb = len(a), len(b)
-    cut = [0, 0, 0, 0]  # front of a, back of a, front of b, back of b
+        return cut
     for r in rng.random(excess).tolist():
         if la > lb:
             cut[0 if r < 0.5 else 1] += 1
@@ -71,9 +74,12 @@ def _truncate_pair(a: list[int], b: list[int], max_tokens: int, rng: np.random.G
         else:
             cut[2 if r < 0.5 else 3] += 1
             lb -= 1
-    a[:] = a[cut[0] : len(a) - cut[1]]
-    b[:] = b[cut[2] : len(b) - cut[3]]
     return cut
+
+
+def _span(doc: TokenDoc, first: int, count: int, start: int, length: int) -> list[int]:
+    """Tokens ``[start, start + length)`` of sentences ``first .. first + count``."""
+    return list(chain.from_iterable(doc[first : first + count]))[start : start + length]
 
 
 def create_instances_from_document(
@@ -85,64 +91,76 @@ def create_instances_from_document(
     special: SpecialIds,
     nsp: bool = True,
     offsets: list[np.ndarray] | None = None,
+    materialize: bool = True,
+    lengths: list[list[int]] | None = None,
 ) -> list[Instance]:
     """The original `create_instances_from_document`, with an NSP-off mode.
 
     With ``nsp=False`` (the paper's "No NSP" ablation) each instance is one contiguous
-    span ``[CLS] A [SEP]`` of up to ``max_seq_length - 2`` tokens. `offsets`
-    (`token_offsets` of `docs`) gives each instance its pieces.
+    span ``[CLS] A [SEP]`` of up to ``max_seq_length - 2`` tokens. Every instance has its
+    pieces (where A and B lie in `offsets`, the `token_offsets` of `docs`); its tokens
+    only with `materialize` (storage needs the pieces alone: the same instances, drawn
+    from the same random numbers, without building token lists).
     """
     offsets = token_offsets(docs) if offsets is None else offsets
     document = docs[doc_index]
+    lengths = lengths or [np.diff(o).tolist() for o in offsets]  # sentence lengths per document
+    doc_lengths = lengths[doc_index]
     max_tokens = max_seq_length - (3 if nsp else 2)
     target = max_tokens
     if rng.random() < short_seq_prob:
         target = int(rng.integers(2, max_tokens + 1))
     instances: list[Instance] = []
-    chunk: list[list[int]] = []
+    first = 0  # the chunk's first sentence
     length = 0
     i = 0
     while i < len(document):
-        chunk.append(document[i])
-        length += len(document[i])
+        length += doc_lengths[i]
         if i == len(document) - 1 or length >= target:
-            if chunk:
-                a_start = int(offsets[doc_index][i + 1 - len(chunk)])  # the chunk's first token
-                if not nsp:
-                    a = list(chain.from_iterable(chunk))[:max_tokens]
-                    tokens = [special.cls, *a, special.sep]
-                    instance = Instance(np.array(tokens, np.int32), len(tokens), False, ((a_start, len(a)),))
-                    instances.append(instance)
+            count = i + 1 - first
+            a_start = int(offsets[doc_index][first])
+            if not nsp:
+                la = min(length, max_tokens)
+                tokens = None
+                if materialize:
+                    tokens = np.array(
+                        [special.cls, *_span(document, first, count, 0, la), special.sep], np.int32
+                    )
+                instances.append(Instance(tokens, la + 2, False, ((a_start, la),)))
+            else:
+                a_end = int(rng.integers(1, count)) if count >= 2 else 1
+                la = sum(doc_lengths[first : first + a_end])
+                b_start, lb = a_start + la, 0  # the continuation follows A
+                b_doc, b_first, b_count = doc_index, first + a_end, count - a_end
+                is_random_next = count == 1 or rng.random() < 0.5
+                if is_random_next and len(docs) > 1:
+                    target_b = target - la
+                    other = doc_index
+                    while other == doc_index:
+                        other = int(rng.integers(0, len(docs)))
+                    start = int(rng.integers(0, len(docs[other])))
+                    b_start, b_doc, b_first, b_count = int(offsets[other][start]), other, start, 0
+                    for sentence_length in lengths[other][start:]:
+                        lb += sentence_length
+                        b_count += 1
+                        if lb >= target_b:
+                            break
+                    # Put the unused sentences back: they are not wasted.
+                    i -= count - a_end
                 else:
-                    a_end = int(rng.integers(1, len(chunk))) if len(chunk) >= 2 else 1
-                    a = list(chain.from_iterable(chunk[:a_end]))
-                    b: list[int] = []
-                    b_start = a_start + len(a)  # the continuation follows A
-                    is_random_next = len(chunk) == 1 or rng.random() < 0.5
-                    if is_random_next and len(docs) > 1:
-                        target_b = target - len(a)
-                        other = doc_index
-                        while other == doc_index:
-                            other = int(rng.integers(0, len(docs)))
-                        random_doc = docs[other]
-                        start = int(rng.integers(0, len(random_doc)))
-                        b_start = int(offsets[other][start])
-                        for sentence in random_doc[start:]:
-                            b.extend(sentence)
-                            if len(b) >= target_b:
-                                break
-                        # Put the unused sentences back: they are not wasted.
-                        i -= len(chunk) - a_end
-                    else:
-                        is_random_next = False
-                        b = list(chain.from_iterable(chunk[a_end:]))
-                    cut = _truncate_pair(a, b, max_tokens, rng)
-                    if a and b:
-                        tokens = [special.cls, *a, special.sep, *b, special.sep]
-                        pieces = ((a_start + cut[0], len(a)), (b_start + cut[2], len(b)))
-                        instance = Instance(np.array(tokens, np.int32), len(a) + 2, is_random_next, pieces)
-                        instances.append(instance)
-            chunk, length = [], 0
+                    is_random_next = False
+                    lb = length - la
+                cut = _truncation(la, lb, max_tokens, rng)
+                la, lb = la - cut[0] - cut[1], lb - cut[2] - cut[3]
+                if la and lb:
+                    tokens = None
+                    if materialize:
+                        a = _span(document, first, a_end, cut[0], la)
+                        b = _span(docs[b_doc], b_first, b_count, cut[2], lb)
+                        tokens = np.array([special.cls, *a, special.sep, *b, special.sep], np.int32)
+                    pieces = ((a_start + cut[0], la), (b_start + cut[2], lb))
+                    instances.append(Instance(tokens, la + 2, is_random_next, pieces))
+            first, length = i + 1, 0
         i += 1
     return instances
 
@@ -154,14 +172,18 @@ def create_instances(
     rng: np.random.Generator,
     special: SpecialIds,
     nsp: bool = True,
+    offsets: list[np.ndarray] | None = None,
+    materialize: bool = True,
 ) -> list[Instance]:
-    """One pass over all documents, instances shuffled."""
+    """One pass over all documents, instances shuffled (see
+    `create_instances_from_document` for `offsets` and `materialize`)."""
     out: list[Instance] = []
-    offsets = token_offsets(docs)
+    offsets = token_offsets(docs) if offsets is None else offsets
+    lengths = [np.diff(o).tolist() for o in offsets]
     for d in range(len(docs)):
         out.extend(
             create_instances_from_document(
-                docs, d, max_seq_length, short_seq_prob, rng, special, nsp, offsets
+                docs, d, max_seq_length, short_seq_prob, rng, special, nsp, offsets, materialize, lengths
             )
         )
     order = rng.permutation(len(out))

@@ -144,11 +144,17 @@ class SplitWriter:
         return start
 
     def add_instances(self, instances: list) -> None:
+        """Index entries of the instances, in order (a row that is not a span of the
+        documents has its tokens added as one)."""
         entries = np.zeros(len(instances), INDEX_DTYPE)
-        for j, inst in enumerate(instances):
-            pieces = inst.pieces or ((self._tokens(inst.tokens[1:-1]), len(inst.tokens) - 2),)
-            (a, a_len), (b, b_len) = pieces[0], (pieces[1] if len(pieces) > 1 else (0, 0))
-            entries[j] = (a, b, a_len, b_len, int(inst.is_random_next), b"")
+        pieces = [
+            inst.pieces or ((self._tokens(inst.tokens[1:-1]), len(inst.tokens) - 2),) for inst in instances
+        ]
+        entries["a"] = [p[0][0] for p in pieces]
+        entries["a_len"] = [p[0][1] for p in pieces]
+        entries["b"] = [p[1][0] if len(p) > 1 else 0 for p in pieces]
+        entries["b_len"] = [p[1][1] if len(p) > 1 else 0 for p in pieces]
+        entries["label"] = [inst.is_random_next for inst in instances]
         entries.tofile(self.index)
         self.count += len(instances)
 
