@@ -77,6 +77,25 @@ def _truncation(la: int, lb: int, max_tokens: int, rng: np.random.Generator) -> 
     return cut
 
 
+def _random_next(
+    num_docs: int, doc_index: int, target: int, lengths: list[list[int]], rng: np.random.Generator
+) -> tuple[int, int, int, int]:
+    """The NotNext segment as the original draws it: another document, a random first
+    sentence, sentences until `target` tokens; (document, first sentence, sentences,
+    tokens)."""
+    other = doc_index
+    while other == doc_index:
+        other = int(rng.integers(0, num_docs))
+    start = int(rng.integers(0, len(lengths[other])))
+    count = total = 0
+    for sentence_length in lengths[other][start:]:
+        total += sentence_length
+        count += 1
+        if total >= target:
+            break
+    return other, start, count, total
+
+
 def _span(doc: TokenDoc, first: int, count: int, start: int, length: int) -> list[int]:
     """Tokens ``[start, start + length)`` of sentences ``first .. first + count``."""
     return list(chain.from_iterable(doc[first : first + count]))[start : start + length]
@@ -134,19 +153,11 @@ def create_instances_from_document(
                 b_doc, b_first, b_count = doc_index, first + a_end, count - a_end
                 is_random_next = count == 1 or rng.random() < 0.5
                 if is_random_next and len(docs) > 1:
-                    target_b = target - la
-                    other = doc_index
-                    while other == doc_index:
-                        other = int(rng.integers(0, len(docs)))
-                    start = int(rng.integers(0, len(docs[other])))
-                    b_start, b_doc, b_first, b_count = int(offsets[other][start]), other, start, 0
-                    for sentence_length in lengths[other][start:]:
-                        lb += sentence_length
-                        b_count += 1
-                        if lb >= target_b:
-                            break
-                    # Put the unused sentences back: they are not wasted.
-                    i -= count - a_end
+                    b_doc, b_first, b_count, lb = _random_next(
+                        len(docs), doc_index, target - la, lengths, rng
+                    )
+                    b_start = int(offsets[b_doc][b_first])
+                    i -= count - a_end  # put the unused sentences back: they are not wasted
                 else:
                     is_random_next = False
                     lb = length - la
