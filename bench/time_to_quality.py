@@ -162,7 +162,7 @@ def run_bert_jax(c, train, held, target, args) -> dict:
     run = pretrain.Pretraining(c, sharding.make_mesh((1, 1, 1), jax.devices()[:1]))
     p = pretrain.phases(c)[0].max_predictions_per_seq
     with jax.set_mesh(run.mesh):
-        state = {"s": run.engine.init_state(int(c.seed))}
+        state = {"s": run.engine.init_state(int(c.seed) + args.init_seed)}
         eval_batch = run.engine.place(held, process_local=True)
 
     def step(k: int) -> None:
@@ -220,7 +220,7 @@ def run_transformers(c, train, held, target, args, info) -> dict:
     from bench import peers
     from bert_jax.model.config import BertConfig
 
-    torch.manual_seed(int(c.seed))
+    torch.manual_seed(int(c.seed) + args.init_seed)
     m = BertConfig.from_dict(c.model)
     modern = dict(pre_layer_norm=True, gated_ffn=True, position_embedding_type="rotary", use_bias=False)
     if not m.switches_on():
@@ -322,11 +322,11 @@ def run_lean_torch(c, train, held, target, args, info) -> dict:
     from bench.lean_torch_bert import LeanBertForMaskedLM
     from bert_jax.model.config import BertConfig
 
-    torch.manual_seed(int(c.seed))
+    torch.manual_seed(int(c.seed) + args.init_seed)
     m = BertConfig.from_dict(c.model)
     model = LeanBertForMaskedLM(m, int(c.max_seq_length)).train()
     opt, sched = _torch_optimizer(model, c)
-    gen = torch.Generator().manual_seed(int(c.seed))
+    gen = torch.Generator().manual_seed(int(c.seed) + args.init_seed)
     max_pred = int(c.max_predictions_per_seq)
 
     def step(k: int) -> None:
@@ -364,6 +364,9 @@ def main() -> None:
     parser.add_argument("--max_steps", type=int, default=3000)
     parser.add_argument("--eval_every", type=int, default=100)
     parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument(
+        "--init_seed", type=int, default=0, help="added to the config's seed for the models' initialisation"
+    )
     parser.add_argument("--only", default="", help="comma-separated contenders")
     parser.add_argument("--worker", default="", help=argparse.SUPPRESS)
     parser.add_argument("--data", default="", help=argparse.SUPPRESS)
@@ -413,6 +416,7 @@ def _better(a: dict, b: dict) -> bool:
 def _run_worker(name: str, data_dir: str, args) -> dict:
     flags = ["--config", args.config, "--target_nats", str(args.target_nats)]
     flags += ["--max_steps", str(args.max_steps), "--eval_every", str(args.eval_every)]
+    flags += ["--init_seed", str(args.init_seed)]
     cmd = [sys.executable, __file__, "--worker", name, "--data", data_dir, *flags]
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=os.environ)
     line = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
