@@ -115,7 +115,7 @@ def pretraining_summary(
 
 def recipe_summary(config: ml_collections.ConfigDict) -> str:
     """The pre-training recipe of a row in one line: its model switches, masking rate,
-    schedule, dropout and vocabulary (what a report names as its base recipe)."""
+    schedule, dropout, batch and vocabulary (what a report names as its base recipe)."""
 
     model = run_config.bert_config(config)
     switches = ", ".join(model.switches_on()) or "the paper's architecture (post-LN, learned positions)"
@@ -126,7 +126,8 @@ def recipe_summary(config: ml_collections.ConfigDict) -> str:
     )
     return (
         f"{switches}; masking {float(config.data.masked_lm_prob):.0%}; {config.lr_schedule} schedule, "
-        f"peak {float(config.learning_rate):g}; dropout {model.hidden_dropout_prob:g}; {vocab}"
+        f"peak {float(config.learning_rate):g}; dropout {model.hidden_dropout_prob:g}; "
+        f"batch {int(config.global_batch_size)} x {int(config.max_seq_length)}; {vocab}"
     )
 
 
