@@ -67,6 +67,8 @@ class LeanBertForMaskedLM(nn.Module):
         self.c = c
         self.words = nn.Embedding(c.vocab_size, h)
         self.positions = None if c.rotary else nn.Embedding(c.max_position_embeddings, h)
+        # BERT's segment embeddings, as bert_jax's model has them (rows of one segment: type 0).
+        self.token_types = nn.Embedding(c.type_vocab_size, h) if c.type_vocab_size else None
         self.norm_embeddings = nn.LayerNorm(h, eps=c.layer_norm_eps)
         self.layers = nn.ModuleList(_Layer(c) for _ in range(c.num_hidden_layers))
         self.norm_final = nn.LayerNorm(h, eps=c.layer_norm_eps) if c.pre_layer_norm else None
@@ -96,6 +98,8 @@ class LeanBertForMaskedLM(nn.Module):
         x = self.words(ids)
         if self.positions is not None:
             x = x + self.positions.weight[:s]
+        if self.token_types is not None:
+            x = x + self.token_types.weight[0]
         x = self.norm_embeddings(x)
         rope = None if self.rope is None else (self.rope[0][:s], self.rope[1][:s])
         for layer in self.layers:
