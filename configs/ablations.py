@@ -25,7 +25,7 @@ published numbers.
   ``swag``: the release's folder; ``bbc``: "" (bundled).
 
 PRESET is the scale (default ``base``, the paper's): ``tiny`` (tests), ``demo`` (a CPU
-in minutes per row), ``cpu`` (about an hour per table on a 2-core machine, offline: see
+in minutes per row), ``cpu`` (26 min to under 2 h per table on a 2-core machine, offline: see
 `CPU_PRETRAIN`), ``base``. ``demo`` and ``cpu`` pre-train with the demo's modern recipe
 (`ABLATION_BASE`: a small model leaves the unigram stage within their budget, the
 paper's recipe does not); ``demo_paper`` and ``cpu_paper`` with the paper's. At
