@@ -296,15 +296,15 @@ class PreparedSet:
             os.close(fd)
         self._fds.clear()
 
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass
+
 
 def _check_size(path: str, expected: int) -> None:
     size = os.path.getsize(path) if os.path.exists(path) else -1
     if size != expected:
         state = "missing" if size < 0 else f"{size} bytes, expected {expected}"
         raise PreparedDataError(f"{path} is truncated or damaged ({state}): prepare it again")
-
-    def __del__(self) -> None:
-        try:
-            self.close()
-        except Exception:
-            pass

@@ -75,8 +75,10 @@ def local_copy(url: str, cache_root: str) -> str:
     name = hashlib.sha256(url.encode()).hexdigest()[:16] + "-" + os.path.basename(url)
     local = os.path.join(cache_root, "remote", name)
     path = os.path.join(local, METADATA)
-    if os.path.exists(path) and open(path, "rb").read() == raw:
-        return local
+    if os.path.exists(path):
+        with open(path, "rb") as f:
+            if f.read() == raw:
+                return local
     files = _listed_files(meta)
     total = sum(size for _, size in files)
     print(f"copying {url} ({total / 2**30:.2f} GiB, {len(files)} files) once into {local}", flush=True)
