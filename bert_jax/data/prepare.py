@@ -241,14 +241,14 @@ def prepare_shard(item: Input, index: int, count: int, out_dir: str, opts: Optio
     counts: dict[str, int] = {}
     files: dict[str, int] = {}
     for split, split_docs in (("train", train), ("eval", held_out)):
-        writer = records.SplitWriter(os.path.join(out_dir, f"{stem}.{split}"), dtype, atomic_files.temp_path)
-        writer.add_documents(split_docs)
-        offsets = pretraining_examples.token_offsets(split_docs)
-        for pairing_docs, seed in pairings[split]:
-            writer.add_instances(
-                shard_instances(pairing_docs, opts, tok.special, seed, offsets, materialize=False)
-            )
-        writer.close()
+        prefix = os.path.join(out_dir, f"{stem}.{split}")
+        with records.SplitWriter(prefix, dtype, atomic_files.temp_path) as writer:
+            writer.add_documents(split_docs)
+            offsets = pretraining_examples.token_offsets(split_docs)
+            for pairing_docs, seed in pairings[split]:
+                writer.add_instances(
+                    shard_instances(pairing_docs, opts, tok.special, seed, offsets, materialize=False)
+                )
         counts[split], counts[f"{split}_tokens"] = writer.count, writer.written
         files.update({os.path.basename(f): os.path.getsize(f) for f in writer.final})
     info = {

@@ -123,7 +123,8 @@ def read_metadata(directory: str) -> dict:
 
 class SplitWriter:
     """Writes one split of one shard: its documents' tokens once, then its instances'
-    index entries (to temporary names; `close` moves both into place)."""
+    index entries (to temporary names; `close` moves both into place). As a context
+    manager it closes on success and, on an error, removes its temporary files."""
 
     def __init__(self, prefix: str, dtype: np.dtype, temp_path) -> None:
         self.final = (f"{prefix}.tokens", f"{prefix}.index")
@@ -163,6 +164,22 @@ class SplitWriter:
             f.close()
         for tmp, final in zip(self.temp, self.final, strict=True):
             os.replace(tmp, final)
+
+    def abort(self) -> None:
+        """Closes and removes the temporary files (a shard that failed leaves nothing)."""
+        for f, tmp in zip((self.tokens, self.index), self.temp, strict=True):
+            f.close()
+            if os.path.exists(tmp):
+                os.remove(tmp)
+
+    def __enter__(self) -> SplitWriter:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort()
 
 
 def check_compatible(

@@ -8,7 +8,7 @@
   (``data.learned_vocab_size``, also cached).
 - ``prepared``: folders made by `bert-jax prepare-data` (one per sequence length,
   comma-separated in ``data.input_files``), read by position (`pipeline`); a folder in a
-  bucket (``gs://...``) is copied to the cache once and read there (`storage.remote`).
+  bucket (``gs://...``) is copied to the cache once and read there (`remote_copy`).
 - ``tfrecord``: the original's TFRecords (static masks), read as they are.
 - ``synthetic``: random ids in the real layout (tests and benchmarks).
 
@@ -33,11 +33,12 @@ from bert_jax.data import (
     pipeline,
     prepare,
     records,
+    remote_copy,
     synthetic,
     tfrecords,
     tokenization,
 )
-from bert_jax.storage import atomic_files, remote
+from bert_jax.storage import atomic_files
 
 
 def batches(
@@ -258,8 +259,8 @@ def prepared_dir(c: ml_collections.ConfigDict, max_seq_length: int, seed: int, s
             raise ValueError(
                 "source=prepared needs --config.data.input_files=DIR[,DIR] (from `bert-jax prepare-data`)"
             )
-        # A folder in a bucket is read from a local copy, made once (`storage.remote`).
-        dirs = [remote.local_copy(d, _cache_dir(c)) if remote.is_remote(d) else d for d in dirs]
+        # A folder in a bucket is read from a local copy, made once (`remote_copy`).
+        dirs = [remote_copy.local_copy(d, _cache_dir(c)) if remote_copy.is_remote(d) else d for d in dirs]
         found = {}
         for d in dirs:
             found[int(records.read_metadata(d)["flags"]["max_seq_length"])] = d

@@ -1,1 +1,2 @@
-"""Files: atomic writes (and, for buckets, the paths they go to)."""
+"""Files and the runtime beneath them: atomic writes, and TensorFlow imported quietly (for
+`tf.io.gfile`, TFRecords, tensorflow-text)."""

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from bert_jax.data import corpora, prepare, pretraining_examples, records, sources, tokenization
+from bert_jax.storage import atomic_files
 from configs import defaults
 from tests.conftest import ROOT
 
@@ -222,3 +223,17 @@ def test_documents_are_stored_once_and_format_1_folders_still_read(corpus, tmp_p
     again = records.PreparedSet(str(v1)).read(ids)
     for key in rows:
         np.testing.assert_array_equal(again[key], rows[key], err_msg=key)
+
+
+def test_a_shard_that_fails_mid_write_leaves_no_temporary_files(tmp_path) -> None:
+    prefix = str(tmp_path / "shard-00000-of-00001.train")
+    with pytest.raises(RuntimeError, match="tokenizer died"):
+        with records.SplitWriter(prefix, np.uint16, atomic_files.temp_path) as writer:
+            writer.add_documents([[[5, 6, 7]]])
+            raise RuntimeError("tokenizer died")
+    assert os.listdir(tmp_path) == []
+    with records.SplitWriter(prefix, np.uint16, atomic_files.temp_path) as writer:
+        writer.add_documents([[[5, 6, 7]]])
+    stem = "shard-00000-of-00001.train"
+    assert sorted(os.listdir(tmp_path)) == [f"{stem}.index", f"{stem}.tokens"]
+    assert np.fromfile(f"{prefix}.tokens", np.uint16).tolist() == [5, 6, 7]

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from bert_jax.data import corpora, prepare, sources
-from bert_jax.storage import remote, tensorflow_runtime
+from bert_jax.data import remote_copy as remote
+from bert_jax.storage import tensorflow_runtime
 from configs import defaults
 from tests.conftest import ROOT
 

@@ -22,9 +22,8 @@ import hashlib
 import json
 import os
 
+from bert_jax.data.records import METADATA
 from bert_jax.storage import atomic_files, tensorflow_runtime
-
-METADATA = "metadata.json"
 
 
 def is_remote(path: str) -> bool:
