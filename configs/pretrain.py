@@ -14,11 +14,12 @@ bert_jax has them, with the paper that motivated them:
   Single GPU in One Day", final recipe (arch `crammed-bert`, train `bert-o4`): pre-LN
   with a final LayerNorm, GeGLU, no biases in the linears, no dropout in pre-training,
   FULL-SENTENCES rows without NSP, 25% masking, AdamW β2 0.98 ε 1e-12, clipping 0.5, a
-  triangular one-cycle schedule peaking at 75% of the steps (their "budget-triangle2").
-  Theirs has scaled sinusoidal positions; bert_jax keeps the learned table in its place.
-- `mosaicbert`: Portes et al. (2023), "MosaicBERT": GeGLU, FULL-SENTENCES rows without
-  NSP, 30% masking, β2 0.98, no dropout in the attention probabilities; post-LN as theirs.
-  Theirs has ALiBi positions and unpadded attention; bert_jax keeps the learned table.
+  triangular one-cycle schedule peaking at 75% of the steps (their "budget-triangle2"),
+  scaled sinusoidal positions (fixed sinusoids times one learned scalar).
+- `mosaicbert`: Portes et al. (2023), "MosaicBERT": GeGLU, ALiBi positions (a per-head
+  distance penalty on the attention scores, no position embedding), FULL-SENTENCES rows
+  without NSP, 30% masking, β2 0.98, no dropout in the attention probabilities; post-LN
+  as theirs. Their unpadded attention is a kernel choice, not a change of the function.
 - `modernbert`: Warner et al. (2024), "ModernBERT": pre-LN, GeGLU, rotary positions, no
   biases, no dropout, FULL-SENTENCES rows without NSP, 30% masking, β2 0.98, and the
   warm-up-stable-decay (trapezoidal) schedule. Theirs alternates local and global
@@ -58,6 +59,7 @@ RECIPES: dict[str, dict[str, Any]] = {
         "model.pre_layer_norm": True,
         "model.gated_ffn": True,
         "model.use_bias": False,
+        "model.position_embedding_type": "sinusoidal",
         **_NO_DROPOUT,
         **_FULL_SENTENCES,
         "data.masked_lm_prob": 0.25,
@@ -69,6 +71,7 @@ RECIPES: dict[str, dict[str, Any]] = {
     },
     "mosaicbert": {
         "model.gated_ffn": True,
+        "model.position_embedding_type": "alibi",
         "model.attention_probs_dropout_prob": 0.0,
         **_FULL_SENTENCES,
         "data.masked_lm_prob": 0.3,

@@ -29,7 +29,7 @@ SHAPE_KEYS = (
 # small-compute switches (off by default: the paper's BERT). A checkpoint's config must
 # agree on them too; a config file written before they existed means the defaults.
 ARCHITECTURE_KEYS = ("pre_layer_norm", "gated_ffn", "position_embedding_type", "rotary_base", "use_bias")
-POSITION_EMBEDDINGS = ("absolute", "rotary")
+POSITION_EMBEDDINGS = ("absolute", "rotary", "sinusoidal", "alibi")
 REMAT_POLICIES = ("none", "full", "dots", "dots_no_batch")
 WEIGHT_GRAD_MATMULS = ("auto", "transposed_copy", "transposed_copy_wide", "direct")
 
@@ -96,7 +96,12 @@ class BertConfig:
     # as in Cramming, MosaicBERT and ModernBERT. Adds an ``intermediate_gate`` kernel.
     gated_ffn: bool = False
     # "absolute": the paper's learned position table; "rotary": rotary position
-    # embeddings on queries and keys (Su et al., 2021; ModernBERT), no position table.
+    # embeddings on queries and keys (Su et al., 2021; ModernBERT), no position table;
+    # "sinusoidal": the fixed sinusoids of Vaswani et al. (2017) times one learned scalar
+    # (initialised to 1/sqrt(H)), added to the embeddings (Cramming's "scaled sinusoidal",
+    # after Hua et al., 2022); "alibi": no position embedding, a per-head penalty
+    # -m_n |i - j| on the attention scores (Press et al., 2022; bidirectional as in
+    # MosaicBERT), slopes m_n of Press et al.
     position_embedding_type: str = "absolute"
     rotary_base: float = 10_000.0
     # False: no biases in the encoder's dense layers and the MLM transform (Cramming;
@@ -125,12 +130,18 @@ class BertConfig:
             )
         if self.position_embedding_type == "rotary" and self.head_dim % 2:
             raise ValueError(f"rotary position embeddings need an even head size, not {self.head_dim}")
+        if self.position_embedding_type == "sinusoidal" and self.hidden_size % 2:
+            raise ValueError(f"sinusoidal positions need an even hidden size, not {self.hidden_size}")
         if self.dtype not in ("float32", "bfloat16", "float16"):
             raise ValueError(f"dtype={self.dtype!r} must be float32, bfloat16 or float16")
 
     @property
     def rotary(self) -> bool:
         return self.position_embedding_type == "rotary"
+
+    @property
+    def alibi(self) -> bool:
+        return self.position_embedding_type == "alibi"
 
     def switches_on(self) -> list[str]:
         """The recipe switches set away from the paper's BERT, as ``key=value``."""

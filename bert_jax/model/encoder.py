@@ -6,8 +6,10 @@ tanh on [CLS]). Heads live in `heads.py`, the dense/LayerNorm/dropout blocks in 
 
 The modern small-compute switches of `BertConfig` (all off by default) change the layer
 but not the contract: pre-LayerNorm with a final LayerNorm (`pre_layer_norm`), a gated
-feed-forward (`gated_ffn`, GeGLU), rotary positions in place of the position table
-(`position_embedding_type="rotary"`), dense layers without biases (`use_bias=False`).
+feed-forward (`gated_ffn`, GeGLU), other positions in place of the learned table
+(`position_embedding_type`: "rotary" on queries and keys, "sinusoidal" scaled fixed
+sinusoids, "alibi" distance penalties on the scores), dense layers without biases
+(`use_bias=False`).
 
 Every parameter carries logical axis names (`nn.with_logical_partitioning`) and large
 activations carry logical constraints, so `sharding.py` decides where everything lives
@@ -30,6 +32,7 @@ from bert_jax.model import ops
 from bert_jax.model.config import BertConfig
 from bert_jax.model.layers import (
     activation,
+    alibi_bias,
     apply_rotary,
     compute_dtype,
     dense,
@@ -37,6 +40,7 @@ from bert_jax.model.layers import (
     layer_norm,
     normal_init,
     rotary_tables,
+    sinusoid_table,
     weight_grad,
     zeros_init,
 )
@@ -45,8 +49,10 @@ Array = jax.Array
 
 
 class BertEmbeddings(nn.Module):
-    """Word + learned absolute position + segment (token type) embeddings (no position
-    table with rotary positions, which act inside attention)."""
+    """Word + learned absolute position + segment (token type) embeddings. Other
+    `position_embedding_type`s: "sinusoidal" adds fixed sinusoids times one learned
+    scalar (``position_scale``) in place of the table; "rotary" and "alibi" add nothing
+    here (they act inside attention)."""
 
     config: BertConfig
 
@@ -59,7 +65,14 @@ class BertEmbeddings(nn.Module):
             param_dtype=jnp.float32,
             embedding_init=normal_init(c, ("vocab", "embed")),
         )
-        if not c.rotary:
+        if c.position_embedding_type == "sinusoidal":
+            self.position_scale = self.param(
+                "position_scale",
+                nn.with_logical_partitioning(nn.initializers.constant(c.hidden_size**-0.5), ()),
+                (),
+                jnp.float32,
+            )
+        if c.position_embedding_type == "absolute":
             self.position_embeddings = nn.Embed(
                 c.max_position_embeddings,
                 c.hidden_size,
@@ -81,8 +94,12 @@ class BertEmbeddings(nn.Module):
         self, input_ids: Array, token_type_ids: Array, position_ids: Array, deterministic: bool
     ) -> Array:
         x = self.word_embeddings(input_ids) + self.token_type_embeddings(token_type_ids)  # [B, S, H]
-        if not self.config.rotary:
+        kind = self.config.position_embedding_type
+        if kind == "absolute":
             x = x + self.position_embeddings(position_ids)
+        elif kind == "sinusoidal":
+            table = sinusoid_table(position_ids, self.config.hidden_size)
+            x = x + (self.position_scale * table).astype(x.dtype)
         x = self.layer_norm(x)
         x = self.dropout(x, deterministic=deterministic)
         return nn.with_logical_constraint(x, ("activation_batch", "activation_length", "activation_embed"))
@@ -158,7 +175,7 @@ class BertSelfAttention(nn.Module):
         )
         q = q / jnp.sqrt(d).astype(q.dtype)
         scores = jnp.einsum("bqnd,bknd->bnqk", q, k, preferred_element_type=jnp.float32)
-        scores = scores + attention_bias  # [B, N, S, S] + [B, 1, 1, S]
+        scores = scores + attention_bias  # [B, N, S, S] + [B, 1|N, 1|S, S]
         probs = jax.nn.softmax(scores, axis=-1).astype(dt)
         probs = dropout(c, c.attention_probs_dropout_prob)(probs, deterministic)
         ctx = jnp.einsum("bnqk,bknd->bqnd", probs, v)  # [B, S, N, D]
@@ -372,6 +389,8 @@ class BertModel(nn.Module):
         c = self.config
         x = self.embeddings(input_ids, segment_ids, position_ids, deterministic)
         bias = attention_bias(input_mask, c.causal_attention, packed=cls_positions is not None)
+        if c.alibi:  # [B, 1|N, 1|S, S] + [B, N, S, S]
+            bias = bias + alibi_bias(position_ids, c.num_attention_heads)
         rope = rotary_tables(position_ids, c.head_dim, c.rotary_base) if c.rotary else None
         sequence_output, hidden_states = self.encoder(x, bias, deterministic, output_hidden_states, rope)
         pooled = None

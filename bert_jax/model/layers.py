@@ -149,6 +149,35 @@ def rotary_tables(position_ids: Array, head_dim: int, base: float) -> tuple[Arra
     return jnp.sin(angles), jnp.cos(angles)
 
 
+def sinusoid_table(position_ids: Array, width: int, base: float = 10_000.0) -> Array:
+    """The fixed sinusoids of Vaswani et al. (2017), [B, S, width] float32: features 2i and
+    2i+1 are sin and cos of ``position * base^(-2i/width)``."""
+    inv_freq = base ** (-jnp.arange(0, width, 2, dtype=jnp.float32) / width)  # [W/2]
+    angles = position_ids.astype(jnp.float32)[..., None] * inv_freq  # [B, S, W/2]
+    return jnp.stack([jnp.sin(angles), jnp.cos(angles)], axis=-1).reshape(*angles.shape[:-1], width)
+
+
+def alibi_slopes(num_heads: int) -> Array:
+    """ALiBi's per-head slopes (Press et al., 2022, §3): the geometric sequence
+    2^(-8/n), 2^(-16/n), ... for n heads a power of two; otherwise those of the power of
+    two below, then every other slope of the power of two above."""
+
+    def geometric(n: int) -> list[float]:
+        return [2.0 ** (-8.0 * (i + 1) / n) for i in range(n)]
+
+    below = 1 << (num_heads.bit_length() - 1)
+    slopes = geometric(below) + geometric(2 * below)[0::2][: num_heads - below]
+    return jnp.asarray(slopes, jnp.float32)
+
+
+def alibi_bias(position_ids: Array, num_heads: int) -> Array:
+    """[B, N, S, S] float32: -m_n |p_q - p_k| (symmetric: every query sees both sides, as
+    MosaicBERT's bidirectional ALiBi); positions restart in packed rows."""
+    pos = position_ids.astype(jnp.float32)
+    distance = jnp.abs(pos[:, None, :, None] - pos[:, None, None, :])  # [B, 1, S, S]
+    return -alibi_slopes(num_heads)[None, :, None, None] * distance
+
+
 def apply_rotary(x: Array, sin: Array, cos: Array) -> Array:
     """Rotates each pair (x_i, x_{i+D/2}) of ``x [B, S, N, D]`` by its angle (the "rotate
     half" pairing of GPT-NeoX, Hugging Face and ModernBERT), in float32."""

@@ -99,10 +99,13 @@ def report(final: dict[str, Any], workdir: str, nsp: bool) -> None:
     lines = [
         f"held-out MLM accuracy: {final['mlm_accuracy']:.4f}, loss {final['mlm_loss']:.3f} "
         f"({int(final['num_predictions'])} masked tokens)",
-        f"  on the {int(final['num_changed_predictions'])} shown as [MASK] or a random token "
-        f"(not the original): accuracy {final['mlm_accuracy_changed']:.4f}, "
-        f"loss {final['mlm_loss_changed']:.3f}",
     ]
+    if final["num_changed_predictions"]:  # none where the data shows every original (synthetic)
+        lines.append(
+            f"  on the {int(final['num_changed_predictions'])} shown as [MASK] or a random token "
+            f"(not the original): accuracy {final['mlm_accuracy_changed']:.4f}, "
+            f"loss {final['mlm_loss_changed']:.3f}"
+        )
     if "unigram_baseline_accuracy" in final:
         piece = final.get("unigram_baseline_piece")
         always = (

@@ -1,6 +1,7 @@
-"""The modern recipe switches of `BertConfig` (pre-LN, GeGLU, rotary positions, no biases)
-against a straightforward NumPy implementation of their equations, rotary positions
-against `transformers`' own, and what stays the paper's model when they are off."""
+"""The modern recipe switches of `BertConfig` (pre-LN, GeGLU, rotary / scaled sinusoidal /
+ALiBi positions, no biases) against a straightforward NumPy implementation of their
+equations, rotary positions against `transformers`' own, ALiBi's slopes against the
+paper's, and what stays the paper's model when they are off."""
 
 import flax.linen as nn
 import jax
@@ -18,6 +19,9 @@ SWITCHES = {
     "pre_ln": dict(pre_layer_norm=True),
     "geglu": dict(gated_ffn=True),
     "rotary": dict(position_embedding_type="rotary"),
+    "sinusoidal": dict(position_embedding_type="sinusoidal"),
+    "alibi": dict(position_embedding_type="alibi"),
+    "alibi_pre_ln_scanned": dict(position_embedding_type="alibi", pre_layer_norm=True, scan_layers=True),
     "no_bias": dict(use_bias=False),
     "all": dict(pre_layer_norm=True, gated_ffn=True, position_embedding_type="rotary", use_bias=False),
     "all_scanned": dict(
@@ -73,6 +77,9 @@ def _attention(h, p, c: BertConfig, pos, mask):
     if c.rotary:
         q, k = _rotate(q, pos, c.rotary_base), _rotate(k, pos, c.rotary_base)
     scores = np.einsum("qnd,knd->nqk", q, k) / np.sqrt(d) + np.where(mask[None, None, :] > 0, 0.0, -1e9)
+    if c.position_embedding_type == "alibi":  # two heads: slopes 2^-4, 2^-8 (Press et al.)
+        slopes = np.array([2.0**-4, 2.0**-8])
+        scores = scores - slopes[:, None, None] * np.abs(pos[:, None] - pos[None, :])[None]
     probs = np.exp(scores - scores.max(-1, keepdims=True))
     probs /= probs.sum(-1, keepdims=True)
     ctx = np.einsum("nqk,knd->qnd", probs, v)
@@ -90,8 +97,13 @@ def reference_encoder(params, c: BertConfig, ids, segments, mask):
     e = params["embeddings"]
     pos = np.arange(len(ids))
     x = e["word_embeddings"]["embedding"][ids] + e["token_type_embeddings"]["embedding"][segments]
-    if not c.rotary:
+    if c.position_embedding_type == "absolute":
         x = x + e["position_embeddings"]["embedding"][pos]
+    if c.position_embedding_type == "sinusoidal":  # sin at even features, cos at odd
+        pe = np.zeros((len(ids), c.hidden_size))
+        div = np.exp(np.arange(0, c.hidden_size, 2) * (-np.log(10_000.0) / c.hidden_size))
+        pe[:, 0::2], pe[:, 1::2] = np.sin(pos[:, None] * div), np.cos(pos[:, None] * div)
+        x = x + e["position_scale"] * pe
     x = _ln(x, e["LayerNorm"], c.layer_norm_eps)
     for i in range(c.num_hidden_layers):
         p = params["encoder"][f"layer_{i}"]
@@ -176,6 +188,25 @@ def test_rotary_attention_depends_on_relative_positions_only() -> None:
     assert np.max(np.abs(np.asarray(a) - np.asarray(b))) > 1e-3  # learned positions do move
 
 
+def test_alibi_slopes_are_the_papers_and_attention_sees_distances_only() -> None:
+    # Press et al. (2022): 8 heads 1/2 ... 1/256; 12 heads: those of 8, then every other
+    # slope of 16 (2^-0.5, 2^-1.5, 2^-2.5, 2^-3.5).
+    np.testing.assert_allclose(layers.alibi_slopes(8), [2.0**-i for i in range(1, 9)])
+    twelve = [2.0**-i for i in range(1, 9)] + [2.0**-0.5, 2.0**-1.5, 2.0**-2.5, 2.0**-3.5]
+    np.testing.assert_allclose(layers.alibi_slopes(12), twelve, rtol=1e-6)
+    bias = np.asarray(layers.alibi_bias(jnp.array([[0, 1, 2, 0, 1]]), 2))
+    assert bias.shape == (1, 2, 5, 5) and bias[0, 0, 2, 0] == bias[0, 0, 0, 2] == -2 * 2.0**-4
+    assert bias[0, 1, 3, 0] == 0.0  # packed rows: positions restart, distance 0
+    for kind in ("alibi", "sinusoidal"):
+        model = BertModel(_config(position_embedding_type=kind))
+        ids = jnp.array([[3, 7, 9, 11, 4, 2]])
+        params = model.init(jax.random.key(0), ids)
+        at_zero, _, _ = model.apply(params, ids, position_ids=jnp.arange(6)[None])
+        shifted, _, _ = model.apply(params, ids, position_ids=jnp.arange(6)[None] + 9)
+        moved = np.max(np.abs(np.asarray(at_zero) - np.asarray(shifted)))
+        assert (moved < 2e-5) if kind == "alibi" else (moved > 1e-3), (kind, moved)
+
+
 def test_switches_change_the_parameter_tree_as_documented() -> None:
     def names(**switches):
         model = BertModel(_config(**switches))
@@ -184,7 +215,9 @@ def test_switches_change_the_parameter_tree_as_documented() -> None:
 
     paper = names()
     assert "embeddings/position_embeddings/embedding" in paper
-    assert names(position_embedding_type="rotary") == paper - {"embeddings/position_embeddings/embedding"}
+    table = {"embeddings/position_embeddings/embedding"}
+    assert names(position_embedding_type="rotary") == names(position_embedding_type="alibi") == paper - table
+    assert names(position_embedding_type="sinusoidal") == (paper - table) | {"embeddings/position_scale"}
     assert names(pre_layer_norm=True) - paper == {
         "encoder/final_LayerNorm/scale",
         "encoder/final_LayerNorm/bias",
