@@ -112,7 +112,7 @@ def check_expected(config: BertConfig, expected: BertConfig | None, source: str)
 
 def check_exportable(config: BertConfig, fmt: str) -> None:
     """Hugging Face's `BertModel` and the original TF graph are the paper's architecture:
-    a model with a recipe switch on (pre-LN, GeGLU, rotary positions, no biases) has no
+    a model with a recipe switch on (pre-LN, GeGLU, rotary, sinusoidal or ALiBi positions, no biases) has no
     faithful export to them, and is refused naming the switches."""
     switches = config.switches_on()
     if switches:

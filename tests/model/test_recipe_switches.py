@@ -238,3 +238,10 @@ def test_unknown_switch_values_are_refused_by_name() -> None:
         "pre_layer_norm=True",
         "use_bias=False",
     ]
+    from bert_jax.convert import layout
+
+    for kind in ("sinusoidal", "alibi"):  # no Hugging Face BertModel for these either
+        with pytest.raises(ValueError, match=f"cannot represent position_embedding_type={kind};"):
+            layout.check_exportable(_config(position_embedding_type=kind), "hf")
+    with pytest.raises(ValueError, match="even hidden size"):
+        BertConfig(hidden_size=9, num_attention_heads=3, position_embedding_type="sinusoidal")
