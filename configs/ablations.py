@@ -58,6 +58,14 @@ import ml_collections
 from bert_jax.training import run_config
 from bert_jax.training.run_config import set_keys
 
+
+def _features(config: tuple[str, str | None], metric: str, label: str, layers: str) -> dict[str, Any]:
+    """A feature-based column: a BiLSTM on the frozen, concatenated `layers`."""
+    return dict(
+        config=config, metric=metric, label=label, approach="features", layers=layers, combine="concat"
+    )
+
+
 # A known column: (config file and argument, dev metric in its results, label, approach).
 COLUMNS: dict[str, dict[str, Any]] = {
     "mnli_m": dict(config=("glue", "mnli"), metric="accuracy", label="MNLI-m acc"),
@@ -74,24 +82,10 @@ COLUMNS: dict[str, dict[str, Any]] = {
     "bbc": dict(config=("bbc", None), metric="accuracy", label="BBC topics acc"),
     # Feature-based BBC topics: a BiLSTM on the concatenated last two layers (all of an L2
     # model's), frozen.
-    "bbc_features": dict(
-        config=("bbc", None),
-        metric="accuracy",
-        label="BBC feature-based acc",
-        approach="features",
-        layers="-1,-2",
-        combine="concat",
-    ),
+    "bbc_features": _features(("bbc", None), "accuracy", "BBC feature-based acc", "-1,-2"),
     "ner_f1": dict(config=("ner", None), metric="f1", label="CoNLL-2003 NER F1"),
     "ner_finetune_f1": dict(config=("ner", None), metric="f1", label="NER fine-tune F1"),
-    "ner_feature_f1": dict(
-        config=("ner", None),
-        metric="f1",
-        label="NER feature-based F1",
-        approach="features",
-        layers="-1,-2,-3,-4",
-        combine="concat",
-    ),
+    "ner_feature_f1": _features(("ner", None), "f1", "NER feature-based F1", "-1,-2,-3,-4"),
     "lm_ppl": dict(config=None, metric="perplexity", label="LM ppl", approach="lm_ppl", scale=1.0),
 }
 
