@@ -64,16 +64,18 @@ def learning_rate_schedule(
 
 
 def decay_mask(params: Any) -> Any:
-    """True for parameters that get weight decay: every kernel/embedding, no bias or LayerNorm.
+    """True for parameters that get weight decay: every kernel/embedding, no bias, LayerNorm
+    or gain.
 
     Decided by the leaf's path: a leaf named ``bias`` or living under a module whose name
-    contains ``LayerNorm`` is excluded (``scale`` only exists in LayerNorms).
+    contains ``LayerNorm`` is excluded (``scale`` only exists in LayerNorms), as is the
+    one learned gain of scaled sinusoidal positions (``position_scale``).
     """
 
     def decays(path: tuple[Any, ...], _: Any) -> bool:
         # Dict keys only: a Partitioned box adds an attribute key (`.value`) to the path.
         names = [str(k.key) for k in path if hasattr(k, "key")]
-        if names[-1] in ("bias", "scale"):
+        if names[-1] in ("bias", "scale", "position_scale"):
             return False
         return not any("LayerNorm" in n for n in names)
 

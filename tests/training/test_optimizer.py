@@ -24,7 +24,11 @@ def test_warmup_then_linear_decay_to_zero() -> None:
 def test_no_weight_decay_on_layer_norm_and_biases() -> None:
     params = {
         "bert": {
-            "embeddings": {"word_embeddings": {"embedding": 1}, "LayerNorm": {"scale": 1, "bias": 1}},
+            "embeddings": {
+                "word_embeddings": {"embedding": 1},
+                "LayerNorm": {"scale": 1, "bias": 1},
+                "position_scale": 1,
+            },
             "encoder": {
                 "layer_0": {
                     "intermediate": {"kernel": 1, "bias": 1},
@@ -40,6 +44,7 @@ def test_no_weight_decay_on_layer_norm_and_biases() -> None:
     assert mask["mlm"]["transform"]["kernel"] is True
     for path in (
         ("bert", "embeddings", "LayerNorm", "scale"),
+        ("bert", "embeddings", "position_scale"),
         ("bert", "encoder", "layer_0", "intermediate", "bias"),
         ("bert", "encoder", "layer_0", "output_LayerNorm", "scale"),
         ("mlm", "bias"),
