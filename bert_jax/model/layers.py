@@ -151,10 +151,10 @@ def rotary_tables(position_ids: Array, head_dim: int, base: float) -> tuple[Arra
 
 def sinusoid_table(position_ids: Array, width: int, base: float = 10_000.0) -> Array:
     """The fixed sinusoids of Vaswani et al. (2017), [B, S, width] float32: features 2i and
-    2i+1 are sin and cos of ``position * base^(-2i/width)``."""
-    inv_freq = base ** (-jnp.arange(0, width, 2, dtype=jnp.float32) / width)  # [W/2]
-    angles = position_ids.astype(jnp.float32)[..., None] * inv_freq  # [B, S, W/2]
-    return jnp.stack([jnp.sin(angles), jnp.cos(angles)], axis=-1).reshape(*angles.shape[:-1], width)
+    2i+1 are sin and cos of ``position * base^(-2i/width)`` (the angles of `rotary_tables`,
+    interleaved)."""
+    sin, cos = rotary_tables(position_ids, width, base)  # each [B, S, W/2]
+    return jnp.stack([sin, cos], axis=-1).reshape(*sin.shape[:-1], width)
 
 
 def alibi_slopes(num_heads: int) -> Array:
