@@ -45,6 +45,10 @@ EXTRAS = {
         # GLUE metric references (matthews_corrcoef, f1_score) in tests/test_metrics.py.
         "scikit-learn>=1.3",
         "ruff>=0.6",
+        # A GCS API emulator on localhost and the gcsfs client that reaches it, for the
+        # tests of `gs://` workdirs (`bert_jax.storage.emulator`).
+        "gcp-storage-emulator>=2024.8",
+        "gcsfs>=2024.6",
     ],
     # Ahead-of-time compilation for TPU topologies (bert-jax plan) and TPU VMs.
     "tpu": ["jax[tpu]==0.10.2", "libtpu==0.0.42.*"],

@@ -117,8 +117,12 @@ def get_config(preset: str = "tiny") -> ml_collections.ConfigDict:
     c.phase2_fraction = 0.0
     c.phase2_max_seq_length = 512
     c.phase2_max_predictions_per_seq = 80
+    # Phase 2's own memory savers (`bert_jax.pretraining.phase_steps`): "" / 0 = the run's
+    # remat_policy / grad_accum_steps. At 4x the length a row holds ~4x the activations.
+    c.phase2_remat_policy = ""
+    c.phase2_grad_accum_steps = 0
     c.eval_every_steps = 10_000
-    c.eval_steps = 0  # batches per eval; 0 = the whole held-out split
+    c.eval_steps = 100  # batches per eval: the first of the held-out order; 0 = the whole split
     c.eval_batch_size = 0  # 0 = global_batch_size
     c.baseline_batches = 0  # >0: also report the unigram baseline from that many batches
     c.update(SIZES[size]())
@@ -184,6 +188,13 @@ def _mini() -> dict:
     )
 
 
+# Phase 2 (sequence 512) in micro-batches, so that it fits where phase 1 does: BERT-Base on
+# v5e:2x2 needs 33.5 GiB of 16 per chip at once, 9.3 in 4 (`bert-jax plan`, docs/tpu_pods.md);
+# BERT-Large on v5e:4x4 21.9, 11.6 in 2. The same gradient and FLOPs; a larger slice may
+# set --config.phase2_grad_accum_steps=1 when its plan fits.
+_PHASE2_ACCUM = {"base": 4, "large": 2}
+
+
 def _paper(preset: str) -> dict:
     # Scanned layers: one compiled layer body (minutes less compilation on a pod).
     return dict(
@@ -191,6 +202,7 @@ def _paper(preset: str) -> dict:
         compute_dtype="bfloat16",
         global_batch_size=256,
         phase2_fraction=0.1,
+        phase2_grad_accum_steps=_PHASE2_ACCUM[preset],
         mesh_shape=(1, -1, 1),
     )
 

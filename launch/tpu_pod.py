@@ -1,23 +1,30 @@
 #!/usr/bin/env python3
-"""Create, set up, run, watch and delete a Cloud TPU VM slice for bert_jax.
+"""Create, set up, run, watch, supervise and delete a Cloud TPU VM slice for bert_jax.
 
 Every action is a list of `gcloud compute tpus ...` commands; ``--dry_run`` prints them
 exactly (one per line, shell-quoted) instead of running them, so a pod launch can be
 reviewed — and tested — before it costs anything.
 
     python launch/tpu_pod.py --name=bert --zone=us-central2-b --topology=v4:2x2x4 create
-    python launch/tpu_pod.py ... setup          # copy this checkout to every worker, install
+    python launch/tpu_pod.py ... setup          # ship this checkout, install, check the TPUs
     python launch/tpu_pod.py ... run -- pretrain --config=configs/pretrain.py:base \
         --workdir=gs://BUCKET/runs/base
+    python launch/tpu_pod.py ... status         # the slice's state and the job's, worker 0
     python launch/tpu_pod.py ... logs           # stream worker 0's log
     python launch/tpu_pod.py ... stop           # SIGTERM: the job checkpoints, then exits
     python launch/tpu_pod.py ... delete
+    python launch/tpu_pod.py ... supervise -- pretrain ...   # create/setup/run, and again
+                                                             # after a preemption
 
-``run`` starts the same command on all workers (``--worker=all``) under a restart loop:
-after a preemption or a crash the job is started again and resumes from the latest
-checkpoint in its workdir (data and checkpoints live on ``gs://``; tf.data and orbax
-read and write it natively). With ``--queued`` the slice is requested as a queued
-resource (``--spot`` for spot capacity), the way large pods are obtained.
+``setup`` runs ``launch/install_on_vm.sh`` on every worker: uv makes a Python >= 3.11
+venv (the TPU VM images ship 3.10), installs ``.[tpu]`` into it, and then every worker
+must list its TPU chips in ``jax.devices()``. ``run`` starts the same command on all
+workers (``--worker=all``) under a restart loop: after a crash the job is started again
+and resumes from the latest checkpoint in its workdir (data and checkpoints live on
+``gs://``). A preempted or suspended slice takes that loop with it; ``supervise`` (see
+``slice_supervisor.py``) re-creates the slice, sets it up and starts the job again. With
+``--queued`` the slice is requested as a queued resource (``--spot`` for spot capacity),
+the way large pods are obtained.
 """
 
 from __future__ import annotations
@@ -30,11 +37,19 @@ from collections.abc import Sequence
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from slice_supervisor import SlicePlan, SuperviseSettings, print_plan, supervise
 
 from bert_jax.training.hardware import parse_topology
 
-REMOTE_DIR = "~/bert_jax"
-REMOTE_LOG = "~/bert_jax.log"
+# On the workers. $HOME is expanded there; the job is started by its absolute path so that
+# `stop` finds exactly this checkout's job (`pkill -f` on that path).
+REMOTE_DIR = "$HOME/bert_jax"
+REMOTE_LOG = "$HOME/bert_jax.log"
+REMOTE_STATUS = "$HOME/bert_jax.status"  # running | exited N | stopped
+REMOTE_JOB = f"{REMOTE_DIR}/.venv/bin/bert-jax"
+LOOP_MARK = "bert_jax_loop:$HOME"  # the restart loop's $0, what `stop` and `status` look for
 TARBALL = "/tmp/bert_jax_src.tar.gz"
 
 
@@ -74,11 +89,14 @@ def create_commands(args: argparse.Namespace) -> list[list[str]]:
 
 
 def setup_commands(args: argparse.Namespace) -> list[list[str]]:
-    """Ship this checkout (git archive of HEAD) to every worker and install it there."""
+    """Ship this checkout (git archive of HEAD) to every worker, install, check the TPUs.
+
+    The check runs on all workers at once, in its own command: a multi-host slice's TPU
+    runtime starts only when every host starts it.
+    """
     install = (
         f"mkdir -p {REMOTE_DIR} && tar xzf ~/bert_jax_src.tar.gz -C {REMOTE_DIR} && "
-        f"cd {REMOTE_DIR} && python3 -m venv .venv && "
-        ".venv/bin/pip install -q --upgrade pip && .venv/bin/pip install -q -e '.[tpu]'"
+        f"cd {REMOTE_DIR} && bash launch/install_on_vm.sh install"
     )
     return [
         ["git", "archive", "--format=tar.gz", f"--output={TARBALL}", "HEAD"],
@@ -87,6 +105,7 @@ def setup_commands(args: argparse.Namespace) -> list[list[str]]:
             "--worker=all",
         ],
         _ssh(args, install),
+        _ssh(args, f"cd {REMOTE_DIR} && bash launch/install_on_vm.sh check"),
     ]
 
 
@@ -94,18 +113,41 @@ def run_commands(args: argparse.Namespace, job: Sequence[str]) -> list[list[str]
     """The same `bert-jax ...` command on every worker, restarted after failures.
 
     Each host calls ``jax.distributed.initialize()`` with no arguments (the TPU runtime
-    tells it its peers); a restart resumes from the workdir's latest checkpoint.
+    tells it its peers); a restart resumes from the workdir's latest checkpoint. The loop
+    writes the job's end (``exited N``) to the status file that ``status`` and
+    ``supervise`` read.
     """
     if not job:
-        raise SystemExit("run: give the bert-jax command after `--`, e.g. -- pretrain ...")
-    bert = " ".join(shlex.quote(w) for w in [".venv/bin/bert-jax", *job])
+        raise SystemExit("error: run/supervise: give the bert-jax command after `--`, e.g. -- pretrain ...")
+    bert = " ".join([f'"{REMOTE_JOB}"', *(shlex.quote(w) for w in job)])
     loop = (
-        f"cd {REMOTE_DIR} && export BERT_JAX_DISTRIBUTED=1 && "
-        f"for i in $(seq 1 {args.max_restarts}); do {bert} && break; "
-        'echo "bert-jax exited ($?); restarting from the latest checkpoint"; sleep 30; done'
+        f"rc=1; cd {REMOTE_DIR} && export BERT_JAX_DISTRIBUTED=1 && "
+        f"for i in $(seq 1 {args.max_restarts}); do {bert}; rc=$?; [ $rc -eq 0 ] && break; "
+        'echo "bert-jax exited ($rc); restarting from the latest checkpoint"; '
+        f'sleep {args.restart_pause_s}; done; echo "exited $rc" > {REMOTE_STATUS}'
     )
-    remote = f"nohup bash -c {shlex.quote(loop)} > {REMOTE_LOG} 2>&1 &"
+    remote = (
+        f"echo running > {REMOTE_STATUS}; "
+        f'nohup bash -c {shlex.quote(loop)} "{LOOP_MARK}" > {REMOTE_LOG} 2>&1 < /dev/null &'
+    )
     return [_ssh(args, remote)]
+
+
+def describe_command(args: argparse.Namespace) -> list[str]:
+    """Prints the slice's state: READY, PREEMPTED, ... (a queued resource: ACTIVE, SUSPENDED, ...)."""
+    if args.queued:
+        qr = _gcloud(args, "queued-resources", "describe", f"{args.name}-qr")
+        return [*qr, "--format=value(state.state)"]
+    return [*_gcloud(args, "tpu-vm", "describe", args.name), "--format=value(state)"]
+
+
+def job_status_command(args: argparse.Namespace) -> list[str]:
+    """Worker 0 prints running | exited N | stopped | lost (the loop is gone) | none."""
+    query = (
+        f"s=$(cat {REMOTE_STATUS} 2>/dev/null || echo none); "
+        f'if [ "$s" = running ] && ! pgrep -f "{LOOP_MARK}" > /dev/null; then s=lost; fi; echo "$s"'
+    )
+    return _ssh(args, query, worker="0")
 
 
 def logs_commands(args: argparse.Namespace) -> list[list[str]]:
@@ -113,14 +155,30 @@ def logs_commands(args: argparse.Namespace) -> list[list[str]]:
 
 
 def stop_commands(args: argparse.Namespace) -> list[list[str]]:
-    """SIGTERM, as a preemption would: the job saves a checkpoint before exiting."""
-    return [_ssh(args, "pkill -TERM -f '[b]in/bert-jax' || true")]
+    """On every worker: end the restart loop, then SIGTERM the job's python process, as a
+    preemption would (the job saves a checkpoint and exits with 143)."""
+    remote = (
+        f'echo stopped > {REMOTE_STATUS}; pkill -TERM -f "{LOOP_MARK}"; pkill -TERM -f "{REMOTE_JOB}" || true'
+    )
+    return [_ssh(args, remote)]
 
 
 def delete_commands(args: argparse.Namespace) -> list[list[str]]:
     if args.queued:
         return [[*_gcloud(args, "queued-resources", "delete", f"{args.name}-qr"), "--force", "--quiet"]]
     return [[*_gcloud(args, "tpu-vm", "delete", args.name), "--quiet"]]
+
+
+def slice_plan(args: argparse.Namespace, job: Sequence[str]) -> SlicePlan:
+    return SlicePlan(
+        name=args.name,
+        describe=describe_command(args),
+        job_status=job_status_command(args),
+        delete=delete_commands(args),
+        create=create_commands(args),
+        setup=setup_commands(args),
+        start=run_commands(args, job),
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -131,20 +189,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--topology", default="v5e:2x2", help="e.g. v4:2x2x4, v5e:4x4, v6e:8x8")
     p.add_argument("--queued", action="store_true", help="use queued resources")
     p.add_argument("--spot", action="store_true", help="spot / preemptible capacity")
-    p.add_argument("--max_restarts", type=int, default=100)
+    p.add_argument("--max_restarts", type=int, default=100, help="job starts per worker, per run")
+    p.add_argument("--restart_pause_s", type=int, default=30, help="pause before a restart on a worker")
+    p.add_argument("--max_recreations", type=int, default=10, help="supervise: recoveries before giving up")
+    p.add_argument("--poll_s", type=float, default=60.0, help="supervise: seconds between polls")
     p.add_argument("--worker", default="0", help="worker whose log `logs` streams")
     p.add_argument("--dry_run", action="store_true", help="print the commands, run nothing")
-    p.add_argument("action", choices=["create", "setup", "run", "logs", "stop", "delete"])
-    p.add_argument("job", nargs=argparse.REMAINDER, help="for run: -- bert-jax arguments")
+    p.add_argument(
+        "action", choices=["create", "setup", "run", "status", "logs", "stop", "delete", "supervise"]
+    )
+    p.add_argument("job", nargs=argparse.REMAINDER, help="for run/supervise: -- bert-jax arguments")
     return p
 
 
-def commands_for(args: argparse.Namespace) -> list[list[str]]:
-    job = [w for w in args.job if w != "--"] if args.job else []
+def commands_for(args: argparse.Namespace, job: Sequence[str]) -> list[list[str]]:
     return {
         "create": lambda: create_commands(args),
         "setup": lambda: setup_commands(args),
         "run": lambda: run_commands(args, job),
+        "status": lambda: [describe_command(args), job_status_command(args)],
         "logs": lambda: logs_commands(args),
         "stop": lambda: stop_commands(args),
         "delete": lambda: delete_commands(args),
@@ -153,10 +216,22 @@ def commands_for(args: argparse.Namespace) -> list[list[str]]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    for cmd in commands_for(args):
+    job = [w for w in args.job if w != "--"] if args.job else []
+    try:
+        parse_topology(args.topology)
+    except ValueError as e:
+        raise SystemExit(f"error: --topology: {e}") from None
+    if args.action == "supervise":
+        plan = slice_plan(args, job)
+        settings = SuperviseSettings(max_recreations=args.max_recreations, poll_s=args.poll_s)
+        if args.dry_run:
+            print_plan(plan, settings)
+            return 0
+        return supervise(plan, settings)
+    for cmd in commands_for(args, job):
         print(shlex.join(cmd), flush=True)
-        if not args.dry_run:
-            subprocess.run(cmd, check=True)
+        if not args.dry_run and (rc := subprocess.run(cmd).returncode) != 0:
+            raise SystemExit(f"error: exit {rc} from: {shlex.join(cmd[:6])} ...")
     return 0
 
 

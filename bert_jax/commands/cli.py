@@ -19,6 +19,7 @@ from typing import Any, NoReturn
 import jax
 from absl import app, flags
 
+from bert_jax.storage import emulator
 from bert_jax.training import hardware
 from bert_jax.training.run_config import REMOVED_KEYS
 
@@ -143,6 +144,7 @@ def quiet_start(argv: list[str]) -> None:
 def run(argv: list[str] | None = None) -> None:
     argv = list(sys.argv if argv is None else argv)
     quiet_start(argv)
+    emulator.apply_from_environment()
     if len(argv) < 2 or argv[1] in ("-h", "--help", "help"):
         print(usage())
         sys.exit(0 if len(argv) >= 2 else 2)

@@ -31,6 +31,11 @@ def main(argv: list[str]) -> None:
         raise SystemExit(f"unexpected arguments: {argv[1:]}")
     logging.set_verbosity(logging.WARNING)
 
+    if "://" in FLAGS.workdir:
+        raise ValueError(
+            f"--workdir {FLAGS.workdir}: fine-tuning writes to a local folder (its predictions and "
+            "scorers use local files); fine-tune into a local --workdir and copy it to the bucket"
+        )
     workdir = os.path.abspath(FLAGS.workdir)
     if FLAGS.sweep:
         best = sweep.sweep(FLAGS.config, workdir)

@@ -41,7 +41,8 @@ def prefetch(it: Iterator, depth: int = 2) -> Iterator:
         except BaseException as e:
             q.put((done, e))
 
-    threading.Thread(target=work, daemon=True).start()
+    worker = threading.Thread(target=work, daemon=True)
+    worker.start()
     try:
         while True:
             item, error = q.get()
@@ -52,6 +53,9 @@ def prefetch(it: Iterator, depth: int = 2) -> Iterator:
             yield item
     finally:
         stop.set()
+        # Let the reader finish its item: a daemon thread still inside NumPy while the
+        # interpreter shuts down can abort the process.
+        worker.join(timeout=5)
 
 
 def prepared_batches(
@@ -65,16 +69,22 @@ def prepared_batches(
     start_step: int,
     process_index: int,
     process_count: int,
+    num_batches: int | None = None,
 ) -> Iterator[dict[str, np.ndarray]]:
-    """Host-local unmasked rows of global batches start_step, start_step + 1, ..."""
+    """Host-local unmasked rows of global batches start_step, start_step + 1, ...; the
+    held-out split ends after one pass (no partial batch), or after its first
+    `num_batches` batches when that is set and fewer."""
     train = split == "train"
     if not train and data.size < global_batch_size:
         raise ValueError(
             f"the held-out split has {data.size} examples, fewer than one batch of "
             f"{global_batch_size}: raise eval_fraction or lower eval_batch_size"
         )
+    end = data.size // global_batch_size
+    if num_batches is not None:
+        end = min(end, num_batches)
     step = start_step
-    while train or (step + 1) * global_batch_size <= data.size:  # eval: one pass, no partial batch
+    while train or step < end:
         positions = sampler.host_positions(step, global_batch_size, process_index, process_count)
         epochs, ids = sampler.lookup(positions, data.size, seed, shuffle=train)
         rows = data.read(ids)

@@ -19,7 +19,10 @@ where storing every instance's tokens took ~15 GiB. Rows that are not spans of o
 document (FULL-SENTENCES rows join several) keep their tokens in ``.tokens`` as one span.
 Reading instance ``i`` is three ``pread``s (its entry at ``24 * i``, then A and B): random
 access with no memory map, so host memory stays flat whatever the corpus size
-(bench/pipeline_scale.py). Folders of format 1 (every instance's tokens in a fixed-width
+(bench/pipeline_scale.py). Opening a split starts reading its files ahead into the page
+cache in the background (`page_cache`, within a budget), so a cold cache (a fresh VM)
+costs large sequential reads, not one disk wait per ``pread``
+(bench/reader_cold_cache.py). Folders of format 1 (every instance's tokens in a fixed-width
 record, ``.bin``) are still read.
 """
 
@@ -30,6 +33,8 @@ import json
 import os
 
 import numpy as np
+
+from bert_jax.data import page_cache
 
 FORMAT_VERSION = 2
 READABLE_VERSIONS = (1, 2)
@@ -223,9 +228,12 @@ def check_compatible(
 
 
 class PreparedSet:
-    """One split of a prepared folder, read by example id (``[0, size)``)."""
+    """One split of a prepared folder, read by example id (``[0, size)``).
 
-    def __init__(self, directory: str, split: str = "train") -> None:
+    Opening reads the split's files ahead into the page cache (index files first) when
+    they fit `preload_bytes` (default: half the memory available; 0: never)."""
+
+    def __init__(self, directory: str, split: str = "train", preload_bytes: int | None = None) -> None:
         if split not in SPLITS:
             raise ValueError(f"split {split!r}: train or eval")
         self.directory, self.split = directory, split
@@ -254,27 +262,25 @@ class PreparedSet:
         self.starts = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
         self.size = int(self.starts[-1])
         self._fds: dict[str, int] = {}
+        budget = page_cache.default_budget() if preload_bytes is None else preload_bytes
+        ahead = self.paths + (self.token_paths if self.version > 1 else [])
+        self.preloading = page_cache.warm(ahead, budget_bytes=budget, what=f"{directory} ({split} split)")
 
     def _fd(self, path: str) -> int:
         if path not in self._fds:
             self._fds[path] = os.open(path, os.O_RDONLY)
         return self._fds[path]
 
-    def _pread(self, path: str, n: int, offset: int) -> bytes:
-        raw = os.pread(self._fd(path), n, offset)
-        if len(raw) != n:
-            raise PreparedDataError(f"short read in {path}: a shard changed while training")
-        return raw
-
     def entries(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(shard of each id, its raw entry: a record of format 1, an index entry of 2)."""
         ids = np.asarray(ids, np.int64)
         shards = np.searchsorted(self.starts, ids, side="right") - 1
         offsets = (ids - self.starts[shards]) * self.entry_bytes
-        n = self.entry_bytes
-        raw = b"".join(
-            self._pread(self.paths[s], n, o) for s, o in zip(shards.tolist(), offsets.tolist(), strict=True)
-        )
+        n, paths = self.entry_bytes, [self.paths[s] for s in shards.tolist()]
+        parts = [os.pread(self._fd(p), n, o) for p, o in zip(paths, offsets.tolist(), strict=True)]
+        raw = b"".join(parts)
+        if len(raw) != n * len(ids):
+            _short_read(paths, parts, [n] * len(parts))
         if self.version == 1:
             return shards, np.frombuffer(raw, self.dtype).reshape(len(ids), -1)
         return shards, np.frombuffer(raw, INDEX_DTYPE)
@@ -284,22 +290,22 @@ class PreparedSet:
         shards, entries = self.entries(ids)
         if self.version == 1:
             return decode(entries, self.max_seq_length)
-        s, item = self.max_seq_length, self.dtype.itemsize
-        ids_out = np.zeros((len(shards), s), np.int32)
-        lengths, first = np.zeros(len(shards), np.int32), np.zeros(len(shards), np.int32)
-        for row, (shard, e) in enumerate(zip(shards.tolist(), entries, strict=True)):
-            path = self.token_paths[shard]
-            a = np.frombuffer(self._pread(path, int(e["a_len"]) * item, int(e["a"]) * item), self.dtype)
-            parts = [[self.cls], a, [self.sep]]
-            if e["b_len"]:
-                parts += [
-                    np.frombuffer(self._pread(path, int(e["b_len"]) * item, int(e["b"]) * item), self.dtype),
-                    [self.sep],
-                ]
-            tokens = np.concatenate(parts)
-            ids_out[row, : len(tokens)] = tokens
-            lengths[row], first[row] = len(tokens), len(a) + 2
-        pos = np.arange(s, dtype=np.int32)[None]
+        a_len, b_len = entries["a_len"].astype(np.int64), entries["b_len"].astype(np.int64)
+        tokens = self._segments(shards, entries["a"], a_len, entries["b"], b_len)
+        n, rows = len(shards), np.arange(len(shards))
+        # [CLS] A [SEP] (B [SEP]): A's tokens go to columns 1..., B's to a_len + 2...
+        pieces = np.stack([a_len, b_len], 1).ravel()
+        piece = np.repeat(np.arange(2 * n), pieces)
+        within = np.arange(len(tokens)) - np.repeat(np.cumsum(pieces) - pieces, pieces)
+        column = np.stack([np.ones(n, np.int64), a_len + 2], 1).ravel()[piece] + within
+        ids_out = np.zeros((n, self.max_seq_length), np.int32)
+        ids_out[piece // 2, column] = tokens
+        ids_out[:, 0] = self.cls
+        ids_out[rows, a_len + 1] = self.sep
+        two = b_len > 0
+        ids_out[rows[two], (a_len + 2 + b_len)[two]] = self.sep
+        lengths, first = a_len + 2 + np.where(two, b_len + 1, 0), a_len + 2
+        pos = np.arange(self.max_seq_length)[None]
         mask = (pos < lengths[:, None]).astype(np.int32)
         return {
             "input_ids": ids_out,
@@ -307,6 +313,26 @@ class PreparedSet:
             "segment_ids": ((pos >= first[:, None]) & (mask > 0)).astype(np.int32),
             "next_sentence_labels": entries["label"].astype(np.int32),
         }
+
+    def _segments(self, shards, a, a_len, b, b_len) -> np.ndarray:
+        """The tokens of each row's A, then its B (if any), row after row."""
+        item, pread = self.dtype.itemsize, os.pread
+        paths, parts, wanted = [], [], []
+        rows = zip(shards.tolist(), a.tolist(), a_len.tolist(), b.tolist(), b_len.tolist(), strict=True)
+        for s, a_at, a_n, b_at, b_n in rows:
+            path = self.token_paths[s]
+            fd = self._fd(path)
+            parts.append(pread(fd, a_n * item, a_at * item))
+            paths.append(path)
+            wanted.append(a_n * item)
+            if b_n:
+                parts.append(pread(fd, b_n * item, b_at * item))
+                paths.append(path)
+                wanted.append(b_n * item)
+        raw = b"".join(parts)
+        if len(raw) != sum(wanted):
+            _short_read(paths, parts, wanted)
+        return np.frombuffer(raw, self.dtype)
 
     def close(self) -> None:
         for fd in self._fds.values():
@@ -318,6 +344,12 @@ class PreparedSet:
             self.close()
         except Exception:
             pass
+
+
+def _short_read(paths: list[str], parts: list[bytes], wanted: list[int]) -> None:
+    """Names the first file whose read came back short."""
+    bad = next(p for p, part, w in zip(paths, parts, wanted, strict=True) if len(part) != w)
+    raise PreparedDataError(f"short read in {bad}: a shard changed while training")
 
 
 def _check_size(path: str, expected: int) -> None:

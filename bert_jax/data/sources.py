@@ -18,6 +18,7 @@
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import os
 from collections.abc import Iterator
@@ -62,17 +63,30 @@ def batches(
     if config.data.source != "synthetic":
         return data_batches(
             config.data, split=split, seed=int(config.seed), max_predictions_per_seq=max_predictions_per_seq,
-            **shape, **where,
+            num_batches=None if split == "train" else eval_batches_per_pass(config), **shape, **where,
         )  # fmt: skip
     _check_divisible(global_batch_size, process_count)
     return synthetic.create_iterator(
         max_predictions_per_seq=max_predictions_per_seq,
         vocab_size=int(config.model.vocab_size),
         seed=int(config.seed) + (0 if split == "train" else 10_000),
-        num_batches=None if split == "train" else int(config.eval_steps or 4),
+        num_batches=None if split == "train" else eval_batches_per_pass(config) or SYNTHETIC_EVAL_STEPS,
         **shape,
         **where,
     )
+
+
+SYNTHETIC_EVAL_STEPS = 4  # synthetic data has no held-out split to pass over in full
+
+
+def eval_batches_per_pass(config: ml_collections.ConfigDict) -> int | None:
+    """How many global batches one held-out evaluation reads: the first
+    ``config.eval_steps`` of the held-out order (the same ones every evaluation, so the
+    curve compares like with like), or the whole split when it is 0 (None here)."""
+    steps = int(config.eval_steps)
+    if steps < 0:
+        raise ValueError(f"config.eval_steps={steps}: a number of batches, or 0 for the whole held-out split")
+    return steps or None
 
 
 def data_batches(
@@ -86,19 +100,24 @@ def data_batches(
     start_step: int = 0,
     process_index: int = 0,
     process_count: int = 1,
+    num_batches: int | None = None,
 ) -> Iterator[dict[str, np.ndarray]]:
     """Host-local rows of global batches of the data config `c` (any source but
     ``synthetic``).
 
     The train split repeats forever (a new order and new masks each epoch); the eval split
     is one pass over the held-out instances in a fixed order with fixed masks (a final
-    partial batch is dropped). Prepared sources yield unmasked rows (`masking.RAW_KEYS`),
-    masked on the devices; ``tfrecord`` yields the original's masked rows.
+    partial batch is dropped), or its first `num_batches` global batches when that is set
+    (batches ``start_step .. num_batches - 1``). Prepared sources yield unmasked rows
+    (`masking.RAW_KEYS`), masked on the devices; ``tfrecord`` yields the original's masked
+    rows.
     """
     _check_divisible(global_batch_size, process_count)
     where = dict(start_step=start_step, process_index=process_index, process_count=process_count)
+    if split == "train":
+        num_batches = None
     if c.source == "tfrecord":  # made by `bert-jax create-data` or the original
-        return tfrecords.create_iterator(
+        it = tfrecords.create_iterator(
             c.input_files if split == "train" else c.eval_files,
             global_batch_size=global_batch_size,
             max_seq_length=max_seq_length,
@@ -107,6 +126,7 @@ def data_batches(
             repeat=split == "train",
             **where,
         )
+        return it if num_batches is None else itertools.islice(it, max(num_batches - start_step, 0))
     data = open_prepared(c, split, max_seq_length, seed)
     return pipeline.prefetch(
         pipeline.prepared_batches(
@@ -116,6 +136,7 @@ def data_batches(
             mask_seed=seed if split == "train" else prepare.EVAL_SEED,
             split=split,
             dynamic_masking=bool(c.dynamic_masking),
+            num_batches=num_batches,
             **where,
         )
     )

@@ -4,20 +4,31 @@ The feature names and types are the original's, so records made by Google's scri
 read as they are, and records written here train Google's code. Masks in records are
 static (``dupe_factor`` versions), as in the original.
 
-Reading is a `tf.data` pipeline whose global order is a function of the files and the
-seed only: files in sorted order, a seeded shuffle buffer, global batches; each host keeps
-its rows of each global batch, and a resume at step N skips N raw (unparsed) batches.
+Training reads each host's rows only. The files (`list_files`: comma-separated globs
+through `tf.io.gfile`, so ``gs://`` works; sorted) are dealt to ``S = min(files, global
+batch, 1024)`` streams (file ``f`` to stream ``f mod S``), and stream ``s`` fills rows
+``[s*B//S, (s+1)*B//S)`` of every global batch of ``B`` rows: its files in a seeded order
+per epoch, a seeded shuffle buffer (``shuffle_buffer / S`` records), repeated. So the
+global batches are a function of the files, the batch size and the seed only, whatever
+the number of hosts, and host ``p`` of ``P`` opens only the streams that overlap its rows
+``[p*B/P, (p+1)*B/P)``: exactly its rows when ``P`` divides ``S``, otherwise also the
+rest of at most two streams it shares with a neighbour. A resume at step N skips N
+batches of each of the host's streams (raw records, unparsed). Evaluation files are one
+pass in file order: every host reads them (they are small) and parses only its rows.
 """
 
 from __future__ import annotations
 
-import glob
 from collections.abc import Iterator
 
 import numpy as np
 
 from bert_jax.storage import tensorflow_runtime
 
+MAX_STREAMS = 1024
+# A stream yields the records of `m` batches at once: up to 256 records, and up to 16,384
+# records for all of the host's streams together (the memory in flight stays small).
+BLOCK_RECORDS, BLOCK_HOST_RECORDS = 256, 16_384
 INT_FEATURES = (
     "input_ids",
     "input_mask",
@@ -68,6 +79,132 @@ def _parser(max_seq_length: int, max_predictions_per_seq: int):
     return parse
 
 
+def list_files(input_files: str) -> list[str]:
+    """The files matched by comma-separated globs (local or ``gs://``, through
+    `tf.io.gfile.glob`), sorted, each once."""
+    tf = tensorflow_runtime.tensorflow()
+    patterns = [p.strip() for p in input_files.split(",") if p.strip()]
+    files = sorted({f for pattern in patterns for f in tf.io.gfile.glob(pattern)})
+    if not files:
+        raise FileNotFoundError(f"no TFRecord files match {input_files!r}")
+    return files
+
+
+def stream_rows(num_files: int, global_batch_size: int) -> list[tuple[int, int]]:
+    """Rows ``[start, stop)`` of every global batch that each stream fills (one entry per
+    stream; stream ``s`` reads files ``s, s + S, s + 2S, ...``)."""
+    n = min(num_files, global_batch_size, MAX_STREAMS)
+    return [(s * global_batch_size // n, (s + 1) * global_batch_size // n) for s in range(n)]
+
+
+def host_streams(
+    rows: list[tuple[int, int]], global_batch_size: int, process_index: int, process_count: int
+) -> list[tuple[int, int, int]]:
+    """``(stream, first, stop)`` for each stream that overlaps the host's rows of a global
+    batch: the host keeps rows ``[first, stop)`` of the stream's rows of each batch."""
+    local = global_batch_size // process_count
+    lo, hi = process_index * local, (process_index + 1) * local
+    return [(s, max(a, lo) - a, min(b, hi) - a) for s, (a, b) in enumerate(rows) if a < hi and b > lo]
+
+
+def _seeds(seed: int, streams: list[int]) -> np.ndarray:
+    """Two 31-bit seeds per stream (file order, record buffer), from (seed, stream) alone."""
+    return np.array([np.random.SeedSequence([seed, s]).generate_state(2) >> 1 for s in streams], np.int64)
+
+
+def _train_rows(tf, files: list[str], *, global_batch_size: int, seed: int, start_step: int,
+                process_index: int, process_count: int, shuffle_buffer: int):  # fmt: skip
+    """The host's raw records of each global batch (a 1-D string tensor per batch). The
+    streams are read in parallel, in blocks of `m` batches (fewer, larger elements)."""
+    rows = stream_rows(len(files), global_batch_size)
+    mine = host_streams(rows, global_batch_size, process_index, process_count)
+    n, k = len(rows), len(mine)
+    ids = [s for s, _, _ in mine]
+    counts = [rows[s][1] - rows[s][0] for s in ids]
+    local = global_batch_size // process_count
+    m = max(1, min(BLOCK_RECORDS // max(counts), BLOCK_HOST_RECORDS // local))
+    streams = tf.constant(ids, tf.int64)
+    names = tf.ragged.constant([files[s::n] for s in ids])
+    sizes = tf.constant(counts, tf.int64)
+    keep = tf.constant([[first, stop] for _, first, stop in mine], tf.int64)
+    seeds = tf.constant(_seeds(seed, ids))
+    buffer = -(-shuffle_buffer // n)
+
+    def stream(i):
+        order = tf.data.Dataset.from_tensor_slices(names[i])
+        order = order.shuffle(tf.size(names[i], out_type=tf.int64), seed=seeds[i, 0])
+        ds = order.flat_map(tf.data.TFRecordDataset).shuffle(buffer, seed=seeds[i, 1])
+        ds = ds.repeat()  # each epoch: every record once, a new file order, a new shuffle
+        ds = ds.skip(start_step * sizes[i]).batch(sizes[i] * m, drop_remainder=True)
+        return ds.map(
+            lambda b: (streams[i], tf.reshape(tf.reshape(b, [m, -1])[:, keep[i, 0] : keep[i, 1]], [-1]))
+        )
+
+    ds = tf.data.Dataset.range(k).interleave(
+        stream, cycle_length=k, block_length=1, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True
+    )
+    order = tf.constant(_block_order([stop - first for _, first, stop in mine], m))
+
+    def assemble(got, raw):  # a stream that ran dry would shift the others' rows: refuse
+        check = tf.debugging.assert_equal(got, streams, message=_DRY)
+        with tf.control_dependencies([check]):
+            return tf.reshape(tf.gather(raw.flat_values, order), [m, -1])
+
+    return ds.ragged_batch(k).map(assemble).unbatch()
+
+
+def _block_order(kept: list[int], m: int) -> np.ndarray:
+    """Where row r of batch j of a block is among the streams' blocks laid end to end
+    (stream q's block: its `kept[q]` rows of batch 0, then of batch 1, ...)."""
+    kept_rows = np.asarray(kept, np.int64)
+    start = np.concatenate([[0], np.cumsum(kept_rows)])  # stream q's first row in a host batch
+    q = np.repeat(np.arange(len(kept_rows)), kept_rows)  # the stream of each row of a host batch
+    r = np.arange(start[-1]) - start[q]
+    j = np.arange(m)[:, None]
+    return (m * start[q] + j * kept_rows[q] + r).ravel()
+
+
+_DRY = "a TFRecord stream ran dry"
+
+
+def _eval_rows(tf, files: list[str], *, global_batch_size: int, start_step: int,
+               process_index: int, process_count: int):  # fmt: skip
+    """One pass in file order; the host's raw records of each global batch (a partial last
+    batch is dropped)."""
+    local = global_batch_size // process_count
+    lo = process_index * local
+    ds = tf.data.TFRecordDataset(files).batch(global_batch_size, drop_remainder=True)
+    return ds.skip(start_step).map(lambda b: b[lo : lo + local])
+
+
+def _warn_if_shared(files: list[str], global_batch_size: int, process_count: int) -> None:
+    """One warning line where a host reads at least twice its rows (fewer files than hosts,
+    or streams that straddle hosts)."""
+    rows = stream_rows(len(files), global_batch_size)
+    local = global_batch_size // process_count
+    most = max(
+        sum(rows[s][1] - rows[s][0] for s, _, _ in host_streams(rows, global_batch_size, p, process_count))
+        for p in range(process_count)
+    )
+    if most >= 2 * local:
+        print(
+            f"warning: {len(files)} TFRecord files for {process_count} hosts: a host reads up to {most} "
+            f"records per step for its {local} (a number of files divisible by {process_count} reads "
+            "exactly each host's rows)",
+            flush=True,
+        )
+
+
+def _empty_group(tf, files: list[str], global_batch_size: int) -> str:
+    """The first stream's files when every one of them is empty (named in the error)."""
+    n = len(stream_rows(len(files), global_batch_size))
+    for s in range(n):
+        group = files[s::n]
+        if all(tf.io.gfile.stat(f).length == 0 for f in group):
+            return ", ".join(group)
+    return "?"
+
+
 def create_iterator(
     input_files: str,
     *,
@@ -81,18 +218,29 @@ def create_iterator(
     repeat: bool = True,
     shuffle_buffer: int = 10_000,
 ) -> Iterator[dict[str, np.ndarray]]:
+    """Host ``process_index`` of ``process_count``'s rows of global batches ``start_step,
+    start_step + 1, ...``: training (``repeat``) forever from its own streams, evaluation
+    one pass (see the module docstring)."""
+    if global_batch_size % process_count:
+        raise ValueError(f"global_batch_size={global_batch_size} is not divisible by {process_count} hosts")
     tf = tensorflow_runtime.tensorflow()
-    files = sorted(f for pattern in input_files.split(",") for f in glob.glob(pattern))
-    if not files:
-        raise FileNotFoundError(f"no TFRecord files match {input_files!r}")
-    ds = tf.data.TFRecordDataset(files)  # sequential: the order is the files' order
+    files = list_files(input_files)
+    where = dict(start_step=start_step, process_index=process_index, process_count=process_count)
     if repeat:
-        ds = ds.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True).repeat()
-    ds = ds.batch(global_batch_size, drop_remainder=True).skip(start_step)
-    ds = ds.map(_parser(max_seq_length, max_predictions_per_seq))
-    local = global_batch_size // process_count
-    lo = process_index * local
-    ds = ds.map(lambda b: {k: v[lo : lo + local] for k, v in b.items()}).prefetch(2)
+        if process_index == 0:
+            _warn_if_shared(files, global_batch_size, process_count)
+        raw = _train_rows(tf, files, global_batch_size=global_batch_size, seed=seed,
+                          shuffle_buffer=shuffle_buffer, **where)  # fmt: skip
+    else:
+        raw = _eval_rows(tf, files, global_batch_size=global_batch_size, **where)
+    ds = raw.map(_parser(max_seq_length, max_predictions_per_seq)).prefetch(2)
     options = tf.data.Options()
     options.deterministic = True
-    yield from ds.with_options(options).as_numpy_iterator()
+    invalid = tf.errors.InvalidArgumentError  # held here: a generator may close at exit
+    try:
+        yield from ds.with_options(options).as_numpy_iterator()
+    except invalid as e:
+        if _DRY not in str(e):
+            raise
+        group = _empty_group(tf, files, global_batch_size)
+        raise ValueError(f"{input_files}: the TFRecord files {group} hold no records (remove them)") from None

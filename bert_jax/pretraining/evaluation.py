@@ -6,36 +6,78 @@ Masked-LM accuracy alone flatters a model: 10% of the masked tokens are shown un
 *changed* tokens only ([MASK] or a random token), beside the unigram model of the training
 data (always the most frequent token; its cross-entropy smoothed in its favour), and the
 learning curve names the first evaluation a nat under that model's loss.
+
+An evaluation reads the first ``config.eval_steps`` global batches of the held-out order
+(the same batches every time, so the curve compares like with like; 0 = the whole split,
+which grows with the corpus), keeps its sums on the devices and reads them once.
 """
 
 from __future__ import annotations
 
+import functools
 import json
-import os
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from jax.experimental import multihost_utils
 
 from bert_jax.pretraining.objective import Batch, finalize_metrics
+from bert_jax.storage import files
+from bert_jax.training import sharding
 
 
 def evaluate_held_out(run: Any, params: Any, phase: Any) -> tuple[dict[str, float], np.ndarray]:
-    """Metrics over the held-out split of `run` (a `pretrain.Pretraining`) at `phase`, and
-    the masked target ids seen (for the unigram baseline)."""
-    sums: dict[str, float] = {}
-    targets = []
+    """Metrics over the held-out batches of `run` (a `pretrain.Pretraining`) at `phase`
+    (``config.eval_steps`` of them, or the whole split), and the masked target ids seen,
+    in id order (for the unigram baseline).
+
+    The metric sums and a histogram of the targets stay on the devices, compensated sums
+    (Neumaier) in float32, and are read to the host once, after the last batch."""
+    start, add = _accumulators(run.mesh, int(run.model_config.vocab_size))
+    state = None
     for batch in run.eval_batches(phase):
-        for k, v in jax.device_get(run.engine.eval_step(params, batch)).items():
-            sums[k] = sums.get(k, 0.0) + float(v)
-        targets.append(masked_targets(batch))
-    if not sums:
+        outputs = run.engine.eval_step(params, batch)
+        ids, weights = batch["masked_lm_ids"], batch["masked_lm_weights"]
+        state = start(outputs, ids, weights) if state is None else add(state, outputs, ids, weights)
+    if state is None:
         raise ValueError("the eval split is empty: no held-out examples to evaluate on")
+    (totals, compensation), histogram = jax.device_get(state)
+    sums = {k: float(totals[k]) + float(compensation[k]) for k in totals}
     metrics = {k: float(v) for k, v in finalize_metrics(sums, run.nsp).items()}
     metrics["num_predictions"] = sums["mlm_weight"]
     metrics["num_changed_predictions"] = sums["mlm_changed_weight"]
-    return metrics, np.concatenate(targets) if targets else np.zeros((0,), np.int32)
+    targets = np.repeat(np.arange(histogram.size, dtype=np.int32), np.asarray(histogram, np.int64))
+    return metrics, targets
+
+
+@functools.lru_cache(maxsize=8)
+def _accumulators(mesh: Any, vocab_size: int) -> tuple[Any, Any]:
+    """Jitted (first batch, next batch) updates of the on-device evaluation state
+    ``((sums, compensations), target histogram)``, replicated over `mesh`."""
+
+    def add(state: Any, outputs: dict, ids: jax.Array, weights: jax.Array) -> Any:
+        (totals, compensation), histogram = state
+        pairs = {k: _neumaier_add(totals[k], compensation[k], v) for k, v in outputs.items()}
+        counts = (weights > 0).astype(jnp.int32).ravel()
+        histogram = histogram.at[ids.ravel()].add(counts, mode="drop")
+        return ({k: p[0] for k, p in pairs.items()}, {k: p[1] for k, p in pairs.items()}), histogram
+
+    def start(outputs: dict, ids: jax.Array, weights: jax.Array) -> Any:
+        zeros = {k: jnp.zeros_like(v, jnp.float32) for k, v in outputs.items()}
+        return add(((zeros, zeros), jnp.zeros((vocab_size,), jnp.int32)), outputs, ids, weights)
+
+    out = sharding.replicated(mesh)
+    return jax.jit(start, out_shardings=out), jax.jit(add, out_shardings=out, donate_argnums=(0,))
+
+
+def _neumaier_add(total: jax.Array, compensation: jax.Array, x: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """``total + x`` and the running rounding error it lost (Neumaier's compensated sum)."""
+    x = x.astype(jnp.float32)
+    new = total + x
+    lost = jnp.where(jnp.abs(total) >= jnp.abs(x), (total - new) + x, (x - new) + total)
+    return new, compensation + lost
 
 
 def masked_targets(batch: Batch) -> np.ndarray:
@@ -69,14 +111,13 @@ def unigram_baseline(run: Any, phase: Any, held_out: np.ndarray, batches: int) -
 def learning_curve(workdir: str) -> list[tuple[int, float]]:
     """(step, held-out loss on the changed tokens) of every evaluation in the workdir's
     metrics.jsonl, the latest row per step (a resumed run's evaluations included)."""
-    path = os.path.join(workdir, "metrics.jsonl")
+    path = files.join(workdir, "metrics.jsonl")
     points: dict[int, float] = {}
-    if os.path.exists(path):
-        with open(path) as f:
-            for line in f:
-                row = json.loads(line)
-                if row.get("split") == "eval" and "mlm_loss_changed" in row:
-                    points[int(row["step"])] = float(row["mlm_loss_changed"])
+    if files.exists(path):
+        for line in files.read_text(path).splitlines():
+            row = json.loads(line)
+            if row.get("split") == "eval" and "mlm_loss_changed" in row:
+                points[int(row["step"])] = float(row["mlm_loss_changed"])
     return sorted(points.items())
 
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -28,15 +27,15 @@ from jax.sharding import Mesh
 from bert_jax.data import masking, records, sources
 from bert_jax.model.flops import model_flops_per_step
 from bert_jax.model.heads import BertForPreTraining
-from bert_jax.pretraining import evaluation
+from bert_jax.pretraining import evaluation, phase_steps
 from bert_jax.pretraining.objective import (
     BATCH_KEYS,
     Batch,
     PretrainingObjective,
     batch_shapes,
 )
-from bert_jax.storage import tensorflow_runtime
-from bert_jax.training import checkpoints, engine, run_config, sharding
+from bert_jax.storage import files
+from bert_jax.training import checkpoints, engine, multihost, run_config, sharding
 from bert_jax.training.loop import StopRequested, TrainingRun
 
 
@@ -182,6 +181,7 @@ def check_config(config: ml_collections.ConfigDict) -> None:
     contradict each other, a model whose embedding table is smaller than the vocabulary:
     it would index past it); warns when the prediction budget caps the masking rate, as
     the original's `max_predictions_per_seq` silently does."""
+    phase_steps.check(config)
     if config.data.objective == "ltr" and not config.model.causal_attention:
         raise ValueError(
             "config.data.objective='ltr' needs --config.model.causal_attention=True "
@@ -254,15 +254,11 @@ def keep_vocab(config: ml_collections.ConfigDict, workdir: str) -> None:
     and `convert` without remembering which vocab it was trained with."""
     if config.data.source == "synthetic" or jax.process_index() != 0:
         return
-    tf = tensorflow_runtime.tensorflow()
-
     src = sources.tokenizer_of(config.data).vocab_file
     name = "spm.model" if config.data.tokenizer == "sentencepiece" else "vocab.txt"
-    dst = os.path.join(workdir, name)
-    if not tf.io.gfile.exists(dst):
-        tf.io.gfile.makedirs(workdir)
-        tf.io.gfile.copy(src, f"{dst}.tmp", overwrite=True)
-        tf.io.gfile.rename(f"{dst}.tmp", dst, overwrite=True)  # readers never see half a vocab
+    dst = files.join(workdir, name)
+    if not files.exists(dst):
+        files.copy_file(src, dst)  # whole: readers never see half a vocabulary
 
 
 class PeriodicEval:
@@ -291,11 +287,14 @@ def train_phases(run: Pretraining, loop: TrainingRun, state: Any, periodic_eval:
         if step >= phase.end:
             continue
         periodic_eval.phase = phase
+        # Phase 2's own remat policy / gradient accumulation (`phase_steps`), when set.
+        step_config = phase_steps.step_config(run.config, 2 if phase.start else 1)
+        step_engine = run.engine if step_config is run.config else Pretraining(step_config, run.mesh).engine
         flops = model_flops_per_step(
             run.model_config, batch, phase.max_seq_length, phase.max_predictions_per_seq, run.nsp
         )
         state = loop.steps(
-            run.engine,
+            step_engine,
             state,
             run.batches(phase, step),
             end=phase.end,
@@ -308,11 +307,12 @@ def train_phases(run: Pretraining, loop: TrainingRun, state: Any, periodic_eval:
 
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
     """Trains (or resumes) to `config.num_train_steps`; returns the final eval metrics."""
-    if "://" not in workdir:  # orbax wants absolute paths; gs:// and the like stay as they are
-        workdir = os.path.abspath(workdir)
+    workdir = files.resolve(workdir)  # orbax wants absolute paths; gs:// stays as it is
     # Everything that can refuse the run comes before anything is written to the workdir.
     run_config.check(config)
     check_config(config)
+    multihost.check_same_run(config)
+    files.check_reachable(workdir, "--workdir", writable=True)
     run = Pretraining(config, sharding.make_mesh(tuple(config.mesh_shape)))
     checkpoints.check_model_config(workdir, run.model_config)
     run.held_out = check_data(config)

@@ -4,6 +4,7 @@ A reader sees the old file or the whole new one, and a run killed mid-write leav
 target as it was. The temporary name is the writer's own (``PATH.tmp-<host>-<pid>``), so
 two jobs, or the hosts of a pod, writing one file into a shared folder never write into
 each other's, and a leftover can be told from a write in progress (`writer_alive`).
+On a bucket the object is written straight to its name (objects appear whole).
 """
 
 from __future__ import annotations
@@ -12,6 +13,10 @@ import json
 import os
 import socket
 from typing import Any
+
+from etils import epath
+
+from bert_jax.storage import files
 
 _MARK = ".tmp-"
 
@@ -36,12 +41,21 @@ def writer_alive(tmp: str) -> bool:
     return True
 
 
-def write_text(path: str, text: str) -> None:
+def write_bytes(path: str, data: bytes) -> None:
+    """`data` to `path` whole. A bucket path (``gs://``...) is written straight to its
+    name: an object store publishes an object whole or not at all (`storage.files`)."""
+    if files.is_remote(path):
+        epath.Path(path).write_bytes(data)
+        return
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     tmp = temp_path(path)
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
+    with open(tmp, "wb") as f:
+        f.write(data)
     os.replace(tmp, path)
+
+
+def write_text(path: str, text: str) -> None:
+    write_bytes(path, text.encode("utf-8"))
 
 
 def write_json(path: str, value: Any, **dump_options: Any) -> None:

@@ -22,15 +22,18 @@ back, the real rows unchanged.
 
 from __future__ import annotations
 
+import contextlib
 import gc
-import json
-import os
+import logging
+import math
 import sys
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import orbax.checkpoint as ocp
 from etils import epath
 from jax.experimental import multihost_utils
@@ -38,7 +41,8 @@ from jax.sharding import NamedSharding, PartitionSpec
 
 from bert_jax.model import param_shapes, vocab_padding
 from bert_jax.model.config import ARCHITECTURE_KEYS, SHAPE_KEYS, BertConfig
-from bert_jax.storage import atomic_files
+from bert_jax.storage import atomic_files, files
+from bert_jax.training import multihost
 
 
 class CheckpointMismatchError(ValueError):
@@ -50,12 +54,10 @@ def check_model_config(workdir: str, config: BertConfig) -> None:
 
     Only reads: a refused run leaves the workdir as it was (`write_model_config` follows
     once the run is accepted)."""
-    path = os.path.join(workdir, "bert_config.json")
-    if not os.path.exists(path):
+    saved = files.read_json_if_exists(files.join(workdir, "bert_config.json"))
+    if saved is None:
         return
     current = config.to_dict()
-    with open(path) as f:
-        saved = json.load(f)
     # A config written before the recipe switches existed is the paper's architecture.
     defaults = BertConfig().to_dict()
     saved = {**{k: defaults[k] for k in ARCHITECTURE_KEYS}, **saved}
@@ -71,9 +73,9 @@ def check_model_config(workdir: str, config: BertConfig) -> None:
 
 
 def write_model_config(workdir: str, config: BertConfig) -> None:
-    """Writes `bert_config.json` (atomically) unless the workdir has one."""
-    path = os.path.join(workdir, "bert_config.json")
-    if os.path.exists(path):
+    """Writes `bert_config.json` (whole; process 0) unless the workdir has one."""
+    path = files.join(workdir, "bert_config.json")
+    if jax.process_index() != 0 or files.exists(path):
         return
     atomic_files.write_json(path, config.to_dict(), indent=2)
 
@@ -103,12 +105,12 @@ class Checkpointer:
         # The handler is named up front so that a fresh process can read metadata (shapes)
         # of existing checkpoints before restoring.
         self.manager = ocp.CheckpointManager(
-            os.path.join(workdir, "checkpoints"),
+            files.join(workdir, "checkpoints"),
             options=options,
             item_handlers=ocp.StandardCheckpointHandler(),
         )
         self.best_manager = ocp.CheckpointManager(
-            os.path.join(workdir, "best"),
+            files.join(workdir, "best"),
             options=ocp.CheckpointManagerOptions(
                 max_to_keep=1, enable_async_checkpointing=async_save, create=False
             ),
@@ -120,29 +122,36 @@ class Checkpointer:
     # ---------------------------------------------------------------- saving
     def save(self, step: int, state: Any, *, force: bool = False) -> bool:
         _mkdir(self.manager.directory)
+        # One async save at a time across both managers: on a slice, each save's finalize
+        # enters a barrier of the same name, and two at once fail ("already ongoing").
+        self.best_manager.wait_until_finished()
         return self.manager.save(step, args=ocp.args.StandardSave(state), force=force)
 
     def maybe_save_best(self, step: int, state: Any, metrics: dict[str, float]) -> bool:
         value = metrics.get(self.best_metric)
-        if value is None:
-            return False
+        if value is None or not all(math.isfinite(float(v)) for v in metrics.values() if _is_number(v)):
+            return False  # a non-finite evaluation is never the best
         better = self._best is None or (value > self._best if self.best_mode == "max" else value < self._best)
         if not better:
             return False
         _mkdir(self.best_manager.directory)
+        self.manager.wait_until_finished()  # one async save at a time (see `save`)
         self.best_manager.save(step, args=ocp.args.StandardSave(state), force=True)
         self._best = float(value)
         if jax.process_index() == 0:
-            path = os.path.join(self.workdir, "best_metric.json")
+            path = files.join(self.workdir, "best_metric.json")
             atomic_files.write_json(path, {"step": step, self.best_metric: self._best})
         return True
 
     def _load_best(self) -> float | None:
-        path = os.path.join(self.workdir, "best_metric.json")
-        if not os.path.exists(path):
-            return None
-        with open(path) as f:
-            return json.load(f).get(self.best_metric)
+        """The best value so far, as process 0 reads it (every host decides alike whether
+        to save `best/`, a collective)."""
+        best = None
+        if jax.process_index() == 0:
+            saved = files.read_json_if_exists(files.join(self.workdir, "best_metric.json"))
+            best = (saved or {}).get(self.best_metric)
+        known, value = multihost.from_process_0(np.array([best is not None, best or 0.0], np.float64))
+        return float(value) if known else None
 
     def wait(self) -> None:
         self.manager.wait_until_finished()
@@ -166,12 +175,25 @@ class Checkpointer:
         error names every step's reason (a model of another size first) and nothing moves.
         """
         failures: list[tuple[int, Exception]] = []
-        for step in sorted(self.manager.all_steps(), reverse=True):
-            try:
-                state = self.restore(abstract_state, step)
-            except Exception as e:
-                failures.append((step, e))
-                _quiet_restore_debris()
+        for step in self._steps_on_process_0():
+            # Each stage agreed by every host before the next: a step that failed on any
+            # host (a transient bucket read) is failed on all, so all resume from the same
+            # step or all fail together, and no host enters orbax's restore (a collective)
+            # alone.
+            error, state = None, None
+            with quiet_orbax_reads():
+                try:
+                    checked = self._check(abstract_state, step)
+                except Exception as e:
+                    error = e
+                if multihost.all_true(error is None):
+                    try:
+                        state = self._load(step, checked, abstract_state)
+                    except Exception as e:
+                        error = e
+                        _quiet_restore_debris()
+            if not multihost.all_true(error is None):
+                failures.append((step, error or CheckpointDamagedError("failed to restore on another host")))
                 continue
             for bad, error in failures:
                 self._set_aside(bad, error)
@@ -187,13 +209,19 @@ class Checkpointer:
             "deleted: repair or move them away to start afresh"
         )
 
+    def _steps_on_process_0(self) -> list[int]:
+        """The saved steps, newest first, as process 0 lists them."""
+        steps = sorted(self.manager.all_steps(), reverse=True) if jax.process_index() == 0 else []
+        count = int(multihost.from_process_0(np.int64(len(steps))))
+        padded = np.full(max(count, 1), -1, np.int64)
+        padded[: len(steps)] = steps
+        return [int(s) for s in multihost.from_process_0(padded)[:count]]
+
     def _set_aside(self, step: int, error: Exception) -> None:
-        src = os.path.join(str(self.manager.directory), str(step))
-        dst_dir = os.path.join(self.workdir, "checkpoints_damaged")
-        dst = os.path.join(dst_dir, f"{step}-{int(time.time())}")
+        src = files.join(str(self.manager.directory), str(step))
+        dst = files.join(self.workdir, "checkpoints_damaged", f"{step}-{int(time.time())}")
         if jax.process_index() == 0:
-            _mkdir(dst_dir)
-            epath.Path(src).rename(epath.Path(dst))
+            files.move_tree(src, dst)
             print(
                 f"warning: checkpoint step {step} is damaged ({_first_line(error)}); moved to {dst}",
                 flush=True,
@@ -207,25 +235,42 @@ class Checkpointer:
         step = self.latest_step() if step is None else step
         if step is None:
             raise FileNotFoundError(f"no checkpoint in {self.workdir}/checkpoints")
+        return self._load(step, self._check(abstract_state, step), abstract_state)
+
+    def _check(self, abstract_state: Any, step: int) -> tuple[Any, set[str], int | None]:
+        """Reads `step`'s metadata (no collective) and checks its shapes against the model;
+        returns the restore target, the vocabulary-resized paths and the vocabulary size."""
         metadata = self.manager.item_metadata(step)
         metadata = getattr(metadata, "tree", metadata)
         vocab_size = _saved_vocab_size(self.workdir)
         saved = param_shapes.shapes(metadata)
         resized = _vocab_resizes(saved, param_shapes.shapes(abstract_state), vocab_size)
         check_shapes(metadata, abstract_state, f"step {step}", skip=resized)
-        if not resized:
-            return self.manager.restore(step, args=ocp.args.StandardRestore(abstract_state))
         # A checkpoint with other vocabulary padding (one saved before the model padded
         # its vocabulary, say): restored as saved, then resized to the model's rows.
-        is_resized = lambda path: param_shapes.path_str(path) in resized
         target = jax.tree_util.tree_map_with_path(
-            lambda p, x: _as_saved(x, saved[param_shapes.path_str(p)]) if is_resized(p) else x,
+            lambda p, x: (
+                _as_saved(x, saved[param_shapes.path_str(p)]) if param_shapes.path_str(p) in resized else x
+            ),
             abstract_state,
         )
+        return target, resized, vocab_size
+
+    def _load(self, step: int, checked: tuple[Any, set[str], int | None], abstract_state: Any) -> Any:
+        """Orbax's restore of `step` (a collective on a slice: every host enters it)."""
+        target, resized, vocab_size = checked
         state = self.manager.restore(step, args=ocp.args.StandardRestore(target))
+        if not resized:
+            return state
         return jax.tree_util.tree_map_with_path(
-            lambda p, x, t: _resize_rows(x, t, vocab_size) if is_resized(p) else x, state, abstract_state
+            lambda p, x, t: _resize_rows(x, t, vocab_size) if param_shapes.path_str(p) in resized else x,
+            state,
+            abstract_state,
         )
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float, np.floating, np.integer))
 
 
 def _mkdir(path: Any) -> None:
@@ -239,6 +284,37 @@ def _first_line(error: Exception) -> str:
     return f"{type(error).__name__}: {line[:200]}"
 
 
+class _FailedReadRecords(logging.Filter):
+    """Drops the error records orbax and tensorstore log while a restore attempt fails
+    (the attempt's outcome is reported once, in one warning line)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno < logging.ERROR:
+            return True
+        text = f"{record.pathname} {record.getMessage()}"
+        if record.exc_info:
+            text += logging.Formatter().formatException(record.exc_info)
+        return not any(mark in text for mark in ("/orbax/", "tensorstore", "TensorStore"))
+
+
+_READ_ERRORS = _FailedReadRecords()
+
+
+@contextlib.contextmanager
+def quiet_orbax_reads() -> Iterator[None]:
+    """Orbax's read-path error records (absl's logger) dropped for the block; asyncio's
+    records of its abandoned reading tasks, and its debris (`_drop_restore_debris`),
+    dropped from then on."""
+    _drop_restore_debris()
+    absl_logger = logging.getLogger("absl")
+    absl_logger.addFilter(_READ_ERRORS)
+    logging.getLogger("asyncio").addFilter(_READ_ERRORS)  # idempotent: the same filter
+    try:
+        yield
+    finally:
+        absl_logger.removeFilter(_READ_ERRORS)
+
+
 def _is_restore_debris(unraisable: Any) -> bool:
     """What a failed orbax restore leaves behind: its reading coroutines, garbage-collected
     with their error unretrieved, and callbacks scheduled on its closed event loop."""
@@ -247,10 +323,11 @@ def _is_restore_debris(unraisable: Any) -> bool:
     return closed_loop or ("coroutine" in obj and "orbax" in repr(getattr(unraisable.object, "cr_code", "")))
 
 
-def _quiet_restore_debris() -> None:
-    """After a restore failed (a damaged step, already reported in one warning line): its
-    debris is dropped instead of printed as tracebacks; every other unraisable error is
-    reported as before."""
+def _drop_restore_debris() -> None:
+    """From now on, the debris of a failed restore (reported in one warning line) is
+    dropped instead of printed as tracebacks; every other unraisable error is reported as
+    before. Installed before a restore is tried: tensorstore's reading threads may report
+    their closed event loop while the failure is still being raised."""
     previous = sys.unraisablehook
     if getattr(previous, "_bert_jax_quiet", False):
         return
@@ -261,7 +338,12 @@ def _quiet_restore_debris() -> None:
 
     hook._bert_jax_quiet = True  # type: ignore[attr-defined]
     sys.unraisablehook = hook
-    gc.collect()  # the failed restore's coroutines are finalised now, quietly
+
+
+def _quiet_restore_debris() -> None:
+    """After a restore failed: its coroutines are finalised now, quietly."""
+    _drop_restore_debris()
+    gc.collect()
 
 
 def check_shapes(metadata: Any, abstract_state: Any, where: str, skip: Any = ()) -> None:
@@ -272,11 +354,8 @@ def check_shapes(metadata: Any, abstract_state: Any, where: str, skip: Any = ())
 
 
 def _saved_vocab_size(workdir: str) -> int | None:
-    path = os.path.join(workdir, "bert_config.json")
-    if not os.path.exists(path):
-        return None
-    with open(path) as f:
-        return json.load(f).get("vocab_size")
+    saved = files.read_json_if_exists(files.join(workdir, "bert_config.json"))
+    return None if saved is None else saved.get("vocab_size")
 
 
 def _vocab_resizes(saved: dict[str, tuple], wanted: dict[str, tuple], vocab_size: int | None) -> set[str]:

@@ -4,7 +4,8 @@
 checkpoint (or starts fresh), drives `Engine.train_step` over a stream of global batches,
 logs loss, tokens/s, MFU and ETA every ``log_every_steps``, checkpoints every
 ``checkpoint_every_steps``, and on SIGTERM (a TPU maintenance event, `launch/tpu_pod.py
-stop`, a scheduler) saves and exits with 143 so that a restart loop resumes it. A run
+stop`, a scheduler) saves and exits with 143 so that a restart loop resumes it (Ctrl-C:
+saves, 130; `Preemption`). A run
 with ``stop_after_step`` checkpoints and stops there (`StopRequested`). The job decides
 what happens between steps (evaluation, best-model saving) through a callback that gets
 the step, the state and the step's metrics (on the devices: reading them is the job's
@@ -13,6 +14,8 @@ choice, so the loop never waits for a step it does not log).
 
 from __future__ import annotations
 
+import math
+import os
 import signal
 import sys
 import time
@@ -29,6 +32,11 @@ from bert_jax.training.engine import Batch, Engine, TrainState
 from bert_jax.training.metric_writer import MetricsLogger
 
 PREEMPTED_EXIT_CODE = 143  # as a process ended by SIGTERM: a restart loop starts it again
+INTERRUPTED_EXIT_CODE = 130  # as a process ended by Ctrl-C (SIGINT)
+
+
+class DivergedError(ValueError):
+    """A non-finite loss or gradient norm: the run stops, and nothing from it is saved."""
 
 
 class StopRequested(Exception):
@@ -62,25 +70,56 @@ def device_peak_flops() -> float:
 
 
 class Preemption:
-    """SIGTERM → `should_stop` turns true (all hosts agree on the step)."""
+    """When to stop for a preemption or an interrupt, every host alike.
+
+    - One process: SIGTERM and SIGINT (Ctrl-C) set a flag; the loop saves the current step
+      and exits (143 for SIGTERM, 130 for SIGINT). A second Ctrl-C stops at once.
+    - Several processes (a pod slice, `jax.distributed`): JAX's preemption service owns
+      SIGTERM (its C++ notifier; a Python SIGTERM handler would replace it). A notice on any
+      host reaches all of them, and `multihost_utils.reached_preemption_sync_point` turns
+      true on every host at the same step, so all save that step and exit with 143. Ctrl-C
+      on a host is passed on to that service as a SIGTERM.
+    """
 
     def __init__(self) -> None:
-        self.requested = False
-        self._previous = signal.signal(signal.SIGTERM, self._handle)
+        self.signal: int | None = None
+        self.multihost = jax.process_count() > 1
+        self._previous: dict[int, Any] = {}
+        ours = (signal.SIGINT,) if self.multihost else (signal.SIGTERM, signal.SIGINT)
+        for signum in ours:
+            try:
+                self._previous[signum] = signal.signal(signum, self._handle)
+            except ValueError:  # not the main thread: signals stay as they were
+                pass
+
+    @property
+    def requested(self) -> bool:
+        return self.signal is not None
 
     def _handle(self, signum: int, frame: Any) -> None:
-        self.requested = True
+        if signum == signal.SIGINT and self.signal is not None:
+            raise KeyboardInterrupt  # a second Ctrl-C: stop now
+        self.signal = signum
+        if signum == signal.SIGINT:
+            print("\ninterrupted: saving the current step (Ctrl-C again to stop at once)", flush=True)
+            if self.multihost:
+                os.kill(os.getpid(), signal.SIGTERM)  # to JAX's preemption service
 
     def should_stop(self, step: int) -> bool:
-        if jax.process_count() > 1:
-            try:
-                return bool(multihost_utils.reached_preemption_sync_point(step)) or self.requested
-            except Exception:
-                return self.requested
+        if self.multihost:
+            return bool(multihost_utils.reached_preemption_sync_point(step))
         return self.requested
 
+    def exit_code(self) -> int:
+        return (
+            INTERRUPTED_EXIT_CODE
+            if self.signal == signal.SIGINT and not self.multihost
+            else PREEMPTED_EXIT_CODE
+        )
+
     def restore(self) -> None:
-        signal.signal(signal.SIGTERM, self._previous)
+        for signum, previous in self._previous.items():
+            signal.signal(signum, previous)
 
 
 class TrainingRun:
@@ -116,6 +155,7 @@ class TrainingRun:
         self.preemption = Preemption()
         self.last_saved: int | None = None
         self._peak: float | None = None
+        self._metrics: tuple[int, Any] | None = None  # the last step's, on the devices
 
     def __enter__(self) -> TrainingRun:
         return self
@@ -140,8 +180,27 @@ class TrainingRun:
         return state, restored is not None
 
     def save(self, step: int, state: TrainState, *, force: bool = False) -> None:
+        if self._metrics is not None and self._metrics[0] == step:
+            self.check_finite(step, self._metrics[1])  # a diverged state is never saved
         self.ckpt.save(step, state, force=force)
         self.last_saved = step
+
+    def check_finite(self, step: int, metrics: dict[str, Any]) -> None:
+        """Raises `DivergedError` (one line: the step, the value, the checkpoint kept) if the
+        step's loss or gradient norm is not finite."""
+        values = {k: float(v) for k, v in jax.device_get(metrics).items() if k in ("loss", "grad_norm")}
+        bad = [k for k, v in values.items() if not math.isfinite(v)]
+        if not bad:
+            return
+        kept = (
+            f"the latest checkpoint stays {self.workdir}/checkpoints/{self.last_saved}"
+            if self.last_saved is not None
+            else "no checkpoint was saved"
+        )
+        raise DivergedError(
+            f"training diverged at step {step}: {bad[0]} is {values[bad[0]]}; nothing from this run's "
+            f"later steps was saved ({kept}); lower --config.learning_rate or check the data"
+        )
 
     def finish(self, state: TrainState) -> int:
         """Saves the final state unless it already is; returns its step."""
@@ -176,6 +235,7 @@ class TrainingRun:
             batch = next(batches)
             state, metrics = engine.train_step(state, batch)
             step += 1
+            self._metrics = (step, metrics)  # checked before any save of this state
             window_tokens += batch["input_ids"].size
             window_flops += flops(batch)
             is_log_step = step % self.log_every == 0 or step == end
@@ -190,6 +250,7 @@ class TrainingRun:
                 host.update(extra_metrics or {})
                 self.logger.write(step, host)
                 self.logger.progress(step, host)
+                self.check_finite(step, host)
                 window_start, window_tokens, window_flops = time.perf_counter(), 0, 0.0
             if self.checkpoint_every and step % self.checkpoint_every == 0:
                 self.save(step, state)
@@ -205,5 +266,7 @@ class TrainingRun:
         if step == self.stop_after:
             print(f"stopped at step {step} (stop_after_step); rerun to continue", flush=True)
             raise StopRequested(step)
-        print(f"preempted: saved step {step} to {self.workdir}/checkpoints; exiting", flush=True)
-        sys.exit(PREEMPTED_EXIT_CODE)
+        code = self.preemption.exit_code()
+        why = "interrupted" if code == INTERRUPTED_EXIT_CODE else "preempted"
+        print(f"{why}: saved step {step} to {self.workdir}/checkpoints; rerun to resume", flush=True)
+        sys.exit(code)

@@ -59,31 +59,83 @@ LOGICAL_AXIS_RULES: tuple[tuple[str, Any], ...] = (
 def make_mesh(shape: Sequence[int], devices: Sequence[jax.Device] | None = None) -> Mesh:
     """A (data, fsdp, tensor) mesh. A ``-1`` entry takes the remaining devices.
 
+    Devices are laid out along the physical topology (`mesh_utils.create_device_mesh`).
+    Devices of several slices (multislice TPU: more than one ``slice_index``) get a hybrid
+    mesh: ``data`` is split across the slices (data parallelism over the slower network
+    between slices), fsdp and tensor stay inside each slice. When no topology-aware layout
+    can be built, the devices go in the order given, with one ``warning:`` line.
+
     Auto axis types keep the flax-linen logical-partitioning style working (jax 0.10's
     ``make_mesh`` defaults to Explicit axes).
     """
     devices = list(jax.devices() if devices is None else devices)
-    shape = list(shape)
+    shape = _resolve_shape(list(shape), len(devices))
+    auto = (jax.sharding.AxisType.Auto,) * 3
+    return Mesh(device_array(shape, devices), MESH_AXES, axis_types=auto)
+
+
+def _resolve_shape(shape: list[int], num_devices: int) -> list[int]:
+    """The mesh shape with its ``-1`` entry filled in, checked against the device count."""
     if len(shape) != 3:
         raise ValueError(f"mesh shape must have 3 entries (data, fsdp, tensor), got {shape}")
     if shape.count(-1) > 1:
         raise ValueError(f"at most one mesh axis may be -1, got {shape}")
     if -1 in shape:
         known = int(np.prod([s for s in shape if s != -1]))
-        if len(devices) % known:
-            raise ValueError(f"{len(devices)} devices do not divide into mesh {shape}")
-        shape[shape.index(-1)] = len(devices) // known
-    if int(np.prod(shape)) != len(devices):
+        if num_devices % known:
+            raise ValueError(f"{num_devices} devices do not divide into mesh {shape}")
+        shape[shape.index(-1)] = num_devices // known
+    if int(np.prod(shape)) != num_devices:
         raise ValueError(
             f"mesh {dict(zip(MESH_AXES, shape, strict=True))} needs {int(np.prod(shape))} "
-            f"devices but {len(devices)} are available"
+            f"devices but {num_devices} are available"
         )
-    auto = (jax.sharding.AxisType.Auto,) * 3
+    return shape
+
+
+def device_array(shape: Sequence[int], devices: Sequence[Any]) -> np.ndarray:
+    """`devices` arranged as a (data, fsdp, tensor) array of `shape` (see `make_mesh`)."""
+    shape = list(shape)
+    slices = sorted({getattr(d, "slice_index", 0) for d in devices})
+    if len(slices) > 1:
+        return _hybrid_device_array(shape, devices, len(slices))
     try:
-        dev_array = mesh_utils.create_device_mesh(shape, devices=devices, allow_split_physical_axes=True)
-    except Exception:
-        dev_array = np.asarray(devices).reshape(shape)
-    return Mesh(dev_array, MESH_AXES, axis_types=auto)
+        return mesh_utils.create_device_mesh(shape, devices=devices, allow_split_physical_axes=True)
+    except Exception as e:
+        _warn_naive_order(shape, devices, e)
+        return np.asarray(devices).reshape(shape)
+
+
+def _hybrid_device_array(shape: list[int], devices: Sequence[Any], num_slices: int) -> np.ndarray:
+    """Data parallelism across slices: each slice holds ``data / num_slices`` rows of the
+    mesh, laid out along its own topology."""
+    if shape[0] % num_slices:
+        raise ValueError(
+            f"mesh_shape {tuple(shape)}: the data axis ({shape[0]}) must be a multiple of the "
+            f"{num_slices} slices the devices span (data parallelism runs across slices)"
+        )
+    ici = [shape[0] // num_slices, shape[1], shape[2]]
+    try:
+        return mesh_utils.create_hybrid_device_mesh(
+            ici, [num_slices, 1, 1], devices=devices, allow_split_physical_axes=True
+        )
+    except Exception as e:
+        _warn_naive_order(shape, devices, e)
+        by_slice = sorted(devices, key=lambda d: (d.slice_index, d.id))  # slices stay on data
+        return np.asarray(by_slice).reshape(shape)
+
+
+def _warn_naive_order(shape: list[int], devices: Sequence[Any], error: Exception) -> None:
+    if jax.process_index() != 0:
+        return
+    reason = (str(error).strip().splitlines() or [""])[0]
+    reason = f"{type(error).__name__}: {reason[:160]}{'...' if len(reason) > 160 else ''}"
+    kind = getattr(devices[0], "device_kind", "device")
+    print(
+        f"warning: no topology-aware layout for mesh {tuple(shape)} on {len(devices)} {kind} "
+        f"devices ({reason}); using them in the order given, so collectives may be slower",
+        flush=True,
+    )
 
 
 def logical_sharding(tree: Any, mesh: Mesh, rules: Sequence[tuple[str, Any]] = LOGICAL_AXIS_RULES) -> Any:

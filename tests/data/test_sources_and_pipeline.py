@@ -102,6 +102,44 @@ def test_eval_split_is_held_out_finite_and_fixed(wiki_config) -> None:
     assert len(first) == held.size // 8 and held.size < train.size / 5
 
 
+def test_eval_num_batches_takes_the_first_batches_of_the_held_out_order(wiki_config) -> None:
+    kw = dict(split="eval", process_index=0, process_count=1)
+    full = list(_it(wiki_config, **kw))
+    assert len(full) > 2
+    first = list(_it(wiki_config, num_batches=2, **kw))
+    assert len(first) == 2
+    assert all(np.array_equal(x[k], y[k]) for x, y in zip(first, full[:2], strict=True) for k in x)
+    assert len(list(_it(wiki_config, num_batches=len(full) + 3, **kw))) == len(full)
+    assert len(list(_it(wiki_config, num_batches=2, start_step=1, **kw))) == 1
+    # The train split is unbounded whatever num_batches says.
+    assert len(_take(_it(wiki_config, num_batches=1, process_index=0, process_count=1), 3)) == 3
+
+
+def test_tfrecord_eval_num_batches_bounds_the_pass(tmp_path) -> None:
+    import tensorflow as tf
+
+    def ints(values):
+        return tf.train.Feature(int64_list=tf.train.Int64List(value=values))
+
+    path = tmp_path / "held_out.tfrecord"
+    with tf.io.TFRecordWriter(str(path)) as writer:
+        for i in range(20):  # 5 batches of 4; record i holds i + 1 in every token
+            f = {k: ints([i + 1] * 16) for k in ("input_ids", "input_mask", "segment_ids")}
+            f |= {k: ints([i % 16] * 4) for k in ("masked_lm_positions", "masked_lm_ids")}
+            f["masked_lm_weights"] = tf.train.Feature(float_list=tf.train.FloatList(value=[1.0] * 4))
+            f["next_sentence_labels"] = ints([i % 2])
+            writer.write(tf.train.Example(features=tf.train.Features(feature=f)).SerializeToString())
+    c = defaults.data()
+    c.source, c.input_files, c.eval_files = "tfrecord", str(path), str(path)
+    kw = dict(split="eval", global_batch_size=4, max_seq_length=16, max_predictions_per_seq=4, seed=1)
+    kw |= dict(process_index=0, process_count=1)
+    full = list(sources.data_batches(c, **kw))
+    assert len(full) == 5
+    first = list(sources.data_batches(c, num_batches=3, **kw))
+    assert len(first) == 3
+    assert all(np.array_equal(x[k], y[k]) for x, y in zip(first, full[:3], strict=True) for k in x)
+
+
 def test_bad_input_gives_clear_errors(tmp_path) -> None:
     c = defaults.data()
     c.cache_dir = str(tmp_path / "cache")

@@ -1,5 +1,6 @@
 """`bert_jax.model.ops`: the hand-written gradients equal autodiff of the plain formulas, and the
-hash dropout masks are Bernoulli(1 - rate), independent across elements, layers and steps."""
+hash dropout masks are Bernoulli(1 - rate), independent across elements, layers and steps, and
+their bits follow the 64-bit flat index (no repetition past 2**32 elements)."""
 
 from __future__ import annotations
 
@@ -98,6 +99,73 @@ def test_hash_dropout_is_bernoulli_and_independent(rate: float) -> None:
     assert abs(agree - want) < 5 * np.sqrt(want * (1 - want) / n)
     # The same key gives the same mask (reproducible runs).
     np.testing.assert_array_equal(keep, np.asarray(ops.dropout_keep_mask(jax.random.key(1), rate, shape)))
+
+
+_M32 = np.uint64(2**32 - 1)
+
+
+def _fmix32_np(x: np.ndarray) -> np.ndarray:
+    x = x ^ (x >> np.uint64(16))
+    x = (x * np.uint64(0x85EBCA6B)) & _M32
+    x = x ^ (x >> np.uint64(13))
+    x = (x * np.uint64(0xC2B2AE35)) & _M32
+    return x ^ (x >> np.uint64(16))
+
+
+def _hash_bits_np(key, shape, start, block) -> np.ndarray:
+    """NumPy reference: the murmur3 rounds of the flat index computed in uint64."""
+    seeds = np.asarray(jax.random.bits(key, (2,), jnp.uint32)).astype(np.uint64)
+    index = np.meshgrid(
+        *[np.arange(s, s + b, dtype=np.uint64) for s, b in zip(start, block, strict=True)], indexing="ij"
+    )
+    flat = sum(i * np.uint64(int(np.prod(shape[a + 1 :], dtype=object))) for a, i in enumerate(index))
+    low, high = flat & _M32, flat >> np.uint64(32)
+    x = _fmix32_np((low * np.uint64(0x9E3779B9) + seeds[0]) & _M32) ^ seeds[1]
+    return _fmix32_np(x ^ ((high * np.uint64(ops._HIGH_MIX)) & _M32)).astype(np.uint32)
+
+
+def test_hash_bits_of_a_block_are_the_block_of_the_whole() -> None:
+    key = jax.random.key(5)
+    whole = np.asarray(ops.hash_bits(key, (6, 7, 8)))
+    block = np.asarray(ops.hash_bits(key, (6, 7, 8), start=(1, 2, 3), block=(3, 4, 5)))
+    np.testing.assert_array_equal(block, whole[1:4, 2:6, 3:8])
+    # Below 2**32 elements the bits are those of the 32-bit index (high word zero).
+    np.testing.assert_array_equal(whole, _hash_bits_np(key, (6, 7, 8), (0, 0, 0), (6, 7, 8)))
+    with pytest.raises(ValueError, match="not inside"):
+        ops.hash_bits(key, (6, 7, 8), start=(4, 0, 0), block=(3, 7, 8))
+
+
+@pytest.mark.parametrize(
+    "shape,start,block",
+    [
+        ((3, 2**31), (1, 2**31 - 16), (2, 16)),  # the last elements below 2**32, the row past it
+        ((5, 2**31 + 8), (1, 2**31 - 20), (3, 28)),  # 2**32 inside a row; just past 2 * 2**32
+        ((2, 3, 2**31), (1, 1, 2**31 - 5), (1, 2, 5)),  # a leading stride over 2**32
+        ((2**20, 2**20), (2**12 - 1, 2**20 - 8), (3, 8)),  # carries between words
+        ((4096, 512, 4096), (2047, 511, 4000), (2, 1, 96)),  # BERT-Large at batch 4096
+    ],
+)
+def test_hash_bits_follow_the_64_bit_flat_index(shape, start, block) -> None:
+    key = jax.random.key(9)
+    got = np.asarray(ops.hash_bits(key, shape, start=start, block=block))
+    np.testing.assert_array_equal(got, _hash_bits_np(key, shape, start, block))
+
+
+def test_masks_past_2_pow_32_elements_do_not_repeat_the_first() -> None:
+    """Rows 0, 2 and 4 of a (5, 2**31) array share the low word of their flat index (they
+    are 2**32 elements apart), which is all a 32-bit index would see."""
+    key, n, rate = jax.random.key(11), 1 << 18, 0.1
+    rows = [np.asarray(ops.hash_bits(key, (5, 2**31), start=(r, 0), block=(1, n)))[0] for r in (0, 2, 4)]
+    threshold = np.uint32(round(rate * 2**32))
+    p, want = 1 - rate, (1 - rate) ** 2 + rate**2
+    for a, b in ((0, 1), (0, 2), (1, 2)):
+        assert not np.array_equal(rows[a], rows[b])
+        agree = ((rows[a] >= threshold) == (rows[b] >= threshold)).mean()
+        assert abs(agree - want) < 5 * np.sqrt(want * (1 - want) / n), (a, b, agree)
+        # Half of the bits differ between the rows, as between independent draws.
+        flips = np.unpackbits((rows[a] ^ rows[b]).view(np.uint8)).mean()
+        assert abs(flips - 0.5) < 5 * np.sqrt(0.25 / (32 * n))
+    assert abs((rows[2] >= threshold).mean() - p) < 5 * np.sqrt(p * rate / n)
 
 
 def test_dropout_module_scales_kept_values_and_is_identity_when_deterministic() -> None:

@@ -1,6 +1,7 @@
 """Pre-training loop end to end on a tiny model: resume, preemption, logging, bad input."""
 
 import json
+import shutil
 import signal
 import subprocess
 import sys
@@ -340,16 +341,76 @@ def test_prepare_data_defaults_hold_out_and_data_without_held_out_trains_without
     assert not [r for r in rows(tmp_path / "run", "eval").values()]
 
 
+def _damage_file(step_dir: Path, which: str) -> str:
+    """Cuts one file of a saved step in half (the two largest array data files, the
+    metadata, the manifest); returns its path."""
+    data = sorted(
+        (p for p in (step_dir / "default").rglob("d/*") if p.is_file()), key=lambda p: -p.stat().st_size
+    )
+    target = {
+        "largest array file": data[0],
+        "second largest array file": data[1],
+        "metadata": step_dir / "default" / "_METADATA",
+        "manifest": step_dir / "default" / "manifest.ocdbt",
+    }[which]
+    target.write_bytes(target.read_bytes()[: target.stat().st_size // 2])
+    return str(target)
+
+
 def test_a_damaged_checkpoint_is_one_warning_line_and_no_traceback(tmp_path) -> None:
-    """The fallback is handled: orbax's debris of the failed restore is not printed."""
+    """The fallback is handled, whichever file is damaged and however often: one warning
+    line, and nothing from orbax's failed read path (its logger, its debris)."""
     flags = ["--config.num_train_steps=6", "--config.eval_every_steps=0", "--config.checkpoint_every_steps=2"]
+    saved = tmp_path / "saved"
     first = subprocess.run(
-        _cli(tmp_path, *flags, "--config.stop_after_step=4"), capture_output=True, text=True, cwd=ROOT
+        _cli(saved, *flags, "--config.stop_after_step=4"), capture_output=True, text=True, cwd=ROOT
     )
     assert first.returncode == 0, first.stderr[-2000:]
-    _damage(tmp_path / "checkpoints" / "4", "truncated data file")
-    proc = subprocess.run(_cli(tmp_path, *flags), capture_output=True, text=True, cwd=ROOT)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    warnings = [ln for ln in proc.stdout.splitlines() if ln.startswith("warning:")]
-    assert len(warnings) == 1 and "checkpoint step 4 is damaged" in warnings[0] and len(warnings[0]) < 400
-    assert "Traceback" not in proc.stderr and "Event loop is closed" not in proc.stderr, proc.stderr[-3000:]
+    kinds = ("largest array file", "second largest array file", "metadata", "manifest")
+    for which in (*kinds, "largest array file"):
+        run = tmp_path / f"run-{which.replace(' ', '_')}-{len(list(tmp_path.iterdir()))}"
+        shutil.copytree(saved, run)
+        _damage_file(run / "checkpoints" / "4", which)
+        proc = subprocess.run(_cli(run, *flags), capture_output=True, text=True, cwd=ROOT)
+        assert proc.returncode == 0, (which, proc.stderr[-2000:])
+        warnings = [ln for ln in proc.stdout.splitlines() if ln.startswith("warning:")]
+        assert len(warnings) == 1 and "checkpoint step 4 is damaged" in warnings[0], (which, proc.stdout)
+        assert len(warnings[0]) < 400
+        for noise in ("Traceback", "Event loop is closed", "OUT_OF_RANGE", "raised an exception"):
+            assert noise not in proc.stderr, (which, proc.stderr[-3000:])
+
+
+def test_a_diverging_run_stops_in_one_line_and_saves_nothing_non_finite(tmp_path) -> None:
+    flags = ["--config.num_train_steps=40", "--config.learning_rate=1e30", "--config.warmup_steps=1"]
+    flags += [
+        "--config.checkpoint_every_steps=1",
+        "--config.log_every_steps=5",
+        "--config.eval_every_steps=2",
+    ]
+    proc = subprocess.run(_cli(tmp_path, *flags), capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    (line,) = proc.stderr.strip().splitlines()
+    assert "training diverged at step" in line and ("is nan" in line or "is inf" in line), line
+    bad = int(line.split("diverged at step ")[1].split(":")[0])
+    saved = sorted(int(p.name) for p in (tmp_path / "checkpoints").iterdir() if p.name.isdigit())
+    assert saved and max(saved) < bad and f"checkpoints/{max(saved)}" in line
+    best = (
+        json.loads((tmp_path / "best_metric.json").read_text())
+        if (tmp_path / "best_metric.json").exists()
+        else {}
+    )
+    assert all(np.isfinite(v) for v in best.values())
+
+
+def test_ctrl_c_saves_the_step_and_exits_130_in_one_line(tmp_path) -> None:
+    args = _cli(tmp_path, "--config.num_train_steps=100000", "--config.log_every_steps=1")
+    args += ["--config.eval_every_steps=0", "--config.checkpoint_every_steps=1000"]
+    proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    while not (line := proc.stdout.readline()).startswith("step "):
+        assert line or proc.poll() is None, proc.stderr.read()[-2000:]
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == loop.INTERRUPTED_EXIT_CODE, err[-2000:]
+    saved = int(out.split("interrupted: saved step ")[1].split()[0])
+    assert (tmp_path / "checkpoints" / str(saved)).is_dir()
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err[-2000:]

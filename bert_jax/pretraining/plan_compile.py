@@ -1,0 +1,210 @@
+"""One pre-training step compiled ahead of time for a TPU topology: its memory and FLOPs.
+
+`placement` lays the config's mesh on a topology's devices (from `libtpu`'s description,
+no TPU needed); `measure` compiles the real train step there for abstract state and batch
+and reads per-device memory (`memory_analysis`) and the compiler's FLOPs. A program that
+does not fit is refused by the TPU compiler; its error names the bytes it needed, which
+stand in for the temporaries. `step_flops` counts a whole step's FLOPs (XLA's analysis of
+the step lowered for one CPU device with the layers unrolled).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+import time
+from typing import Any
+
+import jax
+import ml_collections
+import numpy as np
+from jax.experimental import topologies
+
+from bert_jax.pretraining import pretrain
+from bert_jax.training import hardware, sharding
+
+
+def per_device_bytes(tree: Any) -> int:
+    """Bytes one device holds of a tree of sharded ShapeDtypeStructs."""
+    total = 0
+    for leaf in jax.tree.leaves(tree):
+        shape = leaf.sharding.shard_shape(leaf.shape) if leaf.sharding is not None else leaf.shape
+        total += math.prod(shape) * np.dtype(leaf.dtype).itemsize
+    return total
+
+
+def topology_devices(topology_name: str) -> list[jax.Device]:
+    try:
+        desc = topologies.get_topology_desc(platform="tpu", topology_name=topology_name)
+    except Exception as e:
+        raise RuntimeError(
+            f"cannot describe TPU topology {topology_name!r}: {e}. Install the TPU compiler "
+            "with `pip install -e '.[tpu]'` (libtpu matching jax)."
+        ) from e
+    return list(desc.devices)
+
+
+_UNITS = {"": 1, "B": 1, "K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4}
+
+
+def required_bytes_from_oom(message: str) -> int | None:
+    """Bytes XLA said it needed, from a RESOURCE_EXHAUSTED compile error (else None)."""
+    if "RESOURCE_EXHAUSTED" not in message and "Ran out of memory" not in message:
+        return None
+    match = re.search(r"required for [^(]*\(([\d.]+)([KMGT]?)\)", message) or re.search(
+        r"[Uu]sed ([\d.]+)([KMGT]?)i?B? of", message
+    )
+    if not match:
+        return None
+    return int(float(match.group(1)) * _UNITS[match.group(2)])
+
+
+def _mesh_devices(config: ml_collections.ConfigDict, devices: list[jax.Device]) -> list:
+    """All chips, or the first prod(mesh_shape) when the config asks for fewer."""
+    shape = list(config.mesh_shape)
+    if -1 in shape:
+        return devices
+    wanted = math.prod(shape)
+    if wanted > len(devices):
+        raise ValueError(f"mesh_shape {shape} needs {wanted} devices; topology has {len(devices)}")
+    return devices[:wanted]
+
+
+@dataclasses.dataclass(frozen=True)
+class Placement:
+    """Where the step runs: the devices of the mesh on one topology."""
+
+    topology_name: str
+    topo: Any  # hardware.parse_topology's description
+    devices: list  # the devices of the mesh
+    devices_per_chip: int
+    mesh: Any
+    chips_used: int
+
+    @property
+    def device_capacity_bytes(self) -> int:
+        """HBM of one device (a chip's, shared by its devices)."""
+        return self.topo.generation.hbm_bytes // self.devices_per_chip
+
+    def batch_shards(self, global_batch_size: int) -> int:
+        """Devices the batch is split over (the mesh's batch axes)."""
+        rows = sharding.batch_sharding(self.mesh, 1).shard_shape((global_batch_size,))[0]
+        return global_batch_size // rows
+
+
+@dataclasses.dataclass(frozen=True)
+class StepMemory:
+    """Per-device bytes of one step as compiled (or as the TPU compiler refused it)."""
+
+    argument_bytes: int
+    output_bytes: int
+    temp_bytes: int
+    peak_bytes: int
+    xla_flops: float  # the TPU compiler's figure x devices; 0 when it did not compile
+    param_shardings: Any  # the parameters' shardings (a tree like the params)
+
+
+@dataclasses.dataclass(frozen=True)
+class Measured:
+    """One step compiled on a placement: its memory, compile time and abstract state."""
+
+    mem: StepMemory
+    compile_time_s: float
+    abstract_state: Any
+
+
+def placement(config: ml_collections.ConfigDict, topology_name: str) -> Placement:
+    topo = hardware.parse_topology(topology_name)
+    all_devices = topology_devices(topology_name)
+    devices = _mesh_devices(config, all_devices)
+    devices_per_chip = len(all_devices) // topo.num_chips
+    mesh = sharding.make_mesh(config.mesh_shape, devices)
+    chips_used = max(1, len(devices) // devices_per_chip)
+    return Placement(topology_name, topo, devices, devices_per_chip, mesh, chips_used)
+
+
+def _batch_shape(config: ml_collections.ConfigDict) -> tuple[int, int, int]:
+    return int(config.global_batch_size), int(config.max_seq_length), int(config.max_predictions_per_seq)
+
+
+def _compiled_memory(compiled: Any, n_devices: int) -> StepMemory:
+    mem = compiled.memory_analysis()
+    cost = compiled.cost_analysis()
+    if isinstance(cost, list):  # older jax returned one dict per program
+        cost = cost[0]
+    argument_bytes, output_bytes = mem.argument_size_in_bytes, mem.output_size_in_bytes
+    temp_bytes = mem.temp_size_in_bytes
+    return StepMemory(
+        argument_bytes=argument_bytes,
+        output_bytes=output_bytes,
+        temp_bytes=temp_bytes,
+        peak_bytes=argument_bytes + output_bytes - mem.alias_size_in_bytes + temp_bytes,
+        xla_flops=float(cost.get("flops", 0.0)) * n_devices,
+        # The shardings the compiled program takes its parameters with, as XLA settled them.
+        param_shardings=compiled.input_shardings[0][0].params,
+    )
+
+
+def _oom_memory(setup: Any, batch: Any, temp_bytes: int) -> StepMemory:
+    """Did not fit: XLA named the temporaries it needed; state and batch come on top."""
+    argument_bytes = per_device_bytes(setup.abstract_state) + per_device_bytes(batch)
+    return StepMemory(
+        argument_bytes=argument_bytes,
+        output_bytes=0,
+        temp_bytes=temp_bytes,
+        peak_bytes=argument_bytes + temp_bytes,
+        xla_flops=0.0,
+        param_shardings=setup.state_shardings.params,
+    )
+
+
+def measure(config: ml_collections.ConfigDict, where: Placement) -> Measured:
+    """Compiles the pre-training step of `config` (its shapes, remat policy and gradient
+    accumulation) on `where`; a program the TPU compiler refuses for memory is measured
+    from its error."""
+    setup = pretrain.Pretraining(config, where.mesh)
+    start = time.perf_counter()
+    try:
+        compiled = setup.compile_train_step(*_batch_shape(config))
+    except Exception as e:  # the TPU compiler refuses programs that OOM
+        oom_temp_bytes = required_bytes_from_oom(str(e))
+        if oom_temp_bytes is None:
+            raise
+        batch = setup.abstract_batch(*_batch_shape(config))
+        mem = _oom_memory(setup, batch, oom_temp_bytes)
+    else:
+        mem = _compiled_memory(compiled, len(where.devices))
+    return Measured(mem, time.perf_counter() - start, setup.abstract_state)
+
+
+def param_specs(param_shardings: Any) -> dict[str, list]:
+    """Parameter path ("bert/encoder/...") -> mesh axis per dimension."""
+    return {
+        "/".join(str(k.key) for k in path if hasattr(k, "key")): list(s.spec)
+        for path, s in jax.tree_util.tree_flatten_with_path(param_shardings)[0]
+    }
+
+
+def step_flops(config: ml_collections.ConfigDict) -> float:
+    """FLOPs of one whole train step (all chips together), from XLA's cost analysis.
+
+    The step is lowered — not compiled — for one CPU device with the layers unrolled and
+    no gradient accumulation (the same FLOPs): XLA's analysis of a loop (a scan over
+    layers or micro-batches) counts its body once, and the TPU compiler's own figure is
+    per chip after partitioning. Rematerialisation's recomputation is counted. Lowering
+    takes seconds.
+    """
+    config = config.copy_and_resolve_references()
+    with config.unlocked():
+        config.model.scan_layers = False
+        config.mesh_shape = (1, 1, 1)
+        config.grad_accum_steps = 1
+    mesh = sharding.make_mesh((1, 1, 1), jax.devices("cpu")[:1])
+    setup = pretrain.Pretraining(config, mesh)
+    batch = setup.abstract_batch(*_batch_shape(config))
+    with jax.set_mesh(mesh):
+        cost = setup.train_step.lower(setup.abstract_state, batch).cost_analysis()
+    if isinstance(cost, list):
+        cost = cost[0]
+    return float(cost["flops"])

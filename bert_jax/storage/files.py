@@ -1,0 +1,177 @@
+"""One path layer for what a run reads and writes: local folders and buckets alike.
+
+Every workdir file (metrics, TensorBoard events, configs, ``best_metric.json``, vocabulary
+copies, reports, damaged-checkpoint moves) goes through `etils.epath`, the layer orbax
+already uses for checkpoints, so a ``gs://`` workdir is the same code as a local one.
+epath reaches ``gs://`` through `tf.io.gfile` when TensorFlow is installed (as here), or
+through `gcsfs` with ``EPATH_USE_TF=false`` (how the tests reach a GCS emulator;
+`storage.emulator`).
+
+What differs on a bucket, and is handled here once:
+- An object is written whole or not at all, so remote writes go straight to their name
+  (locally: a temporary file renamed over the target, `atomic_files`).
+- Objects cannot be appended to: `AppendFile` keeps a remote file's contents and rewrites
+  it whole, at most every ``flush_every_s`` seconds and when closed (locally: appends).
+- A rename is a copy and a delete per object (`move_tree`).
+- A path that cannot be reached (no network, no credentials, a typo in the bucket) is
+  found at start by `check_reachable`, within a time bound, and named in one line.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+import uuid
+from typing import Any
+
+from etils import epath
+
+
+class UnreachablePathError(OSError):
+    """A path the run needs cannot be read or written (the message names it and why)."""
+
+
+def is_remote(path: str) -> bool:
+    """A URL (``gs://``, ``s3://``...) rather than a local path."""
+    return "://" in str(path)
+
+
+def resolve(path: str) -> str:
+    """Local paths made absolute (orbax wants them so); URLs as they are."""
+    return str(path) if is_remote(path) else os.path.abspath(path)
+
+
+def join(*parts: str) -> str:
+    return (
+        os.path.join(*map(str, parts))
+        if not is_remote(parts[0])
+        else "/".join([str(parts[0]).rstrip("/"), *(str(p).strip("/") for p in parts[1:])])
+    )
+
+
+def exists(path: str) -> bool:
+    return epath.Path(path).exists()
+
+
+def makedirs(path: str) -> None:
+    epath.Path(path).mkdir(parents=True, exist_ok=True)
+
+
+def read_text(path: str) -> str:
+    return epath.Path(path).read_text(encoding="utf-8")
+
+
+def read_json(path: str) -> Any:
+    return json.loads(read_text(path))
+
+
+def read_json_if_exists(path: str) -> Any | None:
+    p = epath.Path(path)
+    return json.loads(p.read_text(encoding="utf-8")) if p.exists() else None
+
+
+def write_bytes_remote(path: str, data: bytes) -> None:
+    """A bucket object written whole (its parent "folder" needs no creating)."""
+    epath.Path(path).write_bytes(data)
+
+
+def write_text_remote(path: str, text: str) -> None:
+    write_bytes_remote(path, text.encode("utf-8"))
+
+
+def copy_file(src: str, dst: str) -> None:
+    """`src` to `dst`, whole: a reader of `dst` never sees half of it."""
+    data = epath.Path(src).read_bytes()
+    if is_remote(dst):
+        epath.Path(dst).write_bytes(data)
+        return
+    from bert_jax.storage import atomic_files
+
+    atomic_files.write_bytes(dst, data)
+
+
+def move_tree(src: str, dst: str) -> None:
+    """A folder moved: renamed locally; on a bucket copied object by object, then deleted."""
+    s, d = epath.Path(src), epath.Path(dst)
+    if not is_remote(src):
+        d.parent.mkdir(parents=True, exist_ok=True)
+        s.rename(d)
+        return
+    for f in sorted(p for p in s.rglob("*") if p.is_file()):
+        target = d / f.relative_to(s)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(f.read_bytes())
+    s.rmtree()
+
+
+class AppendFile:
+    """A text file lines are appended to: appended locally; on a bucket, rewritten whole
+    (objects cannot be appended to) at most every `flush_every_s` and when closed."""
+
+    def __init__(self, path: str, *, flush_every_s: float = 30.0) -> None:
+        self.path, self.remote, self.flush_every_s = path, is_remote(path), flush_every_s
+        self._lines: list[str] = []
+        self._dirty, self._last_flush = False, 0.0
+        if self.remote:
+            p = epath.Path(path)
+            self._lines = p.read_text(encoding="utf-8").splitlines(keepends=True) if p.exists() else []
+
+    def write(self, text: str, *, flush: bool = False) -> None:
+        if not self.remote:
+            with open(self.path, "a", encoding="utf-8") as f:
+                f.write(text)
+            return
+        self._lines.append(text)
+        self._dirty = True
+        if flush or time.monotonic() - self._last_flush >= self.flush_every_s:
+            self.flush()
+
+    def flush(self) -> None:
+        if self.remote and self._dirty:
+            write_text_remote(self.path, "".join(self._lines))
+            self._dirty, self._last_flush = False, time.monotonic()
+
+    def close(self) -> None:
+        self.flush()
+
+
+def check_reachable(path: str, what: str, *, writable: bool = False, timeout_s: float | None = None) -> None:
+    """Raises `UnreachablePathError` naming `what` (a flag) and `path` unless the path's
+    file system answers within `timeout_s` (``BERT_JAX_REACH_TIMEOUT_S``, default 60):
+    ``exists`` for a read, and a probe object written and deleted for `writable`. Local
+    paths are not probed (their errors name them already)."""
+    if not is_remote(path):
+        return
+    timeout = float(timeout_s or os.environ.get("BERT_JAX_REACH_TIMEOUT_S", 60))
+    outcome: list[BaseException | None] = []
+
+    def probe() -> None:
+        try:
+            p = epath.Path(path)
+            p.exists()
+            if writable:
+                marker = p / f".bert_jax_write_check-{uuid.uuid4().hex}"
+                marker.write_text("")
+                marker.unlink()
+            outcome.append(None)
+        except BaseException as e:  # reported below, in one line
+            outcome.append(e)
+
+    thread = threading.Thread(target=probe, daemon=True)
+    with _quiet_native_stderr():
+        thread.start()
+        thread.join(timeout)
+    if not outcome:
+        raise UnreachablePathError(f"{what} {path} cannot be reached: no answer in {timeout:.0f} s")
+    error = outcome[0]
+    if error is not None:
+        reason = " ".join(str(error).split())[:240] or type(error).__name__
+        raise UnreachablePathError(f"{what} {path} cannot be reached: {type(error).__name__}: {reason}")
+
+
+def _quiet_native_stderr():
+    from bert_jax.storage import tensorflow_runtime
+
+    return tensorflow_runtime.quiet_stderr()

@@ -1,0 +1,68 @@
+"""Decisions every host of a slice must take alike, taken once and shared.
+
+A collective (a checkpoint save, a barrier) entered by some hosts and not others hangs the
+slice. So whatever leads to one is decided on process 0 and broadcast (`from_process_0`),
+or agreed by all (`all_true`): whether to resume and from which step, whether a
+checkpoint is the best so far. `check_same_run` refuses, at start and in one line, a slice
+whose hosts run another config or another version of the code. On one process each of
+these is the value itself.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Any
+
+import jax
+import numpy as np
+from jax.experimental import multihost_utils
+
+
+class HostsDisagreeError(ValueError):
+    """The hosts of one run were started with another config or code version."""
+
+
+def from_process_0(value: Any) -> Any:
+    """Process 0's `value` (a number or a small NumPy array) on every host."""
+    if jax.process_count() == 1:
+        return value
+    return multihost_utils.broadcast_one_to_all(np.asarray(value))
+
+
+def all_true(flag: bool) -> bool:
+    """True on every host if `flag` is true on every host, else False on every host."""
+    if jax.process_count() == 1:
+        return bool(flag)
+    flags = multihost_utils.process_allgather(np.asarray(bool(flag), np.int32))
+    return bool(np.all(flags))
+
+
+def _digest(text: str) -> np.ndarray:
+    return np.frombuffer(hashlib.sha256(text.encode()).digest()[:16], np.int32)
+
+
+def code_fingerprint() -> str:
+    """A hash of the bert_jax sources this process runs."""
+    root = Path(__file__).resolve().parents[1]
+    h = hashlib.sha256()
+    for path in sorted(root.rglob("*.py")):
+        h.update(str(path.relative_to(root)).encode())
+        h.update(path.read_bytes())
+    return h.hexdigest()
+
+
+def check_same_run(config: Any) -> None:
+    """Every host runs the same config and the same code, or all refuse in one line."""
+    if jax.process_count() == 1:
+        return
+    mine = {"config": config.to_json(sort_keys=True), "code": code_fingerprint()}
+    for what, text in mine.items():
+        digests = multihost_utils.process_allgather(_digest(text))
+        differ = [i for i in range(digests.shape[0]) if not np.array_equal(digests[i], digests[0])]
+        if differ:
+            detail = "config (a flag or config file differs)" if what == "config" else "bert_jax code version"
+            raise HostsDisagreeError(
+                f"hosts {differ} run another {detail} than host 0: start every host with the same "
+                "checkout and command"
+            )
