@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import io
+
 import numpy as np
 from absl import flags, logging
 
 from bert_jax import convert
 from bert_jax.data import tokenization
 from bert_jax.model import features
+from bert_jax.storage import atomic_files
 
 FLAGS = flags.FLAGS
 
@@ -46,5 +49,8 @@ def main(argv: list[str]) -> None:
     layers = features.parse_layers(FLAGS.layers, config.num_hidden_layers)
     weights = [float(x) for x in FLAGS.layer_weights] if FLAGS.layer_weights else None
     out = features.extract(params["bert"], config, batch, layers, FLAGS.batch_size, FLAGS.combine, weights)
-    np.save(FLAGS.output, out)
+    out = np.asarray(out, np.float32)  # as documented, whatever the run computed in
+    buffer = io.BytesIO()
+    np.save(buffer, out)
+    atomic_files.write_bytes(FLAGS.output, buffer.getvalue())  # local or gs://, written whole
     print(f"wrote {FLAGS.output}: {out.shape} ({FLAGS.combine} of layers {layers})")

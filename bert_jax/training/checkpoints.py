@@ -18,17 +18,17 @@ when they differ from the model being trained (another model size, another vocab
 on one mesh restores on another. Vocabulary padding (`BertConfig.vocab_pad_multiple`) may
 differ: a checkpoint saved unpadded restores into a padded model (padding rows zero) and
 back, the real rows unchanged.
+
+The workdir may be a bucket (``gs://``): the small files go through the path layer
+(`storage.files`), written by process 0. On a slice, what leads to a collective is taken
+alike on every host (`training.multihost`): process 0's list of steps and best value, and
+every restore stage agreed, so a read that fails on one host fails that step on all.
 """
 
 from __future__ import annotations
 
-import contextlib
-import gc
-import logging
 import math
-import sys
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import jax
@@ -42,7 +42,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 from bert_jax.model import param_shapes, vocab_padding
 from bert_jax.model.config import ARCHITECTURE_KEYS, SHAPE_KEYS, BertConfig
 from bert_jax.storage import atomic_files, files
-from bert_jax.training import multihost
+from bert_jax.training import failed_reads, multihost
 
 
 class CheckpointMismatchError(ValueError):
@@ -181,7 +181,7 @@ class Checkpointer:
             # step or all fail together, and no host enters orbax's restore (a collective)
             # alone.
             error, state = None, None
-            with quiet_orbax_reads():
+            with failed_reads.quiet_orbax_reads():
                 try:
                     checked = self._check(abstract_state, step)
                 except Exception as e:
@@ -191,7 +191,7 @@ class Checkpointer:
                         state = self._load(step, checked, abstract_state)
                     except Exception as e:
                         error = e
-                        _quiet_restore_debris()
+                        failed_reads.quiet_restore_debris()
             if not multihost.all_true(error is None):
                 failures.append((step, error or CheckpointDamagedError("failed to restore on another host")))
                 continue
@@ -282,68 +282,6 @@ def _first_line(error: Exception) -> str:
     text = str(error).strip().splitlines()
     line = text[0].split(" See full TensorStore details")[0] if text else ""
     return f"{type(error).__name__}: {line[:200]}"
-
-
-class _FailedReadRecords(logging.Filter):
-    """Drops the error records orbax and tensorstore log while a restore attempt fails
-    (the attempt's outcome is reported once, in one warning line)."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if record.levelno < logging.ERROR:
-            return True
-        text = f"{record.pathname} {record.getMessage()}"
-        if record.exc_info:
-            text += logging.Formatter().formatException(record.exc_info)
-        return not any(mark in text for mark in ("/orbax/", "tensorstore", "TensorStore"))
-
-
-_READ_ERRORS = _FailedReadRecords()
-
-
-@contextlib.contextmanager
-def quiet_orbax_reads() -> Iterator[None]:
-    """Orbax's read-path error records (absl's logger) dropped for the block; asyncio's
-    records of its abandoned reading tasks, and its debris (`_drop_restore_debris`),
-    dropped from then on."""
-    _drop_restore_debris()
-    absl_logger = logging.getLogger("absl")
-    absl_logger.addFilter(_READ_ERRORS)
-    logging.getLogger("asyncio").addFilter(_READ_ERRORS)  # idempotent: the same filter
-    try:
-        yield
-    finally:
-        absl_logger.removeFilter(_READ_ERRORS)
-
-
-def _is_restore_debris(unraisable: Any) -> bool:
-    """What a failed orbax restore leaves behind: its reading coroutines, garbage-collected
-    with their error unretrieved, and callbacks scheduled on its closed event loop."""
-    value, obj = unraisable.exc_value, repr(unraisable.object)
-    closed_loop = isinstance(value, RuntimeError) and "Event loop is closed" in str(value)
-    return closed_loop or ("coroutine" in obj and "orbax" in repr(getattr(unraisable.object, "cr_code", "")))
-
-
-def _drop_restore_debris() -> None:
-    """From now on, the debris of a failed restore (reported in one warning line) is
-    dropped instead of printed as tracebacks; every other unraisable error is reported as
-    before. Installed before a restore is tried: tensorstore's reading threads may report
-    their closed event loop while the failure is still being raised."""
-    previous = sys.unraisablehook
-    if getattr(previous, "_bert_jax_quiet", False):
-        return
-
-    def hook(unraisable: Any) -> None:
-        if not _is_restore_debris(unraisable):
-            previous(unraisable)
-
-    hook._bert_jax_quiet = True  # type: ignore[attr-defined]
-    sys.unraisablehook = hook
-
-
-def _quiet_restore_debris() -> None:
-    """After a restore failed: its coroutines are finalised now, quietly."""
-    _drop_restore_debris()
-    gc.collect()
 
 
 def check_shapes(metadata: Any, abstract_state: Any, where: str, skip: Any = ()) -> None:

@@ -44,7 +44,7 @@ def test_features_command_matches_transformers(tmp_path) -> None:
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     got = np.load(out)
-    assert got.shape == (3, 32, 2 * 384)
+    assert got.shape == (3, 32, 2 * 384) and got.dtype == np.float32
     tok = transformers.BertTokenizer(os.path.join(MINILM, "vocab.txt"))
     a, b = zip(*(ln.split("\t") for ln in LINES), strict=True)
     enc = tok(list(a), list(b), padding="max_length", max_length=32, truncation=True, return_tensors="pt")
