@@ -101,7 +101,7 @@ class FinetuningInputs:
 
 def load_inputs(config: ml_collections.ConfigDict) -> FinetuningInputs:
     """Loads the checkpoint and the task's splits; the head is fresh, the encoder loaded."""
-    run_config.check(config)
+    run_config.check(config, "finetune")
     task = get_task(config.task)
     checkpoint = config.init_checkpoint or default_checkpoint()
     loaded, bert_config = convert.load_checkpoint(

@@ -309,7 +309,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
     """Trains (or resumes) to `config.num_train_steps`; returns the final eval metrics."""
     workdir = files.resolve(workdir)  # orbax wants absolute paths; gs:// stays as it is
     # Everything that can refuse the run comes before anything is written to the workdir.
-    run_config.check(config)
+    run_config.check(config, "pretrain")
     check_config(config)
     multihost.check_same_run(config)
     files.check_reachable(workdir, "--workdir", writable=True)

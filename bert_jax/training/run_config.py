@@ -11,7 +11,7 @@ from typing import Any
 import ml_collections
 
 from bert_jax.model.config import BertConfig
-from bert_jax.training import sharding
+from bert_jax.training import sharding, value_ranges
 
 # Settings that had a second name; the config must use the one on the right.
 REMOVED_KEYS = {
@@ -29,13 +29,27 @@ def _has(config: ml_collections.ConfigDict, dotted: str) -> bool:
     return True
 
 
-def check(config: ml_collections.ConfigDict) -> None:
-    """Refuses a config that sets a removed name, naming the one to use."""
+# What marks each job's config: pre-training configs have `data` and `model`, fine-tuning
+# configs a `task`.
+_JOB_MARKS = {"pretrain": ("data", "model"), "finetune": ("task",)}
+
+
+def check(config: ml_collections.ConfigDict, job: str | None = None) -> None:
+    """Refuses a config written for the other job (`job`: "pretrain" or "finetune"), one
+    that sets a removed name (naming the one to use), or a value out of its range
+    (`value_ranges`)."""
+    if job is not None and not all(_has(config, k) for k in _JOB_MARKS[job]):
+        other = next(j for j in _JOB_MARKS if j != job)
+        kind = "a fine-tuning" if other == "finetune" else "a pre-training"
+        raise ValueError(
+            f"--config is {kind} config (it has no config.{_JOB_MARKS[job][0]}): run `bert-jax {other}`"
+        )
     for old, new in REMOVED_KEYS.items():
         if _has(config, old):
             raise ValueError(
                 f"config.{old} was removed: set --config.{new} instead (it applies to the whole run)"
             )
+    value_ranges.check(config)
 
 
 def bert_config(config: ml_collections.ConfigDict) -> BertConfig:

@@ -1,0 +1,95 @@
+"""Every setting checked against its range at start, in one line naming key and value."""
+
+import re
+import subprocess
+import sys
+
+import pytest
+
+from bert_jax.training import run_config
+from configs import finetune as finetune_config
+from configs import pretrain as pretrain_config
+from tests.conftest import ROOT
+
+PRETRAIN_BAD = [
+    ("global_batch_size", 0, "config.global_batch_size=0: must be a positive integer"),
+    ("num_train_steps", -5, "config.num_train_steps=-5: must be a positive integer"),
+    ("learning_rate", 0.0, "config.learning_rate=0.0: must be a positive number"),
+    ("learning_rate", float("nan"), "config.learning_rate=nan: must be a positive number"),
+    ("grad_accum_steps", 0, "config.grad_accum_steps=0: must be a positive integer"),
+    ("grad_accum_steps", 3, "config.global_batch_size=8 does not split into config.grad_accum_steps=3"),
+    ("log_every_steps", 0, "config.log_every_steps=0: must be a positive integer"),
+    ("eval_steps", -1, "config.eval_steps=-1: must be an integer >= 0"),
+    ("phase2_fraction", 1.0, "config.phase2_fraction=1.0: must be a number in [0, 1)"),
+    ("max_seq_length", 4096, "config.max_seq_length=4096 is longer than the position table"),
+    ("data.masked_lm_prob", 1.5, "config.data.masked_lm_prob=1.5: must be a number in (0, 1]"),
+    ("data.masked_lm_prob", 0.0, "config.data.masked_lm_prob=0.0: must be a number in (0, 1]"),
+    (
+        "data.random_token_prob",
+        0.5,
+        "config.data.mask_token_prob=0.8 + config.data.random_token_prob=0.5 exceed 1",
+    ),
+    ("model.hidden_dropout_prob", 1.0, "config.model.hidden_dropout_prob=1.0: must be a number in [0, 1)"),
+]
+
+
+def _set(config, dotted, value):
+    *parents, leaf = dotted.split(".")
+    node = config
+    for p in parents:
+        node = node[p]
+    node[leaf] = value
+
+
+@pytest.mark.parametrize(("key", "value", "message"), PRETRAIN_BAD)
+def test_pretraining_values_out_of_range_are_refused(key, value, message) -> None:
+    c = pretrain_config.get_config("tiny")
+    _set(c, key, value)
+    with pytest.raises(ValueError, match="^" + re.escape(message)):
+        run_config.check(c, "pretrain")
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "message"),
+    [
+        ("num_epochs", -1, "config.num_epochs=-1: must be a positive integer"),
+        ("batch_size", 0, "config.batch_size=0: must be a positive integer"),
+        ("dropout", 1.5, "config.dropout=1.5: must be a number in [0, 1)"),
+        ("warmup_proportion", 2.0, "config.warmup_proportion=2.0: must be a number in [0, 1]"),
+    ],
+)
+def test_finetuning_values_out_of_range_are_refused(key, value, message) -> None:
+    c = finetune_config.get_config("bbc")
+    _set(c, key, value)
+    with pytest.raises(ValueError, match="^" + re.escape(message)):
+        run_config.check(c, "finetune")
+
+
+def test_every_preset_is_in_range() -> None:
+    for preset in ("tiny", "demo", "mini", "base", "large", "cramming", "mosaicbert", "modernbert"):
+        run_config.check(pretrain_config.get_config(preset), "pretrain")
+    run_config.check(finetune_config.get_config("bbc"), "finetune")
+
+
+def test_a_config_for_the_other_job_is_named_as_such(tmp_path) -> None:
+    with pytest.raises(ValueError, match=r"is a fine-tuning config .*run `bert-jax finetune`"):
+        run_config.check(finetune_config.get_config("bbc"), "pretrain")
+    with pytest.raises(ValueError, match=r"is a pre-training config .*run `bert-jax pretrain`"):
+        run_config.check(pretrain_config.get_config("tiny"), "finetune")
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bert_jax",
+            "pretrain",
+            "--config=configs/bbc.py",
+            f"--workdir={tmp_path / 'w'}",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=300,
+    )
+    assert proc.returncode == 1
+    (line,) = proc.stderr.strip().splitlines()
+    assert "is a fine-tuning config" in line and not (tmp_path / "w").exists()
