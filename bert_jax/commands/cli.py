@@ -91,16 +91,21 @@ def flag_error_message(error: Exception, args: list[str]) -> str:
     missing_file = re.search(r"No such file or directory: '([^']+)'", text)
     if missing_file:
         return f"config file {missing_file.group(1)} does not exist"
-    if isinstance(error, AttributeError):  # ml_collections: an override of a key it lacks
-        key = text.strip("\"'")
+    if isinstance(error, (AttributeError, KeyError)):  # ml_collections: a key it lacks
+        # Its message may be the repr of "'key'\nDid you mean ...": the key and the hint.
+        plain = text.encode().decode("unicode_escape") if "\\" in text else text
+        names = re.findall(r"'([\w.]+)'", plain) or [plain.strip("\"' ")]
+        key = names[0]
+        hint = re.search(r'Did you mean "([\w.]+)"', plain)
+        suggestion = f"; did you mean {hint.group(1)!r}?" if hint else ""
         for arg in args:
             name = arg.lstrip("-").split("=", 1)[0]
             flag, _, path = name.partition(".")
             if path and key in path.split("."):
                 if path in REMOVED_KEYS:
                     return f"config key {path!r} (from {arg}) was removed: set --{flag}.{REMOVED_KEYS[path]}"
-                return f"unknown config key {path!r} (from {arg}): --{flag} has no such field"
-        return f"unknown config key {key!r}"
+                return f"unknown config key {path!r} (from {arg}): --{flag} has no such field{suggestion}"
+        return f"unknown config key {key!r}{suggestion}"
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
     last = lines[-1] if lines else text  # a config file's own error is the last line
     return re.sub(r"^\w+(Error|Exception): ", "", last)

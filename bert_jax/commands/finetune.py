@@ -13,6 +13,7 @@ from absl import flags, logging
 from ml_collections import config_flags
 
 from bert_jax.finetuning import finetune, sweep
+from bert_jax.storage import files
 
 FLAGS = flags.FLAGS
 
@@ -37,6 +38,7 @@ def main(argv: list[str]) -> None:
             "scorers use local files); fine-tune into a local --workdir and copy it to the bucket"
         )
     workdir = os.path.abspath(FLAGS.workdir)
+    files.check_reachable(workdir, "--workdir", writable=True)
     if FLAGS.sweep:
         best = sweep.sweep(FLAGS.config, workdir)
         print(f"best run: {best['dir']}  dev {best['metric']} {best['score']:.4f}")

@@ -141,8 +141,10 @@ def check_reachable(path: str, what: str, *, writable: bool = False, timeout_s: 
     """Raises `UnreachablePathError` naming `what` (a flag) and `path` unless the path's
     file system answers within `timeout_s` (``BERT_JAX_REACH_TIMEOUT_S``, default 60):
     ``exists`` for a read, and a probe object written and deleted for `writable`. Local
-    paths are not probed (their errors name them already)."""
+    paths are only checked for kind: a file where a folder is wanted is refused."""
     if not is_remote(path):
+        if os.path.exists(path) and not os.path.isdir(path):
+            raise UnreachablePathError(f"{what} {path} is a file, not a folder")
         return
     timeout = float(timeout_s or os.environ.get("BERT_JAX_REACH_TIMEOUT_S", 60))
     outcome: list[BaseException | None] = []

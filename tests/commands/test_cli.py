@@ -84,6 +84,24 @@ def test_user_errors_are_one_line_with_exit_code_1(tmp_path) -> None:
             "lacks the special token(s) [MASK]",
         ),
         (["convert", f"--src={tmp_path}", f"--dst={tmp_path}/out"], "is not a checkpoint"),
+        (
+            [
+                "pretrain",
+                "--config=configs/pretrain.py:tiny",
+                "--config.num_train_step=5",
+                f"--workdir={tmp_path}/d",
+            ],
+            "unknown config key 'num_train_step' (from --config.num_train_step=5): --config has no such "
+            "field; did you mean 'num_train_steps'?",
+        ),
+        (
+            ["pretrain", "--config=configs/pretrain.py:tiny", f"--workdir={text}"],
+            f"--workdir {text} is a file, not a folder",
+        ),
+        (
+            ["finetune", "--config=configs/bbc.py", f"--workdir={text}"],
+            f"--workdir {text} is a file, not a folder",
+        ),
     ]
     for args, expected in cases:
         proc = bert_jax(*args)
