@@ -20,6 +20,8 @@ The subpackages are the architecture: `model`, `data`, `training`, `pretraining`
 from __future__ import annotations
 
 import importlib
+import os
+import sys
 from typing import Any
 
 # Public name -> (module, attribute).
@@ -53,6 +55,10 @@ def __getattr__(name: str) -> Any:
     if name not in _API:
         raise AttributeError(f"module 'bert_jax' has no attribute {name!r}")
     module, attribute = _API[name]
+    if "jax" not in sys.modules:  # first use: as quiet a start as the CLI's
+        from bert_jax.training import hardware
+
+        hardware.quiet_platform(verbose=bool(os.environ.get("BERT_JAX_DEBUG")))
     value = getattr(importlib.import_module(module), attribute)
     globals()[name] = value  # the next access skips this function
     return value

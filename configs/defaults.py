@@ -108,7 +108,7 @@ def finetuning() -> ml_collections.ConfigDict:
     c.warmup_proportion = 0.1
     c.dropout = 0.1
     c.max_train_examples = 0  # 0 = all; a seeded random subset otherwise
-    c.max_eval_examples = 0  # 0 = all; the first N otherwise
+    c.max_eval_examples = 0  # 0 = all; a subset drawn by seed otherwise (stratified by label)
     c.predict_test = False  # write test-set predictions (GLUE submission files, ...) at the end
     c.save_best_model = True  # the best epoch's encoder + head in <workdir>/best_model/
     c.checkpoint_every_steps = 500  # resume points (removed when the run completes)

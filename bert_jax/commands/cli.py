@@ -16,7 +16,6 @@ import sys
 from collections.abc import Callable
 from typing import Any, NoReturn
 
-import jax
 from absl import app, flags
 
 from bert_jax.storage import emulator
@@ -139,11 +138,7 @@ def quiet_start(argv: list[str]) -> None:
     Environment variables, so that worker processes (`prepare-data`) inherit them.
     """
     verbose = os.environ.get(DEBUG_ENV) or any(a.startswith(("--verbosity", "-v")) for a in argv[2:])
-    if not verbose:
-        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-    if "JAX_PLATFORMS" not in os.environ and hardware.local_accelerator() is None:
-        os.environ["JAX_PLATFORMS"] = "cpu"
-        jax.config.update("jax_platforms", "cpu")  # JAX is imported, no backend started yet
+    hardware.quiet_platform(verbose=bool(verbose))
 
 
 def run(argv: list[str] | None = None) -> None:

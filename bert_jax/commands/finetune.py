@@ -44,7 +44,16 @@ def main(argv: list[str]) -> None:
         print(f"best run: {best['dir']}  dev {best['metric']} {best['score']:.4f}")
         return
     best = finetune.finetune(FLAGS.config, workdir)
+    if "stopped_at" in best:
+        print(f"stopped at step {best['stopped_at']}; rerun the same command to continue ({workdir})")
+        return
     print(
         "best dev: "
         + ", ".join(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}" for k, v in best.items())
     )
+    outputs = [("results", "results.json"), ("epochs", "epochs.json"), ("metrics", "metrics.jsonl")]
+    outputs += [("best model", "best_model"), ("test predictions", "test")]
+    for name, path in outputs:
+        if os.path.exists(os.path.join(workdir, path)):
+            print(f"{name}: {os.path.join(workdir, path)}")
+    print(f"TensorBoard: tensorboard --logdir {os.path.join(workdir, 'tensorboard')}")

@@ -11,8 +11,9 @@ Formats:
 - ``tfds``: a TFDS dataset by name (e.g. ``wikipedia/20230601.en``) on a machine with a
   network, its ``text`` feature split into sentences.
 
-Undecodable bytes are replaced (and counted), empty files are an error that names the
-file, and documents of fewer than two sentences are skipped and counted: NSP needs two.
+Bytes that are not UTF-8 are replaced by U+FFFD and counted in one ``warning:`` line per
+file (`text_files`); an empty file is an error that names it; documents of fewer than two
+sentences are skipped and counted in one ``warning:`` line: NSP needs two.
 """
 
 from __future__ import annotations
@@ -21,15 +22,12 @@ import bz2
 import glob
 import html
 import importlib.util
-import logging
 import os
 import re
 from collections.abc import Iterator
 
-from bert_jax.data import bbc_news
+from bert_jax.data import bbc_news, text_files
 from bert_jax.storage import tensorflow_runtime
-
-log = logging.getLogger(__name__)
 
 Document = list[str]
 
@@ -103,8 +101,8 @@ def wiki_markup_to_paragraphs(markup: str) -> list[str]:
 def read_wiki_dump(path: str) -> Iterator[Document]:
     """Articles (namespace 0, not redirects) of a MediaWiki XML dump (.xml or .xml.bz2)."""
     opener = bz2.open if path.endswith(".bz2") else open
-    with opener(path, "rt", encoding="utf-8", errors="replace") as f:
-        data = f.read()
+    with opener(path, "rb") as f:
+        data = text_files.decode(f.read(), path)
     for page in re.finditer(r"<page>(.*?)</page>", data, flags=re.S):
         body = page.group(1)
         if "<ns>0</ns>" not in body or "<redirect" in body:
@@ -119,15 +117,9 @@ def read_wiki_dump(path: str) -> Iterator[Document]:
 def read_text_file(name: str, start: int = 0, end: int = -1) -> Iterator[Document]:
     """One file of the original format: one sentence per line, blank line between documents
     (its bytes ``[start, end)`` only, with ``end`` -1 meaning the end of the file)."""
-    with open(name, "rb") as f:
-        f.seek(start)
-        raw = f.read() if end < 0 else f.read(end - start)
-    if not raw.strip():
+    text = text_files.read_text(name, start, end)
+    if not text.strip():
         raise ValueError(f"input file {name} is empty")
-    text = raw.decode("utf-8", errors="replace")
-    bad = text.count("\ufffd")
-    if bad:
-        log.warning("%s: %d undecodable byte sequences replaced", name, bad)
     doc: Document = []
     for line in text.splitlines():
         line = line.strip()
@@ -165,13 +157,16 @@ def read_tfds(
 
     if parts > 1:
         split = tfds.even_splits(split, n=parts)[part]
+    replaced = 0
     for example in tfds.as_numpy(tfds.load(name, split=split)):
-        text = example[text_key].decode("utf-8", errors="replace")
+        text, bad = text_files.decode_counted(example[text_key])
+        replaced += bad
         yield [s for p in text.split("\n") for s in split_sentences(p)]
+    text_files.warn_replaced(f"TFDS {name} ({split})", replaced)
 
 
 def load_documents(source: str, input_files: str = "", tfds_name: str = "") -> list[Document]:
-    """All documents of a source with at least two sentences; skips are counted in the log."""
+    """All documents of a source with at least two sentences; skips are counted in a warning."""
     if source == "wiki_excerpt":
         docs = read_wiki_dump(input_files or wiki_excerpt_path())
     elif source == "text":
@@ -189,7 +184,8 @@ def load_documents(source: str, input_files: str = "", tfds_name: str = "") -> l
         else:
             skipped += 1
     if skipped:
-        log.warning("skipped %d documents with fewer than two sentences", skipped)
+        where = " ".join(x for x in (source, input_files or tfds_name) if x)
+        print(f"warning: {where}: skipped {skipped} documents with fewer than two sentences", flush=True)
     if not kept:
         raise ValueError(f"no usable documents (two or more sentences) in {source} {input_files}")
     return kept

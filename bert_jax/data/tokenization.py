@@ -50,8 +50,20 @@ def load_vocab(path: str) -> list[str]:
     """Tokens of a vocab.txt, one per line; the special tokens must all be present."""
     if not os.path.exists(path):
         raise FileNotFoundError(f"vocab file {path} does not exist")
-    with open(path, encoding="utf-8") as f:
-        tokens = [line.rstrip("\n") for line in f]
+    if os.path.isdir(path):
+        raise IsADirectoryError(f"vocab file {path} is a folder, not a vocab.txt")
+    with open(path, "rb") as f:
+        data = f.read()
+    try:
+        if b"\0" in data:
+            raise UnicodeError
+        text = data.decode("utf-8")
+    except UnicodeError:
+        raise ValueError(
+            f"{path} is not a WordPiece vocab.txt (binary: a SentencePiece .model? set "
+            "--tokenizer=sentencepiece / config.data.tokenizer)"
+        ) from None
+    tokens = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")  # as text-mode reading
     while tokens and tokens[-1] == "":
         tokens.pop()
     if not tokens:
@@ -372,3 +384,25 @@ def cached_tokenizer(vocab_file: str = "", do_lower_case: bool = True, kind: str
     """`load_tokenizer`, once per process and vocabulary (the vocab is read once; the
     TF graph of the WordPiece tokenizer is built once)."""
     return load_tokenizer(vocab_file, do_lower_case, kind)
+
+
+def check_vocab_fits(
+    tokenizer: Tokenizer, model_vocab_size: int, checkpoint: str, exact: bool = False
+) -> None:
+    """Refuses, in one line, a vocabulary that cannot belong to `checkpoint`: more tokens
+    than the model's ``vocab_size`` (with `exact`, any other number), or a BERT special
+    token missing (both sizes, or the missing tokens, are named)."""
+    vocab_file = getattr(tokenizer, "vocab_file", "the vocabulary")
+    present = set(tokenizer.vocab)
+    missing = [t for t in SPECIAL_TOKENS if t not in present]
+    if missing:
+        raise ValueError(
+            f"{vocab_file} lacks the special token(s) {', '.join(missing)} that a BERT "
+            f"checkpoint needs: wrong vocab for {checkpoint}"
+        )
+    size = len(tokenizer.vocab)
+    if size > model_vocab_size or (exact and size != model_vocab_size):
+        raise ValueError(
+            f"{vocab_file} has {size} tokens but {checkpoint} was trained with "
+            f"{model_vocab_size}: wrong vocab for this checkpoint (pass its own vocab_file)"
+        )

@@ -113,11 +113,7 @@ def load_inputs(config: ml_collections.ConfigDict) -> FinetuningInputs:
     tok = tokenization.load_tokenizer(
         config.vocab_file or tokenization.vocab_beside(checkpoint), config.do_lower_case
     )
-    if tok.vocab_size != bert_config.vocab_size:
-        raise ValueError(
-            f"the vocabulary has {tok.vocab_size} tokens but {checkpoint} was trained with "
-            f"{bert_config.vocab_size}: pass the checkpoint's own vocab_file"
-        )
+    tokenization.check_vocab_fits(tok, bert_config.vocab_size, checkpoint, exact=True)
     train = task.load(config, tok, "train")
     evals = [task.load(config, tok, s) for s in task.eval_splits]
     model = task.model(bert_config)

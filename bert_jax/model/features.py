@@ -11,6 +11,11 @@ embedding output. Several layers are combined as the table's rows do:
 
 Padding positions are zeroed, so the output can be compared position by position with
 another implementation.
+
+Input text (`read_examples`): one example per line, so row i of the output is line i of
+the file, as `bert-jax tokenize` numbers them. A blank line is an empty example (its row
+holds ``[CLS] [SEP]`` and padding, as `tokenize` gives no ids for it); lines end at "\\n"
+only. Bytes that are not UTF-8 become U+FFFD, counted in one ``warning:`` line.
 """
 
 from __future__ import annotations
@@ -20,17 +25,18 @@ from collections.abc import Sequence
 import jax
 import numpy as np
 
+from bert_jax.data import text_files
 from bert_jax.model.config import BertConfig
 from bert_jax.model.encoder import BertModel
 
 
 def read_examples(path: str) -> tuple[list[str], list[str | None] | None]:
-    """One example per line, each taken as it is: a tab separates sentence A from sentence
-    B, a line without one is a single sentence (B is None); no B anywhere gives None."""
-    with open(path, encoding="utf-8", errors="replace") as f:
-        lines = [ln.rstrip("\n") for ln in f if ln.strip()]
+    """One example per line, each taken as it is (see the module docstring): a tab
+    separates sentence A from sentence B, a line without one is a single sentence (B is
+    None), a blank line an empty one; no B anywhere gives None."""
+    lines = text_files.read_lines(path)
     if not lines:
-        raise ValueError(f"{path} has no non-empty lines")
+        raise ValueError(f"{path} is empty: features need one example per line")
     parts = [ln.split("\t", 1) for ln in lines]
     if not any(len(p) == 2 for p in parts):
         return [p[0] for p in parts], None

@@ -11,8 +11,9 @@ and wrapped by `tasks.classification.ClassificationTask`.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -102,14 +103,33 @@ class Task:
         raise NotImplementedError(f"task {self.name} writes no test predictions")
 
 
-def subset(items: list[Any], config: Any, split: str) -> list[Any]:
-    """A smaller split for quick runs: ``max_train_examples`` drawn at random (by
-    ``config.seed``) from train, the first ``max_eval_examples`` of any other split."""
-    if split == "train":
-        n = int(config.max_train_examples)
-        if n and n < len(items):
-            order = np.random.default_rng(int(config.seed)).permutation(len(items))[:n]
-            return [items[i] for i in sorted(order)]
+def subset(items: list[Any], config: Any, split: str, labels: Sequence[Any] | None = None) -> list[Any]:
+    """A smaller split for quick runs, drawn by ``config.seed`` (so the same rows in every
+    evaluation of a run, whatever order the file has) and kept in the split's order:
+    ``max_train_examples`` of train, ``max_eval_examples`` of any other split. With
+    `labels` (one per item: a classification task's labelled split) the draw is
+    stratified, each label keeping its share of the split; otherwise it is uniform."""
+    n = int(config.max_train_examples if split == "train" else config.max_eval_examples)
+    if not n or n >= len(items):
         return items
-    n = int(config.max_eval_examples)
-    return items[:n] if n else items
+    rng = np.random.default_rng(int(config.seed))
+    if labels is None or split == "train":  # train: uniform, as max_train_examples says
+        chosen = rng.permutation(len(items))[:n]
+    else:
+        chosen = stratified_sample(labels, n, rng)
+    return [items[i] for i in sorted(chosen)]
+
+
+def stratified_sample(labels: Sequence[Any], n: int, rng: np.random.Generator) -> np.ndarray:
+    """`n` indices whose labels keep the proportions of `labels`: each label's items in a
+    random order, the i-th of a label of `count` items ranked at ``(i + 0.5) / count``
+    (ties broken at random), the `n` lowest ranks taken: every label gets about its share
+    ``n * count / len(labels)`` (Sainte-Laguë apportionment), which of its items at random."""
+    order = rng.permutation(len(labels))
+    counts = collections.Counter(labels[i] for i in order)
+    seen: collections.Counter = collections.Counter()
+    rank = np.empty(len(labels))
+    for i in order:
+        rank[i] = (seen[labels[i]] + 0.5) / counts[labels[i]]
+        seen[labels[i]] += 1
+    return np.lexsort((rng.random(len(labels)), rank))[:n]

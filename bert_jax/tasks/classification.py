@@ -30,7 +30,8 @@ class ClassificationTask(Task):
 
     def load(self, config: Any, tokenizer: Any, split: str) -> Split:
         examples = self.spec.read(config.data_dir, split)
-        examples = subset(examples, config, split)
+        labelled = not self.regression and all(e.label is not None for e in examples)
+        examples = subset(examples, config, split, [e.label for e in examples] if labelled else None)
         pairs = any(e.text_b is not None for e in examples)
         arrays = tokenizer.encode_pairs(
             [e.text_a for e in examples],

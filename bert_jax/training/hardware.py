@@ -10,7 +10,9 @@ from __future__ import annotations
 import dataclasses
 import glob
 import math
+import os
 import re
+import sys
 
 GIB = 1024**3
 
@@ -106,3 +108,22 @@ def local_accelerator() -> str | None:
     if glob.glob("/dev/nvidia[0-9]*"):
         return "gpu"
     return None
+
+
+def quiet_platform(*, verbose: bool = False) -> None:
+    """A clean run prints only its own lines, on CPU, GPU and TPU alike (the CLI and the
+    Python API both call this before JAX starts a backend):
+
+    - on a machine with no TPU or GPU device, JAX is limited to the CPU (else an installed
+      libtpu probes for a TPU and prints a dozen lines of its own errors); where there is
+      one, JAX's detection is left alone; ``JAX_PLATFORMS`` set by the user wins;
+    - TensorFlow's C++ start-up logs are off (``TF_CPP_MIN_LOG_LEVEL=3``) unless `verbose`.
+
+    Environment variables, so that worker processes inherit them.
+    """
+    if not verbose:
+        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    if "JAX_PLATFORMS" not in os.environ and local_accelerator() is None:
+        os.environ["JAX_PLATFORMS"] = "cpu"
+        if "jax" in sys.modules:  # imported, no backend started yet
+            sys.modules["jax"].config.update("jax_platforms", "cpu")

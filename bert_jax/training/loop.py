@@ -156,6 +156,7 @@ class TrainingRun:
         self.last_saved: int | None = None
         self._peak: float | None = None
         self._metrics: tuple[int, Any] | None = None  # the last step's, on the devices
+        self._train_time, self._train_steps = 0.0, 0  # training alone: no saves, no evaluations
 
     def __enter__(self) -> TrainingRun:
         return self
@@ -176,7 +177,9 @@ class TrainingRun:
             print(f"resumed from {self.workdir}/checkpoints/{self.last_saved}", flush=True)
         else:
             state = init()
-        self.logger = MetricsLogger(self.workdir, self.total_steps, self.console_keys)
+        self.logger = MetricsLogger(
+            self.workdir, self.total_steps, self.console_keys, from_step=self.last_saved or 0
+        )
         return state, restored is not None
 
     def save(self, step: int, state: TrainState, *, force: bool = False) -> None:
@@ -224,12 +227,13 @@ class TrainingRun:
 
         Tokens/s counts the positions of ``input_ids`` of each batch as fed (batches of
         varying length count what they hold); MFU is `flops(batch)` (the model's training
-        FLOPs for that batch) over the devices' peak.
+        FLOPs for that batch) over the devices' peak. Both, and the ETA, are over training
+        time only: the time spent saving and in `after_step` (evaluations) is left out.
         """
         assert self.logger is not None, "restore_or_init first"
         if self._peak is None:
             self._peak = device_peak_flops() * jax.device_count()
-        step = first = int(jax.device_get(state.step))
+        step = first = window_first = int(jax.device_get(state.step))
         window_start, window_tokens, window_flops = time.perf_counter(), 0, 0.0
         while step < end:
             batch = next(batches)
@@ -242,20 +246,26 @@ class TrainingRun:
             if step == first + 1 and not is_log_step:
                 jax.block_until_ready(metrics)  # keep compilation out of the first window
                 window_start, window_tokens, window_flops = time.perf_counter(), 0, 0.0
+                window_first = step
             if is_log_step:
                 host = {k: float(v) for k, v in jax.device_get(metrics).items()}
                 elapsed = time.perf_counter() - window_start
+                self._train_time += elapsed
+                self._train_steps += step - window_first
                 host["tokens_per_sec"] = window_tokens / elapsed
                 host["mfu"] = window_flops / elapsed / self._peak
                 host.update(extra_metrics or {})
                 self.logger.write(step, host)
-                self.logger.progress(step, host)
+                self.logger.progress(step, host, self._train_time / max(self._train_steps, 1))
                 self.check_finite(step, host)
                 window_start, window_tokens, window_flops = time.perf_counter(), 0, 0.0
+                window_first = step
+            paused = time.perf_counter()
             if self.checkpoint_every and step % self.checkpoint_every == 0:
                 self.save(step, state)
             if after_step is not None:
                 after_step(step, state, metrics)
+            window_start += time.perf_counter() - paused  # saving and evaluating are not training
             if step == self.stop_after or self.preemption.should_stop(step):
                 self._stop(step, state)
         return state

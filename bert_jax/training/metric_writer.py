@@ -17,16 +17,22 @@ from typing import Any
 
 import jax
 
-from bert_jax.storage import files
+from bert_jax.storage import atomic_files, files
 
 
 class MetricsLogger:
+    """`from_step`: the step the run starts from. Rows logged after it by an earlier,
+    interrupted attempt are dropped (the run logs them again, the same after an exact
+    resume), and a row already logged (same step, split and keys: a rerun that only
+    re-evaluates) is not written twice; the event file is opened at the first new row."""
+
     def __init__(
         self,
         workdir: str,
         total_steps: int,
         console_keys: tuple[str, ...] = (),
         *,
+        from_step: int = 0,
         flush_every_s: float = 30.0,
     ) -> None:
         self.enabled = jax.process_index() == 0
@@ -34,36 +40,39 @@ class MetricsLogger:
         self.console_keys = console_keys
         self.path = files.join(workdir, "metrics.jsonl")
         self.tb_dir = files.join(workdir, "tensorboard")
+        self.flush_every_s = flush_every_s
         self._tb = None
         self._file: files.AppendFile | None = None
-        self._start_time = time.time()
-        self._start_step: int | None = None
+        self._logged: set[tuple[int, str, frozenset[str]]] = set()
         if self.enabled:
             files.makedirs(workdir)
+            self._logged = _keep_rows_until(self.path, from_step)
             self._file = files.AppendFile(self.path, flush_every_s=flush_every_s)
-            self._tb = _summary_writer(self.tb_dir, flush_every_s)
 
     def write(self, step: int, metrics: dict[str, Any], split: str = "train") -> None:
         if not self.enabled:
             return
         row = {"step": int(step), **{k: _plain(v) for k, v in metrics.items()}}
+        key = (int(step), split, frozenset(metrics))
+        if key in self._logged:
+            return
+        self._logged.add(key)
         if split != "train":
             row["split"] = split
         self._file.write(json.dumps(row) + "\n", flush=split != "train")
+        if self._tb is None:
+            self._tb = _summary_writer(self.tb_dir, self.flush_every_s)
         for k, v in row.items():  # a non-finite value stays in metrics.jsonl (the loop stops on it)
             if isinstance(v, (int, float)) and k != "step" and math.isfinite(v):
                 self._tb.add_scalar(f"{split}/{k}", v, step)
         self._tb.flush()
 
-    def progress(self, step: int, metrics: dict[str, Any]) -> None:
-        """Console line: step, loss, the console keys (e.g. MLM accuracy), tokens/s, MFU, ETA."""
+    def progress(self, step: int, metrics: dict[str, Any], seconds_per_step: float) -> None:
+        """Console line: step, loss, the console keys (e.g. MLM accuracy), tokens/s, MFU, and
+        the ETA at `seconds_per_step` (training time alone)."""
         if not self.enabled:
             return
-        if self._start_step is None:
-            self._start_step, self._start_time = step, time.time()
-        done = step - self._start_step
-        rate = done / max(time.time() - self._start_time, 1e-9)
-        eta = (self.total_steps - step) / rate if rate > 0 else float("nan")
+        eta = (self.total_steps - step) * seconds_per_step if seconds_per_step > 0 else float("nan")
         print(
             f"step {step:>7}/{self.total_steps}  loss {metrics['loss']:.4f}  "
             + "".join(f"{k} {metrics[k]:.4f}  " for k in self.console_keys if k in metrics)
@@ -121,6 +130,23 @@ class _RemoteRecordFile:
 
     def close(self) -> None:
         self.flush(force=True)
+
+
+def _keep_rows_until(path: str, step: int) -> set[tuple[int, str, frozenset[str]]]:
+    """Drops the rows of `path` logged after `step` (rewriting it when there are any);
+    returns what the kept rows hold: (step, split, keys)."""
+    if not files.exists(path):
+        return set()
+    lines = files.read_text(path).splitlines(keepends=True)
+    kept = [ln for ln in lines if ln.strip() and json.loads(ln)["step"] <= step]
+    if len(kept) != len(lines):
+        text = "".join(kept)
+        if files.is_remote(path):
+            files.write_text_remote(path, text)
+        else:
+            atomic_files.write_text(path, text)
+    rows = [json.loads(ln) for ln in kept]
+    return {(r["step"], r.get("split", "train"), frozenset(r) - {"step", "split"}) for r in rows}
 
 
 def _plain(v: Any) -> Any:

@@ -41,3 +41,21 @@ def test_import_is_lazy_and_names_resolve() -> None:
         assert name in proc.stdout
     for name in ("load_tokenizer", "load_config", "pretrain", "finetune"):
         assert name in proc.stdout
+
+
+def test_the_api_starts_as_quietly_as_the_cli() -> None:
+    """No TPU probing (libtpu is installed in the test environment) and no TensorFlow
+    start-up lines, with JAX_PLATFORMS unset."""
+    code = (
+        "import bert_jax\n"
+        "from bert_jax import load_tokenizer, BertConfig\n"
+        "import jax\n"
+        "print(jax.devices()[0].platform)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k not in ("JAX_PLATFORMS", "TF_CPP_MIN_LOG_LEVEL")}
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, env=env, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.strip() == "cpu"
+    assert proc.stderr.strip() == "", proc.stderr[-3000:]

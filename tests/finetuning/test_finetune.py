@@ -244,7 +244,7 @@ def test_wrong_size_checkpoint_and_vocab_fail_clearly(tmp_path, tiny_checkpoint)
     vocab = tmp_path / "vocab.txt"
     vocab.write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "b"]) + "\n")
     c = _tiny(glue_config.get_config("sst2"), tiny_checkpoint, vocab_file=str(vocab), data_dir=str(tmp_path))
-    with pytest.raises(ValueError, match=r"the vocabulary has 7 tokens but .* was trained with 30522"):
+    with pytest.raises(ValueError, match=r"vocab.txt has 7 tokens but .* was trained with 30522"):
         finetune.finetune(c, str(tmp_path / "run"))
     with pytest.raises(ValueError, match="unknown task 'sst3'"):
         any_config.get_config("sst3")

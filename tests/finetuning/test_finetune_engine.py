@@ -159,6 +159,7 @@ def test_sigterm_saves_and_sigkill_resumes_with_the_losses_of_an_uninterrupted_r
     proc = run()
     out = proc.communicate(timeout=300)[0]
     assert proc.returncode == 0 and f"resumed from {workdir}/checkpoints/" in out, out
+    assert f"results: {workdir}/results.json" in out and f"metrics: {workdir}/metrics.jsonl" in out, out
     got = _losses(workdir / "metrics.jsonl")
     assert sorted(got) == sorted(want)
     for step, losses in got.items():

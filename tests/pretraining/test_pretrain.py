@@ -414,3 +414,23 @@ def test_ctrl_c_saves_the_step_and_exits_130_in_one_line(tmp_path) -> None:
     saved = int(out.split("interrupted: saved step ")[1].split()[0])
     assert (tmp_path / "checkpoints" / str(saved)).is_dir()
     assert "Traceback" not in err and "KeyboardInterrupt" not in err, err[-2000:]
+
+
+def test_a_rerun_that_only_re_evaluates_adds_no_rows_and_no_event_file(tmp_path) -> None:
+    config = tiny_config(num_train_steps=4, eval_every_steps=2)
+    pretrain.train_and_evaluate(config, str(tmp_path))
+    before = (tmp_path / "metrics.jsonl").read_text()
+    events = sorted(p.name for p in (tmp_path / "tensorboard").iterdir())
+    pretrain.train_and_evaluate(config, str(tmp_path))  # resumes at the last step
+    assert (tmp_path / "metrics.jsonl").read_text() == before
+    assert sorted(p.name for p in (tmp_path / "tensorboard").iterdir()) == events
+
+
+def test_rows_of_an_interrupted_attempt_after_its_checkpoint_are_logged_once(tmp_path) -> None:
+    pretrain.train_and_evaluate(tiny_config(eval_every_steps=0, stop_after_step=4), str(tmp_path))
+    with (tmp_path / "metrics.jsonl").open("a") as f:  # as if killed after logging step 5
+        f.write(json.dumps({"step": 5, "loss": 123.0}) + "\n")
+    pretrain.train_and_evaluate(tiny_config(eval_every_steps=0), str(tmp_path))
+    logged = [json.loads(ln) for ln in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in logged if r.get("split", "train") == "train"] == [1, 2, 3, 4, 5, 6]
+    assert rows(tmp_path)[5]["loss"] != 123.0
