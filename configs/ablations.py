@@ -111,7 +111,7 @@ def _mix_name(m: float, r: float) -> str:
 _LTR = {"data.nsp": False, "data.objective": "ltr", "model.causal_attention": True}
 TABLES: dict[str, dict[str, Any]] = {
     "table5": dict(
-        title="Table 5: ablation over the pre-training tasks (BERT-Base architecture)",
+        title="Table 5: ablation over the pre-training tasks",
         columns=("mnli_m", "qnli", "mrpc", "sst2", "squad_f1"),
         rows={"bert_base": {}, "no_nsp": {"data.nsp": False}, "ltr_no_nsp": _LTR, "plus_bilstm": None},
         settings={"plus_bilstm": dict(model_from="ltr_no_nsp", head="bilstm")},

@@ -31,7 +31,7 @@ bert_jax has them, with the paper that motivated them:
 `modernbert` are their recipes at BERT-Base size with their published peak learning rates
 (for accelerators). `demo` is `demo+modernbert` with a WordPiece vocabulary of 8,192 learned on
 the corpus: the recipe that left the unigram stage fastest on this project's 2-core
-machine (held-out curves of every recipe in docs/recipes.md).
+machine (held-out curves of every recipe in docs/pretraining.md, "Which recipe learns here").
 
 Every key can be overridden from the command line, e.g. `--config.learning_rate=2e-4`;
 an unknown key fails at once with its name.
