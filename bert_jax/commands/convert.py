@@ -2,14 +2,19 @@
 
 The output carries the vocabulary and its casing (`vocab.txt`, `tokenizer_config.json`),
 so `features`, `finetune`, `convert` and `transformers.AutoTokenizer` work from it alone.
+``--dst`` must be new or empty; ``--overwrite`` replaces an earlier conversion there (a
+folder holding anything else is refused, and so is one holding ``--src``). Nothing is
+written before the source and the vocabulary are read.
 """
 
 from __future__ import annotations
 
+import os
+
 from absl import flags, logging
 
 from bert_jax import convert
-from bert_jax.data import tokenization
+from bert_jax.data import tokenization, user_paths
 
 FLAGS = flags.FLAGS
 
@@ -38,22 +43,63 @@ def define_flags() -> None:
         "disk are never padded. 0 keeps the source's.",
         lower_bound=0,
     )
+    flags.DEFINE_bool("overwrite", False, "Replace an earlier conversion in --dst.")
     flags.mark_flags_as_required(["src", "dst"])
+
+
+# What a conversion writes into its folder (any format), so what --overwrite may replace.
+OUTPUT_NAMES = {
+    "bert_config.json",
+    "config.json",
+    "model.safetensors",
+    "pytorch_model.bin",
+    "params",
+    "vocab.txt",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "checkpoint",
+}
+
+
+def output_folder(dst: str, fmt: str) -> str:
+    """The folder the conversion writes into (for tf, a prefix's folder)."""
+    if fmt == "tf" and "ckpt" in os.path.basename(dst.rstrip(os.sep)):
+        return os.path.dirname(dst.rstrip(os.sep)) or "."
+    return dst
+
+
+def check_dst(folder: str, overwrite: bool, inputs: dict[str, str]) -> list[str]:
+    """What --overwrite replaces in the output folder (see `user_paths.output_folder`);
+    a folder that holds one of the `inputs` (flag → path) is refused: it would be replaced."""
+    inside = os.path.abspath(folder)
+    for flag, path in inputs.items():
+        here = os.path.abspath(path) if path else ""
+        if here and (here == inside or here.startswith(inside + os.sep)):
+            raise ValueError(f"--dst {folder} holds {flag} {path}: write the conversion to another folder")
+    return user_paths.output_folder(
+        folder, "--dst", overwrite, lambda name: name in OUTPUT_NAMES or ".ckpt" in name
+    )
 
 
 def main(argv: list[str]) -> None:
     if len(argv) > 1:
-        raise SystemExit(f"unexpected arguments: {argv[1:]}")
+        raise ValueError(f"unexpected arguments: {argv[1:]}")
     logging.set_verbosity(logging.WARNING)
 
+    if not (os.path.exists(FLAGS.src) or os.path.exists(f"{FLAGS.src}.index")):
+        raise FileNotFoundError(f"--src {FLAGS.src} does not exist")
+    folder = output_folder(FLAGS.dst, FLAGS.dst_format)
+    earlier = check_dst(folder, FLAGS.overwrite, {"--src": FLAGS.src, "--vocab_file": FLAGS.vocab_file})
     params, config = convert.load_checkpoint(FLAGS.src, vocab_pad_multiple=FLAGS.vocab_pad_multiple or None)
     vocab = FLAGS.vocab_file or tokenization.vocab_beside(FLAGS.src)  # refuses before writing
     tokenization.load_vocab(vocab)
     casing = (
         convert.source_casing(FLAGS.src) if FLAGS.do_lower_case == "auto" else FLAGS.do_lower_case == "true"
     )
-    folder = convert.save_checkpoint(FLAGS.dst, params, config, FLAGS.dst_format)
-    convert.write_tokenizer_files(folder, vocab, True if casing is None else casing, config)
+    with user_paths.removed_if_failed(folder):
+        user_paths.replace(earlier, "--dst")
+        folder = convert.save_checkpoint(FLAGS.dst, params, config, FLAGS.dst_format)
+        convert.write_tokenizer_files(folder, vocab, True if casing is None else casing, config)
     heads = " with MLM/NSP heads" if "mlm" in params else ""
     if FLAGS.dst_format == "bert_jax" and config.vocab_pad_multiple > 1:
         heads += f", vocabulary padded to {config.padded_vocab_size} on load"

@@ -5,16 +5,23 @@ versions of every document, sharded round-robin. Input files are streamed one at
 through the same reading, tokenization and pairing as `prepare-data` (NotNext segments
 drawn from the same file), so memory is bounded by one input file; masks are drawn on the
 host (`pretraining_examples.to_features`), per instance, as the original.
+
+Existing files of the prefix (``PREFIX-*-of-*.tfrecord``, whatever their count) are refused
+unless ``--overwrite``, which replaces them all. The files are written to temporary names
+and renamed when every one is complete, so a refused or failed run leaves nothing behind.
 """
 
 from __future__ import annotations
+
+import glob
+import os
 
 import numpy as np
 from absl import flags
 from tqdm import tqdm
 
-from bert_jax.data import masking, prepare, tfrecords
-from bert_jax.storage import tensorflow_runtime
+from bert_jax.data import masking, prepare, tfrecords, user_paths
+from bert_jax.storage import atomic_files, files, tensorflow_runtime
 
 FLAGS = flags.FLAGS
 
@@ -36,17 +43,62 @@ def define_flags() -> None:
     flags.DEFINE_float("masked_lm_prob", 0.15, "Masked LM probability.")
     flags.DEFINE_float("short_seq_prob", 0.1, "Probability of a shorter target length.")
     flags.DEFINE_integer("num_shards", 1, "Output files.")
+    flags.DEFINE_bool("overwrite", False, "Replace existing files of the --output_file prefix.")
     flags.mark_flags_as_required(["input_file", "output_file"])
+
+
+def earlier_files(prefix: str, overwrite: bool) -> list[str]:
+    """The files an earlier run wrote with this prefix (any shard count), which --overwrite
+    replaces; refused without it."""
+    if not prefix or prefix.endswith(("/", os.sep)):
+        raise IsADirectoryError(f"--output_file {prefix!r} names a folder: give a prefix, e.g. {prefix}data")
+    shards = "-[0-9]*-of-[0-9]*.tfrecord"  # `tfrecords.shard_names`, any count
+    if files.is_remote(prefix):
+        found = sorted(tensorflow_runtime.tensorflow().io.gfile.glob(prefix + shards))
+    else:
+        found = sorted(glob.glob(glob.escape(prefix) + shards))
+    if found and not overwrite:
+        raise FileExistsError(
+            f"--output_file {prefix}: {found[0]} already exists: pass --overwrite to replace "
+            "the prefix's files, or another --output_file"
+        )
+    return found
 
 
 def main(argv: list[str]) -> None:
     if len(argv) > 1:
-        raise SystemExit(f"unexpected arguments: {argv[1:]}")
-    tf = tensorflow_runtime.tensorflow()
+        raise ValueError(f"unexpected arguments: {argv[1:]}")
+    if FLAGS.num_shards < 1:
+        raise ValueError(f"--num_shards={FLAGS.num_shards}: at least 1")
 
     inputs = prepare.list_inputs(FLAGS.input_file)
+    earlier = earlier_files(FLAGS.output_file, FLAGS.overwrite)
     opts = prepare.Options.from_flags(FLAGS).resolved()
     tok = prepare.load_tokenizer(opts)
+    tf = tensorflow_runtime.tensorflow()
+    names = tfrecords.shard_names(FLAGS.output_file, FLAGS.num_shards)
+    temps = [atomic_files.temp_path(n) for n in names]
+    folder = os.path.dirname(FLAGS.output_file)
+    with user_paths.removed_if_failed(folder):
+        if folder:
+            tf.io.gfile.makedirs(folder)
+        try:
+            written, documents = write_examples(tf, inputs, opts, tok, temps)
+        except BaseException:
+            for t in temps:
+                if tf.io.gfile.exists(t):
+                    tf.io.gfile.remove(t)
+            raise
+        for old in earlier:
+            tf.io.gfile.remove(old)
+        for t, n in zip(temps, names, strict=True):
+            tf.io.gfile.rename(t, n, overwrite=True)
+    print(f"wrote {written} instances from {documents} documents to {len(names)} file(s): {names[0]} ...")
+
+
+def write_examples(tf, inputs: list, opts: prepare.Options, tok, paths: list[str]) -> tuple[int, int]:
+    """Every input's instances, `dupe_factor` times with their own masks, round-robin
+    into the files `paths`; returns (instances, documents)."""
     spec = masking.MaskingSpec.of(
         tok.special,
         tok.vocab_size,
@@ -54,21 +106,22 @@ def main(argv: list[str]) -> None:
         masked_lm_prob=FLAGS.masked_lm_prob,
         whole_word_masking=FLAGS.do_whole_word_mask,
     )
-    names = tfrecords.shard_names(FLAGS.output_file, FLAGS.num_shards)
-    writers = [tf.io.TFRecordWriter(n) for n in names]
+    continuation = tok.is_continuation if FLAGS.do_whole_word_mask else None
+    writers = [tf.io.TFRecordWriter(p) for p in paths]
     written = documents = 0
-    for index, item in enumerate(tqdm(inputs, desc="create-data", unit="file")):
-        docs = prepare.tokenize_documents(tok, item.documents())
-        documents += len(docs)
-        for dupe in range(opts.dupe_factor):
-            rng = np.random.default_rng([opts.random_seed, index, dupe, 1])  # the masks
-            for inst in prepare.shard_instances(docs, opts, tok.special, [opts.random_seed, index, dupe]):
-                continuation = tok.is_continuation if FLAGS.do_whole_word_mask else None
-                feats = masking.to_features(inst, rng, opts.max_seq_length, spec, continuation)
-                writers[written % len(writers)].write(tfrecords.serialize(feats))
-                written += 1
-    for w in writers:
-        w.close()
+    try:
+        for index, item in enumerate(tqdm(inputs, desc="create-data", unit="file")):
+            docs = prepare.tokenize_documents(tok, item.documents())
+            documents += len(docs)
+            for dupe in range(opts.dupe_factor):
+                rng = np.random.default_rng([opts.random_seed, index, dupe, 1])  # the masks
+                for inst in prepare.shard_instances(docs, opts, tok.special, [opts.random_seed, index, dupe]):
+                    feats = masking.to_features(inst, rng, opts.max_seq_length, spec, continuation)
+                    writers[written % len(writers)].write(tfrecords.serialize(feats))
+                    written += 1
+    finally:
+        for w in writers:
+            w.close()
     if not written:
-        raise SystemExit(f"no usable documents (two or more sentences) in {FLAGS.input_file}")
-    print(f"wrote {written} instances from {documents} documents to {len(names)} file(s): {names[0]} ...")
+        raise ValueError(f"no usable documents (two or more sentences) in {FLAGS.input_file}")
+    return written, documents

@@ -1,14 +1,19 @@
-"""`bert-jax features --checkpoint=PATH --input=TEXT --output=F.npy [--layers=-1]`."""
+"""`bert-jax features --checkpoint=PATH --input=TEXT --output=F.npy [--layers=-1]`.
+
+An existing non-empty ``--output`` is refused unless ``--overwrite``; it is written whole,
+once the features are computed.
+"""
 
 from __future__ import annotations
 
 import io
+import os
 
 import numpy as np
 from absl import flags, logging
 
 from bert_jax import convert
-from bert_jax.data import tokenization
+from bert_jax.data import tokenization, user_paths, vocab_fit
 from bert_jax.model import features
 from bert_jax.storage import atomic_files
 
@@ -28,22 +33,23 @@ def define_flags() -> None:
     flags.DEFINE_string("vocab_file", None, "vocab.txt (default: the one beside the checkpoint).")
     flags.DEFINE_bool("do_lower_case", True, "Lower-case and strip accents (uncased vocabularies).")
     flags.DEFINE_integer("batch_size", 32, "Examples per forward pass.")
+    flags.DEFINE_bool("overwrite", False, "Replace an existing --output.")
     flags.mark_flags_as_required(["checkpoint", "input", "output"])
 
 
 def main(argv: list[str]) -> None:
     if len(argv) > 1:
-        raise SystemExit(f"unexpected arguments: {argv[1:]}")
+        raise ValueError(f"unexpected arguments: {argv[1:]}")
     logging.set_verbosity(logging.WARNING)
 
+    if not (os.path.exists(FLAGS.checkpoint) or os.path.exists(f"{FLAGS.checkpoint}.index")):
+        raise FileNotFoundError(f"--checkpoint {FLAGS.checkpoint} does not exist")
+    user_paths.input_file(FLAGS.input, "--input")
+    user_paths.output_file(FLAGS.output, "--output", FLAGS.overwrite)
     params, config = convert.load_checkpoint(FLAGS.checkpoint)
     vocab = FLAGS.vocab_file or tokenization.vocab_beside(FLAGS.checkpoint)
     tokenizer = tokenization.load_tokenizer(vocab, FLAGS.do_lower_case)
-    if tokenizer.vocab_size > config.vocab_size:
-        raise ValueError(
-            f"{vocab} has {tokenizer.vocab_size} tokens; the model only "
-            f"{config.vocab_size}: wrong vocab for this checkpoint"
-        )
+    vocab_fit.check_vocab_fits(tokenizer, config.vocab_size, FLAGS.checkpoint)
     texts_a, texts_b = features.read_examples(FLAGS.input)
     batch = tokenizer.encode_pairs(texts_a, texts_b, FLAGS.max_seq_length)
     layers = features.parse_layers(FLAGS.layers, config.num_hidden_layers)
@@ -52,5 +58,6 @@ def main(argv: list[str]) -> None:
     out = np.asarray(out, np.float32)  # as documented, whatever the run computed in
     buffer = io.BytesIO()
     np.save(buffer, out)
-    atomic_files.write_bytes(FLAGS.output, buffer.getvalue())  # local or gs://, written whole
+    with user_paths.removed_if_failed(os.path.dirname(FLAGS.output)):
+        atomic_files.write_bytes(FLAGS.output, buffer.getvalue())  # local or gs://, written whole
     print(f"wrote {FLAGS.output}: {out.shape} ({FLAGS.combine} of layers {layers})")

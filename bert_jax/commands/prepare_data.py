@@ -4,8 +4,10 @@ The original `create_pretraining_data.py` flag names where they apply; the outpu
 folder of unmasked instance shards (one per input file, or per part of a TFDS split) that
 `pretrain` streams with ``--config.data.source=prepared --config.data.input_files=DIR``
 and masks on the fly. Memory is bounded by one input file; rerunning after an
-interruption keeps the finished shards. On a pod, run it on every host with
-``--task_index=$HOST --num_tasks=$HOSTS`` and one shared ``--output_dir``.
+interruption keeps the finished shards (the same flags, vocabulary and inputs resume; an
+existing folder of other settings, or a finished one, is refused unless ``--overwrite``,
+and nothing is created before the vocabulary and inputs are checked). On a pod, run it on
+every host with ``--task_index=$HOST --num_tasks=$HOSTS`` and one shared ``--output_dir``.
 """
 
 from __future__ import annotations
@@ -50,17 +52,23 @@ def define_flags() -> None:
     flags.DEFINE_integer("num_workers", 1, "Worker processes on this host.")
     flags.DEFINE_integer("task_index", 0, "This host's index on a pod (prepares shards i, i+n, ...).")
     flags.DEFINE_integer("num_tasks", 1, "Hosts preparing into the same output_dir.")
+    flags.DEFINE_bool(
+        "overwrite",
+        False,
+        "Replace what --output_dir holds: a finished preparation, or one of other flags, "
+        "vocabulary or inputs (an unfinished one of the same settings is resumed without it).",
+    )
     flags.mark_flags_as_required(["output_dir"])
 
 
 def main(argv: list[str]) -> None:
     if len(argv) > 1:
-        raise SystemExit(f"unexpected arguments: {argv[1:]}")
+        raise ValueError(f"unexpected arguments: {argv[1:]}")
 
     if bool(FLAGS.input_file) == bool(FLAGS.tfds_name):
-        raise SystemExit("pass exactly one of --input_file and --tfds_name")
+        raise ValueError("pass exactly one of --input_file and --tfds_name")
     if not 0 <= FLAGS.task_index < FLAGS.num_tasks:
-        raise SystemExit(f"--task_index={FLAGS.task_index} must be in [0, --num_tasks={FLAGS.num_tasks})")
+        raise ValueError(f"--task_index={FLAGS.task_index} must be in [0, --num_tasks={FLAGS.num_tasks})")
     inputs = prepare.list_inputs(
         FLAGS.input_file or "", FLAGS.tfds_name, FLAGS.tfds_split, FLAGS.tfds_num_shards
     )
@@ -71,6 +79,7 @@ def main(argv: list[str]) -> None:
         num_workers=FLAGS.num_workers,
         task_index=FLAGS.task_index,
         num_tasks=FLAGS.num_tasks,
+        overwrite=FLAGS.overwrite,
     )
     if meta is None:
         print(f"task {FLAGS.task_index} done; {FLAGS.output_dir}/metadata.json follows when every task is")

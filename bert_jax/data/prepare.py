@@ -9,9 +9,10 @@ from the same input), and writes the records. Memory is bounded by one input, no
 corpus. Masks are not written: they are drawn at training time (`masking.py`).
 
 Shards are written to a temporary name and renamed, then their ``.json`` marks them done,
-so an interrupted preparation resumes where it stopped. On a pod every host runs the same
-command with its ``task_index``/``num_tasks`` and prepares its share of the shards into one
-shared folder; whoever finishes last writes ``metadata.json``.
+so an interrupted preparation resumes where it stopped (a folder of other settings, or a
+finished one, is refused before anything is written: `prepared_output`). On a pod every
+host runs the same command with its ``task_index``/``num_tasks`` and prepares its share of
+the shards into one shared folder; whoever finishes last writes ``metadata.json``.
 
 Pairing randomness of shard ``i``, pairing ``d`` is ``default_rng([random_seed, i, d])``;
 the held-out documents of shard ``i`` are chosen by ``default_rng([EVAL_SEED, i])`` and
@@ -33,7 +34,7 @@ import time
 import numpy as np
 from tqdm import tqdm
 
-from bert_jax.data import corpora, pretraining_examples, records, tokenization
+from bert_jax.data import corpora, prepared_output, pretraining_examples, records, tokenization, user_paths
 from bert_jax.storage import atomic_files
 
 EVAL_SEED = 20_190_524  # held-out documents and masks never depend on the training seed
@@ -164,20 +165,17 @@ def list_inputs(
     tfds_split: str = "train",
     tfds_num_shards: int = 1,
     part_bytes: int = PART_BYTES,
+    flag: str = "--input_file",
 ) -> list[Input]:
     """The inputs of a preparation, in a fixed order: sorted files (each large one in its
-    parts, `split_text_file`), or TFDS parts."""
+    parts, `split_text_file`), or TFDS parts. A glob matching nothing or a folder is
+    refused, naming `flag` (where `input_file` came from)."""
     if tfds_name:
         return [Input(tfds_name, tfds_split, i, tfds_num_shards) for i in range(tfds_num_shards)]
     patterns = [p for p in input_file.split(",") if p]
     if not patterns:
-        raise ValueError("no input: pass --input_file=GLOB[,GLOB...] or --tfds_name=NAME")
-    files = []
-    for pattern in patterns:
-        matched = sorted(glob.glob(pattern))
-        if not matched:
-            raise FileNotFoundError(f"no input files match {pattern!r}")
-        files += matched
+        raise ValueError(f"no input: pass {flag}=GLOB[,GLOB...] or --tfds_name=NAME")
+    files = user_paths.input_files(patterns, flag)
     return [part for f in files for part in split_text_file(f, part_bytes)]
 
 
@@ -259,6 +257,7 @@ def prepare_shard(item: Input, index: int, count: int, out_dir: str, opts: Optio
         **counts,
         "files": files,
         "flags": opts.flags(),
+        "vocab_sha256": records.file_sha256(opts.vocab_file),  # a resumed folder must match
     }
     atomic_files.write_json(os.path.join(out_dir, f"{stem}.json"), info, indent=1, sort_keys=True)
     return info
@@ -281,6 +280,10 @@ def _done(out_dir: str, stem: str, opts: Options) -> dict | None:
     return info
 
 
+class NoUsableDocuments(ValueError):
+    """Every shard is finished and none holds a training instance."""
+
+
 def write_metadata(out_dir: str, inputs: list[Input], opts: Options) -> dict | None:
     """metadata.json once every shard is done (by any host); None while some are missing."""
     infos = [_done(out_dir, records.shard_stem(i, len(inputs)), opts) for i in range(len(inputs))]
@@ -289,7 +292,7 @@ def write_metadata(out_dir: str, inputs: list[Input], opts: Options) -> dict | N
     tok = load_tokenizer(opts)
     totals = {k: sum(i[k] for i in infos) for k in ("documents", "tokens", "train", "eval")}
     if totals["train"] == 0:
-        raise ValueError(f"no usable documents (two or more sentences) in {inputs[0].describe()} ...")
+        raise NoUsableDocuments(f"no usable documents (two or more sentences) in {inputs[0].describe()} ...")
     meta = {
         "format_version": records.FORMAT_VERSION,
         "flags": opts.flags(),
@@ -324,17 +327,45 @@ def prepare(
     task_index: int = 0,
     num_tasks: int = 1,
     progress: bool = True,
+    overwrite: bool = False,
+    name: str = "--output_dir",
 ) -> dict | None:
     """Prepares this task's shards (skipping finished ones); returns the metadata, or None
-    while other tasks' shards are still missing."""
+    while other tasks' shards are still missing. The vocabulary and the folder are checked
+    before anything is written (`prepared_output.check_folder`; `overwrite` replaces a
+    finished or different preparation); a failed attempt removes the folders it made where
+    it leaves them empty."""
     opts = opts.resolved()
-    os.makedirs(out_dir, exist_ok=True)
+    load_tokenizer(opts)  # a bad vocabulary is refused before the folder exists
+    if overwrite and num_tasks > 1:
+        raise ValueError(
+            f"--overwrite with --num_tasks={num_tasks}: hosts would remove each other's shards; "
+            f"empty {name} {out_dir} once, then prepare without --overwrite"
+        )
     count = len(inputs)
-    todo = [
-        i
-        for i in range(task_index, count, num_tasks)
-        if _done(out_dir, records.shard_stem(i, count), opts) is None
-    ]
+    stems = {records.shard_stem(i, count): item.describe() for i, item in enumerate(inputs)}
+    earlier = prepared_output.check_folder(
+        out_dir, stems, opts.flags(), records.file_sha256(opts.vocab_file), overwrite=overwrite, name=name
+    )
+    with user_paths.removed_if_failed(out_dir):
+        user_paths.replace(earlier, name)
+        os.makedirs(out_dir, exist_ok=True)
+        try:
+            _prepare_shards(inputs, out_dir, opts, num_workers, range(task_index, count, num_tasks), progress)
+            return write_metadata(out_dir, inputs, opts)
+        except NoUsableDocuments:
+            for stem in stems:  # every shard is finished and empty: nothing to resume
+                for path in glob.glob(os.path.join(glob.escape(out_dir), f"{stem}.*")):
+                    os.remove(path)
+            raise
+
+
+def _prepare_shards(
+    inputs: list[Input], out_dir: str, opts: Options, num_workers: int, mine: range, progress: bool
+) -> None:
+    """Prepares the shards `mine` that are not finished yet, `num_workers` at a time."""
+    count = len(inputs)
+    todo = [i for i in mine if _done(out_dir, records.shard_stem(i, count), opts) is None]
     for i in todo:  # leftovers of a killed worker (each shard belongs to one task only)
         for stale in glob.glob(os.path.join(glob.escape(out_dir), f"{records.shard_stem(i, count)}.*.tmp*")):
             if not atomic_files.writer_alive(stale):
@@ -367,4 +398,3 @@ def prepare(
                     finished(futures[future], future.result())
     finally:
         bar.close()
-    return write_metadata(out_dir, inputs, opts)

@@ -253,7 +253,7 @@ def _builtin_inputs(c: ml_collections.ConfigDict) -> list:
             path = "" if joined else c.input_files
             inputs.append(prepare.Input(path or bbc_news.default_dir(), reader="bbc_news"))
         elif name == "text" and not joined:
-            inputs += prepare.list_inputs(c.input_files)
+            inputs += prepare.list_inputs(c.input_files, flag="--config.data.input_files")
         elif name == "tfds" and not joined:
             if not c.tfds_name:
                 raise ValueError("source=tfds needs --config.data.tfds_name=NAME")
@@ -297,7 +297,9 @@ def prepared_dir(c: ml_collections.ConfigDict, max_seq_length: int, seed: int, s
     directory = os.path.join(_cache_dir(c), f"prepared-{hashlib.sha256(raw.encode()).hexdigest()[:16]}")
     if not os.path.exists(os.path.join(directory, records.METADATA)):
         print(f"preparing {c.source} data (seq {max_seq_length}) once into {directory}", flush=True)
-        prepare.prepare(inputs, directory, opts)
+        # Made only once the vocabulary and inputs are checked; a failed attempt removes it
+        # again unless it holds finished shards (the next run resumes from them).
+        prepare.prepare(inputs, directory, opts, name="cache folder")
     return directory
 
 

@@ -255,7 +255,13 @@ class SentencePieceTokenizer(_PairEncoder):
         if not os.path.exists(model_file):
             raise FileNotFoundError(f"SentencePiece model {model_file} does not exist")
         self.vocab_file = model_file
-        self.sp = spm.SentencePieceProcessor(model_file=model_file)
+        try:
+            self.sp = spm.SentencePieceProcessor(model_file=model_file)
+        except (RuntimeError, OSError):  # a vocab.txt, a folder, a damaged file
+            raise ValueError(
+                f"{model_file} is not a SentencePiece model (a WordPiece vocab.txt? set "
+                "--tokenizer=wordpiece / config.data.tokenizer)"
+            ) from None
         self.vocab = [self.sp.id_to_piece(i) for i in range(self.sp.get_piece_size())]
         self.do_lower_case = do_lower_case
         missing = [t for t in SPECIAL_TOKENS if self.sp.piece_to_id(t) == self.sp.unk_id() and t != "[UNK]"]
@@ -384,25 +390,3 @@ def cached_tokenizer(vocab_file: str = "", do_lower_case: bool = True, kind: str
     """`load_tokenizer`, once per process and vocabulary (the vocab is read once; the
     TF graph of the WordPiece tokenizer is built once)."""
     return load_tokenizer(vocab_file, do_lower_case, kind)
-
-
-def check_vocab_fits(
-    tokenizer: Tokenizer, model_vocab_size: int, checkpoint: str, exact: bool = False
-) -> None:
-    """Refuses, in one line, a vocabulary that cannot belong to `checkpoint`: more tokens
-    than the model's ``vocab_size`` (with `exact`, any other number), or a BERT special
-    token missing (both sizes, or the missing tokens, are named)."""
-    vocab_file = getattr(tokenizer, "vocab_file", "the vocabulary")
-    present = set(tokenizer.vocab)
-    missing = [t for t in SPECIAL_TOKENS if t not in present]
-    if missing:
-        raise ValueError(
-            f"{vocab_file} lacks the special token(s) {', '.join(missing)} that a BERT "
-            f"checkpoint needs: wrong vocab for {checkpoint}"
-        )
-    size = len(tokenizer.vocab)
-    if size > model_vocab_size or (exact and size != model_vocab_size):
-        raise ValueError(
-            f"{vocab_file} has {size} tokens but {checkpoint} was trained with "
-            f"{model_vocab_size}: wrong vocab for this checkpoint (pass its own vocab_file)"
-        )

