@@ -120,6 +120,11 @@ def guarded(name: str, main: Callable[[list[str]], Any]) -> Callable[[list[str]]
             if os.environ.get(DEBUG_ENV):
                 raise
             fail(name, str(e) or type(e).__name__)
+        except KeyboardInterrupt:  # a second Ctrl-C (the first saves: `training.loop`)
+            if os.environ.get(DEBUG_ENV):
+                raise
+            print(f"bert-jax {name}: interrupted", file=sys.stderr, flush=True)
+            sys.exit(130)
 
     return run_main
 
