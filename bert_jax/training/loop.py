@@ -98,7 +98,11 @@ class Preemption:
 
     def _handle(self, signum: int, frame: Any) -> None:
         if signum == signal.SIGINT and self.signal is not None:
-            raise KeyboardInterrupt  # a second Ctrl-C: stop now
+            # A second Ctrl-C: stop now, as a kill would (the last finished checkpoint stays;
+            # an unfinished save is orbax's temporary folder, never read as a checkpoint).
+            print("interrupted again: stopping now, without saving", file=sys.stderr, flush=True)
+            sys.stdout.flush()
+            os._exit(INTERRUPTED_EXIT_CODE)
         self.signal = signum
         if signum == signal.SIGINT:
             print("\ninterrupted: saving the current step (Ctrl-C again to stop at once)", flush=True)

@@ -434,3 +434,18 @@ def test_rows_of_an_interrupted_attempt_after_its_checkpoint_are_logged_once(tmp
     logged = [json.loads(ln) for ln in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in logged if r.get("split", "train") == "train"] == [1, 2, 3, 4, 5, 6]
     assert rows(tmp_path)[5]["loss"] != 123.0
+
+
+def test_a_second_ctrl_c_stops_at_once_without_a_traceback(tmp_path) -> None:
+    args = _cli(tmp_path, "--config.num_train_steps=100000", "--config.log_every_steps=1")
+    args += ["--config.eval_every_steps=0", "--config.checkpoint_every_steps=1"]
+    proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    while not (line := proc.stdout.readline()).startswith("step "):
+        assert line or proc.poll() is None, proc.stderr.read()[-2000:]
+    proc.send_signal(signal.SIGINT)
+    time.sleep(0.02)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == loop.INTERRUPTED_EXIT_CODE, err[-2000:]
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err[-2000:]
+    assert "interrupted again: stopping now" in err or "interrupted: saved step" in out
