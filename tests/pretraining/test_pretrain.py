@@ -402,12 +402,18 @@ def test_a_diverging_run_stops_in_one_line_and_saves_nothing_non_finite(tmp_path
     assert all(np.isfinite(v) for v in best.values())
 
 
-def test_ctrl_c_saves_the_step_and_exits_130_in_one_line(tmp_path) -> None:
-    args = _cli(tmp_path, "--config.num_train_steps=100000", "--config.log_every_steps=1")
-    args += ["--config.eval_every_steps=0", "--config.checkpoint_every_steps=1000"]
+def _training(workdir: Path, checkpoint_every: int) -> subprocess.Popen:
+    """A long tiny run, returned once it has logged its first step."""
+    args = _cli(workdir, "--config.num_train_steps=100000", "--config.log_every_steps=1")
+    args += ["--config.eval_every_steps=0", f"--config.checkpoint_every_steps={checkpoint_every}"]
     proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     while not (line := proc.stdout.readline()).startswith("step "):
         assert line or proc.poll() is None, proc.stderr.read()[-2000:]
+    return proc
+
+
+def test_ctrl_c_saves_the_step_and_exits_130_in_one_line(tmp_path) -> None:
+    proc = _training(tmp_path, checkpoint_every=1000)
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == loop.INTERRUPTED_EXIT_CODE, err[-2000:]
@@ -437,11 +443,7 @@ def test_rows_of_an_interrupted_attempt_after_its_checkpoint_are_logged_once(tmp
 
 
 def test_a_second_ctrl_c_stops_at_once_without_a_traceback(tmp_path) -> None:
-    args = _cli(tmp_path, "--config.num_train_steps=100000", "--config.log_every_steps=1")
-    args += ["--config.eval_every_steps=0", "--config.checkpoint_every_steps=1"]
-    proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    while not (line := proc.stdout.readline()).startswith("step "):
-        assert line or proc.poll() is None, proc.stderr.read()[-2000:]
+    proc = _training(tmp_path, checkpoint_every=1)
     proc.send_signal(signal.SIGINT)
     time.sleep(0.02)
     proc.send_signal(signal.SIGINT)
