@@ -83,13 +83,9 @@ def write_text_remote(path: str, text: str) -> None:
 
 def copy_file(src: str, dst: str) -> None:
     """`src` to `dst`, whole: a reader of `dst` never sees half of it."""
-    data = epath.Path(src).read_bytes()
-    if is_remote(dst):
-        epath.Path(dst).write_bytes(data)
-        return
-    from bert_jax.storage import atomic_files
+    from bert_jax.storage import atomic_files  # it imports this module
 
-    atomic_files.write_bytes(dst, data)
+    atomic_files.write_bytes(dst, epath.Path(src).read_bytes())  # local or bucket
 
 
 def move_tree(src: str, dst: str) -> None:

@@ -138,14 +138,10 @@ def _keep_rows_until(path: str, step: int) -> set[tuple[int, str, frozenset[str]
     if not files.exists(path):
         return set()
     lines = files.read_text(path).splitlines(keepends=True)
-    kept = [ln for ln in lines if ln.strip() and json.loads(ln)["step"] <= step]
+    kept = [(ln, row) for ln in lines if ln.strip() and (row := json.loads(ln))["step"] <= step]
     if len(kept) != len(lines):
-        text = "".join(kept)
-        if files.is_remote(path):
-            files.write_text_remote(path, text)
-        else:
-            atomic_files.write_text(path, text)
-    rows = [json.loads(ln) for ln in kept]
+        atomic_files.write_text(path, "".join(ln for ln, _ in kept))  # local or bucket, whole
+    rows = [row for _, row in kept]
     return {(r["step"], r.get("split", "train"), frozenset(r) - {"step", "split"}) for r in rows}
 
 
