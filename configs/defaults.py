@@ -18,9 +18,13 @@ import ml_collections
 def training() -> ml_collections.ConfigDict:
     c = ml_collections.ConfigDict()
     c.seed = 42
-    # Numerics: matmuls in compute_dtype ("bfloat16" on TPU/GPU), parameters float32.
+    # Numerics (how this run computes the model, never saved with it: `bert_jax.model.numerics`):
+    # matmuls in compute_dtype ("bfloat16" on TPU/GPU), parameters in param_dtype.
     c.compute_dtype = "float32"
+    c.param_dtype = "float32"
     c.remat_policy = "none"  # none | full | dots | dots_no_batch
+    c.weight_grad_matmul = "auto"  # auto | transposed_copy | transposed_copy_wide | direct
+    c.dropout_rng = "hash"  # hash | threefry
     # Device mesh (data, fsdp, tensor); -1 takes the remaining devices.
     c.mesh_shape = (-1, 1, 1)
     # Overrides of the logical-axis rules (`bert_jax.training.sharding.LOGICAL_AXIS_RULES`), e.g.

@@ -15,6 +15,7 @@ from absl import flags, logging
 from bert_jax import convert
 from bert_jax.data import tokenization, user_paths, vocab_fit
 from bert_jax.model import features
+from bert_jax.model.numerics import DTYPES, Numerics
 from bert_jax.storage import atomic_files
 
 FLAGS = flags.FLAGS
@@ -33,6 +34,9 @@ def define_flags() -> None:
     flags.DEFINE_string("vocab_file", None, "vocab.txt (default: the one beside the checkpoint).")
     flags.DEFINE_bool("do_lower_case", True, "Lower-case and strip accents (uncased vocabularies).")
     flags.DEFINE_integer("batch_size", 32, "Examples per forward pass.")
+    flags.DEFINE_enum(
+        "compute_dtype", "float32", list(DTYPES), "Compute dtype (whatever the checkpoint was trained in)."
+    )
     flags.DEFINE_bool("overwrite", False, "Replace an existing --output.")
     flags.mark_flags_as_required(["checkpoint", "input", "output"])
 
@@ -54,8 +58,11 @@ def main(argv: list[str]) -> None:
     batch = tokenizer.encode_pairs(texts_a, texts_b, FLAGS.max_seq_length)
     layers = features.parse_layers(FLAGS.layers, config.num_hidden_layers)
     weights = [float(x) for x in FLAGS.layer_weights] if FLAGS.layer_weights else None
-    out = features.extract(params["bert"], config, batch, layers, FLAGS.batch_size, FLAGS.combine, weights)
-    out = np.asarray(out, np.float32)  # as documented, whatever the run computed in
+    numerics = Numerics(compute_dtype=FLAGS.compute_dtype)
+    out = features.extract(
+        params["bert"], config, batch, layers, FLAGS.batch_size, FLAGS.combine, weights, numerics
+    )
+    out = np.asarray(out, np.float32)  # as documented, whatever --compute_dtype
     buffer = io.BytesIO()
     np.save(buffer, out)
     with user_paths.removed_if_failed(os.path.dirname(FLAGS.output)):

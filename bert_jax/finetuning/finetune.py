@@ -149,8 +149,10 @@ class Finetuning:
         causal = inputs.bert_config.causal_attention
         self.packed = bool(config.pack_examples) and inputs.task.packable and not causal
         self.row_multiple = self.mesh.shape["data"] * self.mesh.shape["fsdp"] * int(config.grad_accum_steps)
-        self.model_config = engine.model_config(inputs.bert_config, config, self.mesh)
-        model = inputs.task.model(self.model_config)
+        self.model_config = inputs.bert_config
+        self.numerics = engine.numerics(config, self.mesh)
+        # Every head module takes the run's numerics beside the model config.
+        model = inputs.task.model(self.model_config).clone(numerics=self.numerics)
         self.objective = FinetuningObjective(model, inputs.task)
         tx, schedule = engine.create_optimizer(
             config, total_steps=total_steps, warmup_steps=int(config.warmup_proportion * total_steps)

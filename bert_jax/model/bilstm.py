@@ -25,6 +25,7 @@ import jax.numpy as jnp
 from bert_jax.model.config import BertConfig
 from bert_jax.model.encoder import BertModel
 from bert_jax.model.layers import dropout
+from bert_jax.model.numerics import DEFAULT, Numerics
 
 Array = jax.Array
 
@@ -56,16 +57,21 @@ def sentence_vector(outputs: Array, lengths: Array, size: int) -> Array:
 
 
 def _encode(
-    config: BertConfig, size: int, layers: int, inputs: tuple[Array, Array, Array], deterministic: bool
+    model: tuple[BertConfig, Numerics],
+    size: int,
+    layers: int,
+    inputs: tuple[Array, Array, Array],
+    deterministic: bool,
 ) -> tuple[Array, Array]:
     """Inside a head's compact call: the encoder (``bert``), then the BiLSTM (``bilstm``)."""
     input_ids, input_mask, segment_ids = inputs
-    seq, _, _ = BertModel(config, add_pooler=False, name="bert")(
+    config, numerics = model
+    seq, _, _ = BertModel(config, numerics, add_pooler=False, name="bert")(
         input_ids, input_mask, segment_ids, deterministic=deterministic
     )
     lengths = _lengths(input_mask)
     out = BiLSTM(size, layers, name="bilstm")(seq, lengths)
-    return dropout(config, config.hidden_dropout_prob)(out, deterministic), lengths
+    return dropout(numerics, config.hidden_dropout_prob)(out, deterministic), lengths
 
 
 class BertBiLSTMForSequenceClassification(nn.Module):
@@ -73,6 +79,7 @@ class BertBiLSTMForSequenceClassification(nn.Module):
     num_labels: int
     lstm_size: int = 0  # 0: the encoder's hidden size
     lstm_layers: int = 1
+    numerics: Numerics = DEFAULT
 
     @nn.compact
     def __call__(
@@ -80,7 +87,11 @@ class BertBiLSTMForSequenceClassification(nn.Module):
     ) -> Array:
         size = self.lstm_size or self.config.hidden_size
         out, lengths = _encode(
-            self.config, size, self.lstm_layers, (input_ids, input_mask, segment_ids), deterministic
+            (self.config, self.numerics),
+            size,
+            self.lstm_layers,
+            (input_ids, input_mask, segment_ids),
+            deterministic,
         )
         return nn.Dense(self.num_labels, name="classifier")(sentence_vector(out, lengths, size))
 
@@ -89,6 +100,7 @@ class BertBiLSTMForQuestionAnswering(nn.Module):
     config: BertConfig
     lstm_size: int = 0
     lstm_layers: int = 1
+    numerics: Numerics = DEFAULT
 
     @nn.compact
     def __call__(
@@ -96,7 +108,11 @@ class BertBiLSTMForQuestionAnswering(nn.Module):
     ) -> tuple[Array, Array]:
         size = self.lstm_size or self.config.hidden_size
         out, _ = _encode(
-            self.config, size, self.lstm_layers, (input_ids, input_mask, segment_ids), deterministic
+            (self.config, self.numerics),
+            size,
+            self.lstm_layers,
+            (input_ids, input_mask, segment_ids),
+            deterministic,
         )
         logits = nn.Dense(2, name="qa_outputs")(out)
         return logits[..., 0], logits[..., 1]
@@ -107,6 +123,7 @@ class BertBiLSTMForTokenClassification(nn.Module):
     num_labels: int
     lstm_size: int = 0
     lstm_layers: int = 1
+    numerics: Numerics = DEFAULT
 
     @nn.compact
     def __call__(
@@ -114,7 +131,11 @@ class BertBiLSTMForTokenClassification(nn.Module):
     ) -> Array:
         size = self.lstm_size or self.config.hidden_size
         out, _ = _encode(
-            self.config, size, self.lstm_layers, (input_ids, input_mask, segment_ids), deterministic
+            (self.config, self.numerics),
+            size,
+            self.lstm_layers,
+            (input_ids, input_mask, segment_ids),
+            deterministic,
         )
         return nn.Dense(self.num_labels, name="classifier")(out)
 
@@ -123,6 +144,7 @@ class BertBiLSTMForMultipleChoice(nn.Module):
     config: BertConfig
     lstm_size: int = 0
     lstm_layers: int = 1
+    numerics: Numerics = DEFAULT
 
     @nn.compact
     def __call__(
@@ -132,7 +154,7 @@ class BertBiLSTMForMultipleChoice(nn.Module):
         flat = lambda x: x.reshape(b * c, s)
         size = self.lstm_size or self.config.hidden_size
         out, lengths = _encode(
-            self.config,
+            (self.config, self.numerics),
             size,
             self.lstm_layers,
             (flat(input_ids), flat(input_mask), flat(segment_ids)),

@@ -4,6 +4,9 @@
 argument of `jax.jit`; the run configuration (`configs/*.py`, ml-collections) carries it
 as a plain `ConfigDict` under `config.model` and turns it into a `BertConfig` with
 `BertConfig.from_dict`, which rejects unknown keys by name.
+
+It describes the model alone, which is what a checkpoint's ``bert_config.json`` holds; how a
+run computes it (dtypes, remat, the dense form, dropout masks) is its `numerics.Numerics`.
 """
 
 from __future__ import annotations
@@ -13,6 +16,8 @@ from collections.abc import Mapping
 from typing import Any
 
 import ml_collections
+
+from bert_jax.model.numerics import LEGACY_MODEL_KEYS
 
 ACTIVATIONS = ("gelu", "gelu_tanh", "relu")
 # The fields that fix parameter shapes: two configs that agree on these share checkpoints.
@@ -30,13 +35,11 @@ SHAPE_KEYS = (
 # agree on them too; a config file written before they existed means the defaults.
 ARCHITECTURE_KEYS = ("pre_layer_norm", "gated_ffn", "position_embedding_type", "rotary_base", "use_bias")
 POSITION_EMBEDDINGS = ("absolute", "rotary", "sinusoidal", "alibi")
-REMAT_POLICIES = ("none", "full", "dots", "dots_no_batch")
-WEIGHT_GRAD_MATMULS = ("auto", "transposed_copy", "transposed_copy_wide", "direct")
 
 
 @dataclasses.dataclass(frozen=True)
 class BertConfig:
-    """Shape and numerics of a BERT encoder.
+    """Shape and architecture of a BERT encoder.
 
     Field names follow the original `bert_config.json` (and Hugging Face's `BertConfig`)
     so that released configs load as they are.
@@ -56,30 +59,11 @@ class BertConfig:
     type_vocab_size: int = 2
     initializer_range: float = 0.02
     layer_norm_eps: float = 1e-12
-    # Compute dtype for matmuls ("float32" or "bfloat16"); parameters stay float32.
-    dtype: str = "float32"
-    # Rematerialisation of each encoder layer in the backward pass.
-    remat_policy: str = "none"
     # Scan over layers (one compiled layer body, stacked [L, ...] parameters): much faster
     # compilation for deep models; `encoder.unstack_layers` converts to per-layer names.
     scan_layers: bool = False
     # Left-to-right (causal) attention: the paper's "LTR & No NSP" ablation (Table 5).
     causal_attention: bool = False
-    # Dropout masks: "hash" (a counter-based integer hash of each element's index, seeded
-    # per layer and step from the dropout key; ~7x cheaper than threefry on CPU) or
-    # "threefry" (jax.random.bernoulli). Both are Bernoulli(1 - rate) per element.
-    dropout_rng: str = "hash"
-    # How weight-gradient matmuls (x^T g) are computed: "transposed_copy" writes x^T once
-    # and multiplies it row-major; "transposed_copy_wide" does so only in layers whose in
-    # and out widths are both >= 512 (below that the copy costs more than it can save: 12%
-    # slower on the L2 H128 demo step); "direct" lets XLA read x along its columns; "auto"
-    # is transposed_copy_wide on CPU and direct elsewhere (`for_platform`). Why: XLA:CPU
-    # sends row-major products to YNNPACK, which uses AVX-512 where the CPU has it, but a
-    # dot whose left operand is contracted along its rows to Eigen, which jaxlib compiles
-    # for AVX only (its baseline):
-    # on AVX-512 hosts with full-width FMA units that is half the speed for a third of the
-    # training FLOPs. TPUs and GPUs read transposed operands natively: no copy there.
-    weight_grad_matmul: str = "auto"
     # The word-embedding rows and the MLM output bias are padded to a multiple of this, so
     # that tensor parallelism can split the vocabulary (30522 divides by 2 only; 128, as in
     # MaxText and levanter, suits every tensor size up to 128). Padded ids are never
@@ -116,12 +100,6 @@ class BertConfig:
             )
         if self.hidden_act not in ACTIVATIONS:
             raise ValueError(f"hidden_act={self.hidden_act!r} not in {ACTIVATIONS}")
-        if self.remat_policy not in REMAT_POLICIES:
-            raise ValueError(f"remat_policy={self.remat_policy!r} not in {REMAT_POLICIES}")
-        if self.dropout_rng not in ("hash", "threefry"):
-            raise ValueError(f"dropout_rng={self.dropout_rng!r} must be 'hash' or 'threefry'")
-        if self.weight_grad_matmul not in WEIGHT_GRAD_MATMULS:
-            raise ValueError(f"weight_grad_matmul={self.weight_grad_matmul!r} not in {WEIGHT_GRAD_MATMULS}")
         if not isinstance(self.vocab_pad_multiple, int) or self.vocab_pad_multiple < 1:
             raise ValueError(f"vocab_pad_multiple={self.vocab_pad_multiple!r} must be an integer >= 1")
         if self.position_embedding_type not in POSITION_EMBEDDINGS:
@@ -132,8 +110,6 @@ class BertConfig:
             raise ValueError(f"rotary position embeddings need an even head size, not {self.head_dim}")
         if self.position_embedding_type == "sinusoidal" and self.hidden_size % 2:
             raise ValueError(f"sinusoidal positions need an even hidden size, not {self.hidden_size}")
-        if self.dtype not in ("float32", "bfloat16", "float16"):
-            raise ValueError(f"dtype={self.dtype!r} must be float32, bfloat16 or float16")
 
     @property
     def rotary(self) -> bool:
@@ -166,7 +142,8 @@ class BertConfig:
         """Builds a config, failing with the offending key's name on unknown keys.
 
         Keys that Hugging Face / TF configs carry but that do not change the
-        architecture (``model_type``, ``architectures``, ...) are ignored.
+        architecture (``model_type``, ``architectures``, ...) are ignored, as are the run
+        numerics older bert_jax files saved with the model (``dtype``, ``remat_policy``, ...).
         """
         if isinstance(values, ml_collections.ConfigDict):
             values = values.to_dict()
@@ -189,6 +166,7 @@ class BertConfig:
             "_name_or_path",
             "is_decoder",
             "add_cross_attention",
+            *LEGACY_MODEL_KEYS,
         }
         unknown = sorted(set(values) - known - ignorable)
         if unknown:
@@ -197,15 +175,6 @@ class BertConfig:
         if kwargs.get("hidden_act") == "gelu_new":
             kwargs["hidden_act"] = "gelu_tanh"
         return cls(**kwargs)
-
-    def for_platform(self, platform: str) -> BertConfig:
-        """This config with ``weight_grad_matmul="auto"`` decided for `platform` ("cpu",
-        "tpu", "gpu"): a program lowered ahead of time for a TPU (`plan`) from a CPU
-        process gets the TPU choice."""
-        if self.weight_grad_matmul != "auto":
-            return self
-        choice = "transposed_copy_wide" if platform == "cpu" else "direct"
-        return self.replace(weight_grad_matmul=choice)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -236,16 +205,11 @@ MODEL_PRESETS: dict[str, BertConfig] = {
 }
 
 
-# BertConfig fields a run config sets at its top level (`configs/defaults.py`).
-RUN_KEYS = ("dtype", "remat_policy")
-
-
 def model_config_dict(preset: str, **overrides: Any) -> ml_collections.ConfigDict:
     """The `config.model` block of a run config for one preset."""
     if preset not in MODEL_PRESETS:
         raise ValueError(f"Unknown model preset {preset!r}; choose from {sorted(MODEL_PRESETS)}")
-    # Run-time numerics are the run's (``compute_dtype``, ``remat_policy``), not the model's.
-    values = {k: v for k, v in MODEL_PRESETS[preset].to_dict().items() if k not in RUN_KEYS}
+    values = MODEL_PRESETS[preset].to_dict()
     # New models pad the vocabulary so that any tensor-parallel size up to 128 splits it.
     values["vocab_pad_multiple"] = 128
     unknown = sorted(set(overrides) - set(values))

@@ -13,8 +13,9 @@ sinusoids, "alibi" distance penalties on the scores), dense layers without biase
 
 Every parameter carries logical axis names (`nn.with_logical_partitioning`) and large
 activations carry logical constraints, so `sharding.py` decides where everything lives
-from rules alone. Parameters are float32; `BertConfig.dtype` sets the compute dtype.
-Softmax and LayerNorm statistics are computed in float32 whatever the compute dtype.
+from rules alone. How a run computes the model (dtypes, remat, the dense form, dropout
+masks) is its `Numerics` (``numerics``, beside ``config`` in every module); softmax and
+LayerNorm statistics are computed in float32 whatever the compute dtype.
 
 Shapes in comments: B batch, S sequence, H hidden, N heads, D head dim, F intermediate.
 """
@@ -34,16 +35,15 @@ from bert_jax.model.layers import (
     activation,
     alibi_bias,
     apply_rotary,
-    compute_dtype,
     dense,
     dropout,
     layer_norm,
     normal_init,
     rotary_tables,
     sinusoid_table,
-    weight_grad,
     zeros_init,
 )
+from bert_jax.model.numerics import DEFAULT, Numerics
 
 Array = jax.Array
 
@@ -55,14 +55,15 @@ class BertEmbeddings(nn.Module):
     here (they act inside attention)."""
 
     config: BertConfig
+    numerics: Numerics = DEFAULT
 
     def setup(self) -> None:
-        c = self.config
+        c, num = self.config, self.numerics
         self.word_embeddings = nn.Embed(
             c.padded_vocab_size,  # rows past vocab_size: padding (`BertConfig.vocab_pad_multiple`)
             c.hidden_size,
-            dtype=compute_dtype(c),
-            param_dtype=jnp.float32,
+            dtype=num.dtype,
+            param_dtype=num.params,
             embedding_init=normal_init(c, ("vocab", "embed")),
         )
         if c.position_embedding_type == "sinusoidal":
@@ -70,25 +71,25 @@ class BertEmbeddings(nn.Module):
                 "position_scale",
                 nn.with_logical_partitioning(nn.initializers.constant(c.hidden_size**-0.5), ()),
                 (),
-                jnp.float32,
+                num.params,
             )
         if c.position_embedding_type == "absolute":
             self.position_embeddings = nn.Embed(
                 c.max_position_embeddings,
                 c.hidden_size,
-                dtype=compute_dtype(c),
-                param_dtype=jnp.float32,
+                dtype=num.dtype,
+                param_dtype=num.params,
                 embedding_init=normal_init(c, ("position", "embed")),
             )
         self.token_type_embeddings = nn.Embed(
             c.type_vocab_size,
             c.hidden_size,
-            dtype=compute_dtype(c),
-            param_dtype=jnp.float32,
+            dtype=num.dtype,
+            param_dtype=num.params,
             embedding_init=normal_init(c, ("type_vocab", "embed")),
         )
-        self.layer_norm = layer_norm(c, "LayerNorm")
-        self.dropout = dropout(c, c.hidden_dropout_prob)
+        self.layer_norm = layer_norm(c, num, "LayerNorm")
+        self.dropout = dropout(num, c.hidden_dropout_prob)
 
     def __call__(
         self, input_ids: Array, token_type_ids: Array, position_ids: Array, deterministic: bool
@@ -108,7 +109,7 @@ class BertEmbeddings(nn.Module):
         """Float32 logits against the word-embedding table (the MLM decoder is tied to it)
         plus `bias`, through `ops.tied_logits` (its gradient is cheaper than autodiff's)."""
         table = self.word_embeddings.embedding
-        return ops.tied_logits(x, table.astype(x.dtype), bias, weight_grad(self.config, *table.shape))
+        return ops.tied_logits(x, table.astype(x.dtype), bias, self.numerics.weight_grad(*table.shape))
 
 
 class _HeadsDense(nn.Module):
@@ -120,22 +121,23 @@ class _HeadsDense(nn.Module):
     """
 
     config: BertConfig
+    numerics: Numerics
     to_heads: bool
 
     @nn.compact
     def __call__(self, x: Array) -> Array:
-        c = self.config
+        c, num = self.config, self.numerics
         n, d, h = c.num_attention_heads, c.head_dim, c.hidden_size
-        dt = compute_dtype(c)
+        dt = num.dtype
         if self.to_heads:
             shape, axes, bias_axes = (h, n, d), ("embed", "heads", "kv"), ("heads", "kv")
         else:
             shape, axes, bias_axes = (n, d, h), ("heads", "kv", "embed"), ("embed",)
-        kernel = self.param("kernel", normal_init(c, axes), shape)
+        kernel = self.param("kernel", normal_init(c, axes), shape, num.params)
         bias = None
         if c.use_bias:
             bias_shape = shape[1:] if self.to_heads else (h,)
-            bias = self.param("bias", zeros_init(bias_axes), bias_shape).reshape(-1).astype(dt)
+            bias = self.param("bias", zeros_init(bias_axes), bias_shape, num.params).reshape(-1).astype(dt)
         # The product as a plain 2-D matmul on reshaped views (free bitcasts): written as
         # a 3-D einsum, XLA's CPU backend copies every kernel into transposed layouts for
         # the backward pass (~4% of a BERT-Base step).
@@ -144,7 +146,7 @@ class _HeadsDense(nn.Module):
         k2 = kernel.reshape((h, n * d) if self.to_heads else (n * d, h)).astype(dt)
         # The bias too is added to the 2-D product: its gradient is then a mat-vec on the
         # 2-D gradient the kernel gradient uses, not on one more transposed copy.
-        y = ops.dense(x2, k2, bias, weight_grad(c, *k2.shape))
+        y = ops.dense(x2, k2, bias, num.weight_grad(*k2.shape))
         return y.reshape(*lead, n, d) if self.to_heads else y.reshape(*lead, h)
 
 
@@ -157,17 +159,18 @@ class BertSelfAttention(nn.Module):
     """
 
     config: BertConfig
+    numerics: Numerics = DEFAULT
 
     @nn.compact
     def __call__(
         self, x: Array, attention_bias: Array, deterministic: bool, rope: tuple[Array, Array] | None = None
     ) -> Array:
-        c = self.config
-        dt = compute_dtype(c)
+        c, num = self.config, self.numerics
+        dt = num.dtype
         d = c.head_dim
-        q = _HeadsDense(c, to_heads=True, name="query")(x)  # [B, S, N, D]
-        k = _HeadsDense(c, to_heads=True, name="key")(x)
-        v = _HeadsDense(c, to_heads=True, name="value")(x)
+        q = _HeadsDense(c, num, to_heads=True, name="query")(x)  # [B, S, N, D]
+        k = _HeadsDense(c, num, to_heads=True, name="key")(x)
+        v = _HeadsDense(c, num, to_heads=True, name="value")(x)
         if rope is not None:
             q, k = apply_rotary(q, *rope), apply_rotary(k, *rope)
         q = nn.with_logical_constraint(
@@ -177,9 +180,9 @@ class BertSelfAttention(nn.Module):
         scores = jnp.einsum("bqnd,bknd->bnqk", q, k, preferred_element_type=jnp.float32)
         scores = scores + attention_bias  # [B, N, S, S] + [B, 1|N, 1|S, S]
         probs = jax.nn.softmax(scores, axis=-1).astype(dt)
-        probs = dropout(c, c.attention_probs_dropout_prob)(probs, deterministic)
+        probs = dropout(num, c.attention_probs_dropout_prob)(probs, deterministic)
         ctx = jnp.einsum("bnqk,bknd->bqnd", probs, v)  # [B, S, N, D]
-        return _HeadsDense(c, to_heads=False, name="output")(ctx)  # [B, S, H]
+        return _HeadsDense(c, num, to_heads=False, name="output")(ctx)  # [B, S, H]
 
 
 class BertLayer(nn.Module):
@@ -188,46 +191,49 @@ class BertLayer(nn.Module):
     by the sub-layer it belongs to)."""
 
     config: BertConfig
+    numerics: Numerics = DEFAULT
 
     @nn.compact
     def __call__(
         self, x: Array, attention_bias: Array, deterministic: bool, rope: tuple[Array, Array] | None = None
     ) -> Array:
-        c = self.config
-        attention = BertSelfAttention(c, name="attention")
-        attention_norm = layer_norm(c, "attention_LayerNorm")
-        output_norm = layer_norm(c, "output_LayerNorm")
+        c, num = self.config, self.numerics
+        attention = BertSelfAttention(c, num, name="attention")
+        attention_norm = layer_norm(c, num, "attention_LayerNorm")
+        output_norm = layer_norm(c, num, "output_LayerNorm")
         if c.pre_layer_norm:  # x + f(LN(x)): the residual stream is never normalised
             attn = attention(attention_norm(x), attention_bias, deterministic, rope)
-            x = x + dropout(c, c.hidden_dropout_prob)(attn, deterministic)
-            h = dropout(c, c.hidden_dropout_prob)(self.feed_forward(output_norm(x)), deterministic)
+            x = x + dropout(num, c.hidden_dropout_prob)(attn, deterministic)
+            h = dropout(num, c.hidden_dropout_prob)(self.feed_forward(output_norm(x)), deterministic)
             x = x + h
         else:  # LN(x + f(x))
             attn = attention(x, attention_bias, deterministic, rope)
-            attn = dropout(c, c.hidden_dropout_prob)(attn, deterministic)
+            attn = dropout(num, c.hidden_dropout_prob)(attn, deterministic)
             x = attention_norm(x + attn)
-            h = dropout(c, c.hidden_dropout_prob)(self.feed_forward(x), deterministic)
+            h = dropout(num, c.hidden_dropout_prob)(self.feed_forward(x), deterministic)
             x = output_norm(x + h)
         return nn.with_logical_constraint(x, ("activation_batch", "activation_length", "activation_embed"))
 
     def feed_forward(self, x: Array) -> Array:
         """[B, S, H] → [B, S, H]: act(x W_in) W_out, or act(x W_gate) * (x W_in) W_out
         (`gated_ffn`: GeGLU with gelu)."""
-        c = self.config
-        h = dense(c, c.intermediate_size, ("embed", "mlp"), "intermediate", use_bias=c.use_bias)(
+        c, num = self.config, self.numerics
+        h = dense(c, num, c.intermediate_size, ("embed", "mlp"), "intermediate", use_bias=c.use_bias)(
             x
         )  # [B, S, F]
         h = nn.with_logical_constraint(h, ("activation_batch", "activation_length", "activation_mlp"))
         if c.gated_ffn:
-            gate = dense(c, c.intermediate_size, ("embed", "mlp"), "intermediate_gate", use_bias=c.use_bias)
+            gate = dense(
+                c, num, c.intermediate_size, ("embed", "mlp"), "intermediate_gate", use_bias=c.use_bias
+            )
             h = activation(c.hidden_act)(gate(x)) * h
         else:
             h = activation(c.hidden_act)(h)
-        return dense(c, c.hidden_size, ("mlp", "embed"), "output", copy="copy_g", use_bias=c.use_bias)(h)
+        return dense(c, num, c.hidden_size, ("mlp", "embed"), "output", copy="copy_g", use_bias=c.use_bias)(h)
 
 
 def _remat(policy: str) -> Callable[[type[nn.Module]], type[nn.Module]]:
-    """Wraps a layer class in `nn.remat` per the config's policy (or not at all)."""
+    """Wraps a layer class in `nn.remat` per the run's policy (or not at all)."""
     if policy == "none":
         return lambda cls: cls
     policies = {
@@ -243,14 +249,15 @@ class _ScannedLayer(nn.Module):
     """BertLayer in the (carry, output) form `nn.scan` needs."""
 
     config: BertConfig
+    numerics: Numerics
     output_hidden_states: bool
 
     @nn.compact
     def __call__(
         self, x: Array, attention_bias: Array, deterministic: bool, rope: tuple[Array, Array] | None
     ) -> tuple[Array, Any]:
-        layer_cls = _remat(self.config.remat_policy)(BertLayer)
-        x = layer_cls(self.config, name="layer")(x, attention_bias, deterministic, rope)
+        layer_cls = _remat(self.numerics.remat_policy)(BertLayer)
+        x = layer_cls(self.config, self.numerics, name="layer")(x, attention_bias, deterministic, rope)
         return x, (x if self.output_hidden_states else None)
 
 
@@ -260,6 +267,7 @@ class BertEncoder(nn.Module):
     followed by each layer's output (the last one normalised like the output)."""
 
     config: BertConfig
+    numerics: Numerics = DEFAULT
 
     @nn.compact
     def __call__(
@@ -270,7 +278,7 @@ class BertEncoder(nn.Module):
         output_hidden_states: bool,
         rope: tuple[Array, Array] | None = None,
     ) -> tuple[Array, tuple[Array, ...]]:
-        c = self.config
+        c, num = self.config, self.numerics
         if c.scan_layers:
             scanned = nn.scan(
                 _ScannedLayer,
@@ -281,18 +289,20 @@ class BertEncoder(nn.Module):
                 metadata_params={nn.PARTITION_NAME: "layers"},
             )
             embedded = x
-            x, ys = scanned(c, output_hidden_states, name="layers")(x, attention_bias, deterministic, rope)
+            x, ys = scanned(c, num, output_hidden_states, name="layers")(
+                x, attention_bias, deterministic, rope
+            )
             hidden_states = (
                 [embedded, *(ys[i] for i in range(c.num_hidden_layers))] if output_hidden_states else []
             )
         else:
-            layer_cls = _remat(c.remat_policy)(BertLayer)
+            layer_cls = _remat(num.remat_policy)(BertLayer)
             hidden_states = [x]
             for i in range(c.num_hidden_layers):
-                x = layer_cls(c, name=f"layer_{i}")(x, attention_bias, deterministic, rope)
+                x = layer_cls(c, num, name=f"layer_{i}")(x, attention_bias, deterministic, rope)
                 hidden_states.append(x)
         if c.pre_layer_norm:
-            x = layer_norm(c, "final_LayerNorm")(x)
+            x = layer_norm(c, num, "final_LayerNorm")(x)
             if hidden_states:
                 hidden_states[-1] = x
         return x, tuple(hidden_states) if output_hidden_states else ()
@@ -324,6 +334,7 @@ class BertPooler(nn.Module):
     the sentence-level representation, [B, H] (or [B, K, H])."""
 
     config: BertConfig
+    numerics: Numerics = DEFAULT
 
     @nn.compact
     def __call__(self, sequence_output: Array, positions: Array | None = None) -> Array:
@@ -331,7 +342,8 @@ class BertPooler(nn.Module):
             cls = sequence_output[:, 0]
         else:
             cls = jnp.take_along_axis(sequence_output, positions[..., None].astype(jnp.int32), axis=1)
-        return jnp.tanh(dense(self.config, self.config.hidden_size, ("embed", "dense_out"), "dense")(cls))
+        c = self.config
+        return jnp.tanh(dense(c, self.numerics, c.hidden_size, ("embed", "dense_out"), "dense")(cls))
 
 
 def attention_bias(input_mask: Array, causal: bool, packed: bool) -> Array:
@@ -361,13 +373,14 @@ class BertModel(nn.Module):
     """
 
     config: BertConfig
+    numerics: Numerics = DEFAULT
     add_pooler: bool = True
 
     def setup(self) -> None:
-        self.embeddings = BertEmbeddings(self.config)
-        self.encoder = BertEncoder(self.config)
+        self.embeddings = BertEmbeddings(self.config, self.numerics)
+        self.encoder = BertEncoder(self.config, self.numerics)
         if self.add_pooler:
-            self.pooler = BertPooler(self.config)
+            self.pooler = BertPooler(self.config, self.numerics)
 
     def __call__(
         self,

@@ -28,6 +28,7 @@ import numpy as np
 from bert_jax.data import text_files
 from bert_jax.model.config import BertConfig
 from bert_jax.model.encoder import BertModel
+from bert_jax.model.numerics import DEFAULT, Numerics
 
 
 def read_examples(path: str) -> tuple[list[str], list[str | None] | None]:
@@ -62,11 +63,13 @@ def extract(
     batch_size: int = 32,
     combine: str = "concat",
     weights: Sequence[float] | None = None,
+    numerics: Numerics = DEFAULT,
 ) -> np.ndarray:
     """float32, zero at padding: ``[examples, tokens, hidden x len(layers)]`` for concat,
     ``[examples, tokens, hidden]`` for sum, ``[examples, tokens, len(layers), hidden]`` for
-    stack."""
-    model = BertModel(config, add_pooler=False)
+    stack. Computed with `numerics` (float32 by default, whatever the checkpoint was trained
+    in: numerics are the run's, not the model's)."""
+    model = BertModel(config, numerics, add_pooler=False)
     num = config.num_hidden_layers
     index = [layer if layer >= 0 else num + 1 + layer for layer in layers]
     if any(not 0 <= i <= num for i in index):
@@ -96,5 +99,5 @@ def extract(
         else:
             feats = np.stack(states, axis=2)
         mask = batch["input_mask"][sl].reshape(*feats.shape[:2], *([1] * (feats.ndim - 2)))
-        out.append(feats * mask)
+        out.append(feats * mask.astype(np.float32))
     return np.concatenate(out)

@@ -16,7 +16,8 @@ import jax.numpy as jnp
 
 from bert_jax.model.config import BertConfig
 from bert_jax.model.encoder import BertModel
-from bert_jax.model.layers import activation, compute_dtype, dense, dropout, layer_norm, zeros_init
+from bert_jax.model.layers import activation, dense, dropout, layer_norm, zeros_init
+from bert_jax.model.numerics import DEFAULT, Numerics
 
 Array = jax.Array
 
@@ -30,15 +31,16 @@ class MaskedLMHead(nn.Module):
     """Dense + GELU + LayerNorm transform, decoder tied to the word embeddings, own bias."""
 
     config: BertConfig
+    numerics: Numerics = DEFAULT
 
     @nn.compact
     def __call__(self, hidden: Array, bert: BertModel) -> Array:
-        c = self.config
-        h = dense(c, c.hidden_size, ("embed", "dense_out"), "transform", use_bias=c.use_bias)(hidden)
+        c, num = self.config, self.numerics
+        h = dense(c, num, c.hidden_size, ("embed", "dense_out"), "transform", use_bias=c.use_bias)(hidden)
         h = activation(c.hidden_act)(h)
-        h = layer_norm(c, "transform_LayerNorm")(h)
-        bias = self.param("bias", zeros_init(("vocab",)), (c.padded_vocab_size,), jnp.float32)
-        logits = bert.attend(h.astype(compute_dtype(c)), bias)  # [..., V] float32
+        h = layer_norm(c, num, "transform_LayerNorm")(h)
+        bias = self.param("bias", zeros_init(("vocab",)), (c.padded_vocab_size,), num.params)
+        logits = bert.attend(h.astype(num.dtype), bias)  # [..., V] float32
         return nn.with_logical_constraint(
             mask_padded_vocab(logits, c), ("activation_batch", "activation_length", "activation_vocab")
         )
@@ -62,11 +64,12 @@ class BertForPreTraining(nn.Module):
     """
 
     config: BertConfig
+    numerics: Numerics = DEFAULT
 
     def setup(self) -> None:
-        self.bert = BertModel(self.config)
-        self.mlm = MaskedLMHead(self.config)
-        self.nsp = dense(self.config, 2, ("dense_out", "classes"), "nsp")
+        self.bert = BertModel(self.config, self.numerics)
+        self.mlm = MaskedLMHead(self.config, self.numerics)
+        self.nsp = dense(self.config, self.numerics, 2, ("dense_out", "classes"), "nsp")
 
     def __call__(
         self,
@@ -92,6 +95,7 @@ class BertForSequenceClassification(nn.Module):
 
     config: BertConfig
     num_labels: int
+    numerics: Numerics = DEFAULT
 
     @nn.compact
     def __call__(
@@ -104,7 +108,7 @@ class BertForSequenceClassification(nn.Module):
         *,
         deterministic: bool = True,
     ) -> Array:
-        _, pooled, _ = BertModel(self.config, name="bert")(
+        _, pooled, _ = BertModel(self.config, self.numerics, name="bert")(
             input_ids,
             input_mask,
             segment_ids,
@@ -112,8 +116,10 @@ class BertForSequenceClassification(nn.Module):
             deterministic=deterministic,
             cls_positions=cls_positions,
         )
-        pooled = dropout(self.config, self.config.hidden_dropout_prob)(pooled, deterministic)
-        logits = dense(self.config, self.num_labels, ("dense_out", "classes"), "classifier")(pooled)
+        pooled = dropout(self.numerics, self.config.hidden_dropout_prob)(pooled, deterministic)
+        logits = dense(self.config, self.numerics, self.num_labels, ("dense_out", "classes"), "classifier")(
+            pooled
+        )
         return logits.astype(jnp.float32)
 
 
@@ -121,15 +127,18 @@ class BertForQuestionAnswering(nn.Module):
     """Span prediction (SQuAD): start and end logits at every token, each [B, S]."""
 
     config: BertConfig
+    numerics: Numerics = DEFAULT
 
     @nn.compact
     def __call__(
         self, input_ids: Array, input_mask: Array, segment_ids: Array, *, deterministic: bool = True
     ) -> tuple[Array, Array]:
-        seq, _, _ = BertModel(self.config, add_pooler=False, name="bert")(
+        seq, _, _ = BertModel(self.config, self.numerics, add_pooler=False, name="bert")(
             input_ids, input_mask, segment_ids, deterministic=deterministic
         )
-        logits = dense(self.config, 2, ("embed", "classes"), "qa_outputs")(seq).astype(jnp.float32)
+        logits = dense(self.config, self.numerics, 2, ("embed", "classes"), "qa_outputs")(seq).astype(
+            jnp.float32
+        )
         return logits[..., 0], logits[..., 1]
 
 
@@ -138,16 +147,17 @@ class BertForTokenClassification(nn.Module):
 
     config: BertConfig
     num_labels: int
+    numerics: Numerics = DEFAULT
 
     @nn.compact
     def __call__(
         self, input_ids: Array, input_mask: Array, segment_ids: Array, *, deterministic: bool = True
     ) -> Array:
-        seq, _, _ = BertModel(self.config, add_pooler=False, name="bert")(
+        seq, _, _ = BertModel(self.config, self.numerics, add_pooler=False, name="bert")(
             input_ids, input_mask, segment_ids, deterministic=deterministic
         )
-        seq = dropout(self.config, self.config.hidden_dropout_prob)(seq, deterministic)
-        logits = dense(self.config, self.num_labels, ("embed", "classes"), "classifier")(seq)
+        seq = dropout(self.numerics, self.config.hidden_dropout_prob)(seq, deterministic)
+        logits = dense(self.config, self.numerics, self.num_labels, ("embed", "classes"), "classifier")(seq)
         return logits.astype(jnp.float32)
 
 
@@ -155,6 +165,7 @@ class BertForMultipleChoice(nn.Module):
     """SWAG: each of C choices encoded as its own sequence; one score each → [B, C]."""
 
     config: BertConfig
+    numerics: Numerics = DEFAULT
 
     @nn.compact
     def __call__(
@@ -162,9 +173,9 @@ class BertForMultipleChoice(nn.Module):
     ) -> Array:
         b, c, s = input_ids.shape
         flat = lambda x: x.reshape(b * c, s)
-        _, pooled, _ = BertModel(self.config, name="bert")(
+        _, pooled, _ = BertModel(self.config, self.numerics, name="bert")(
             flat(input_ids), flat(input_mask), flat(segment_ids), deterministic=deterministic
         )
-        pooled = dropout(self.config, self.config.hidden_dropout_prob)(pooled, deterministic)
-        logits = dense(self.config, 1, ("dense_out", "classes"), "classifier")(pooled)
+        pooled = dropout(self.numerics, self.config.hidden_dropout_prob)(pooled, deterministic)
+        logits = dense(self.config, self.numerics, 1, ("dense_out", "classes"), "classifier")(pooled)
         return logits.astype(jnp.float32).reshape(b, c)

@@ -1,7 +1,8 @@
 """The parameterised building blocks of `encoder.py` and `heads.py`: dense layers,
 LayerNorm, dropout and activations, every parameter tagged with its logical axes
 (`nn.with_logical_partitioning`) so that `sharding.py` places it from the rules alone.
-Parameters are float32; `BertConfig.dtype` is the compute dtype."""
+How a run computes them (dtypes, weight-gradient form, dropout masks) is its `Numerics`,
+passed to each block beside the model's `BertConfig`."""
 
 from __future__ import annotations
 
@@ -15,12 +16,9 @@ import jax.numpy as jnp
 
 from bert_jax.model import ops
 from bert_jax.model.config import BertConfig
+from bert_jax.model.numerics import Numerics
 
 Array = jax.Array
-
-
-def compute_dtype(config: BertConfig) -> jnp.dtype:
-    return jnp.dtype(config.dtype)
 
 
 def normal_init(config: BertConfig, axes: tuple[str | None, ...]) -> Callable[..., Any]:
@@ -50,7 +48,7 @@ def activation(name: str) -> Callable[[Array], Array]:
 
 
 class Dropout(nn.Module):
-    """Inverted dropout with the config's mask generator (`ops.dropout_keep_mask`)."""
+    """Inverted dropout with the run's mask generator (`ops.dropout_keep_mask`)."""
 
     rate: float
     impl: str = "hash"
@@ -65,36 +63,20 @@ class Dropout(nn.Module):
         return jnp.where(keep, x / jnp.asarray(1.0 - self.rate, x.dtype), jnp.zeros_like(x))
 
 
-def dropout(config: BertConfig, rate: float, name: str | None = None) -> Dropout:
-    return Dropout(rate, config.dropout_rng, name=name)
+def dropout(numerics: Numerics, rate: float, name: str | None = None) -> Dropout:
+    return Dropout(rate, numerics.dropout_rng, name=name)
 
 
-def layer_norm(config: BertConfig, name: str) -> nn.LayerNorm:
-    """LayerNorm with eps 1e-12 and float32 statistics."""
+def layer_norm(config: BertConfig, numerics: Numerics, name: str) -> nn.LayerNorm:
+    """LayerNorm with the config's eps (1e-12) and float32 statistics."""
     return nn.LayerNorm(
         epsilon=config.layer_norm_eps,
-        dtype=compute_dtype(config),
-        param_dtype=jnp.float32,
+        dtype=numerics.dtype,
+        param_dtype=numerics.params,
         scale_init=ones_init(("norm",)),
         bias_init=zeros_init(("norm",)),
         name=name,
     )
-
-
-# Under "transposed_copy_wide", layers narrower than this keep the direct weight gradient.
-_MIN_COPY_WIDTH = 512
-
-
-def weight_grad(config: BertConfig, fan_in: int, fan_out: int, copy: str = "copy_x") -> str:
-    """How `ops.dense` computes the weight gradient of a ``[fan_in, fan_out]`` kernel:
-    `copy` (which operand to transpose) where the config asks for transposed copies, else
-    "direct". "auto" is decided once, for the mesh's platform, where a run builds its model
-    config (`engine.model_config`); a model built without that (inference, conversion)
-    computes no weight gradients, and "auto" reads as "direct" here."""
-    choice = config.weight_grad_matmul
-    if choice == "transposed_copy_wide":
-        choice = "transposed_copy" if min(fan_in, fan_out) >= _MIN_COPY_WIDTH else "direct"
-    return copy if choice == "transposed_copy" else "direct"
 
 
 class Dense(nn.Module):
@@ -107,9 +89,10 @@ class Dense(nn.Module):
     """
 
     config: BertConfig
+    numerics: Numerics
     features: int
     axes: tuple[str | None, str | None]
-    # Which operand the weight gradient transposes when the config asks for copies
+    # Which operand the weight gradient transposes when the run asks for copies
     # (`ops.dense`): "copy_g" where the input is an elementwise result (the GELU output)
     # that XLA would recompute, column by column, inside its copy (~6x slower).
     copy: str = "copy_x"
@@ -117,20 +100,22 @@ class Dense(nn.Module):
 
     @nn.compact
     def __call__(self, inputs: Array) -> Array:
-        c = self.config
-        dt = compute_dtype(c)
-        kernel = self.param("kernel", normal_init(c, self.axes), (inputs.shape[-1], self.features))
+        c, num = self.config, self.numerics
+        dt = num.dtype
+        shape = (inputs.shape[-1], self.features)
+        kernel = self.param("kernel", normal_init(c, self.axes), shape, num.params)
         bias = None
         if self.use_bias:
-            bias = self.param("bias", zeros_init(self.axes[1:]), (self.features,)).astype(dt)
+            bias = self.param("bias", zeros_init(self.axes[1:]), (self.features,), num.params).astype(dt)
         x2 = inputs.reshape(-1, inputs.shape[-1]).astype(dt)
-        how = weight_grad(c, inputs.shape[-1], self.features, self.copy)
+        how = num.weight_grad(*shape, self.copy)
         y = ops.dense(x2, kernel.astype(dt), bias, how)
         return y.reshape(*inputs.shape[:-1], self.features)
 
 
 def dense(
     config: BertConfig,
+    numerics: Numerics,
     features: int,
     axes: tuple[str | None, str | None],
     name: str,
@@ -138,7 +123,7 @@ def dense(
     use_bias: bool = True,
 ) -> Dense:
     """A `Dense` layer; ``use_bias=False`` leaves out its bias (`BertConfig.use_bias`)."""
-    return Dense(config, features, axes, copy, use_bias, name=name)
+    return Dense(config, numerics, features, axes, copy, use_bias, name=name)
 
 
 def rotary_tables(position_ids: Array, head_dim: int, base: float) -> tuple[Array, Array]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import ml_collections
 
-from bert_jax.model.config import REMAT_POLICIES
+from bert_jax.model.numerics import REMAT_POLICIES
 
 # The keys that set a phase's step, by phase (1 or 2).
 KEYS = {1: ("remat_policy", "grad_accum_steps"), 2: ("phase2_remat_policy", "phase2_grad_accum_steps")}

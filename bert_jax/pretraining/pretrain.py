@@ -24,7 +24,7 @@ import ml_collections
 import numpy as np
 from jax.sharding import Mesh
 
-from bert_jax.data import masking, records, sources
+from bert_jax.data import masking, records, sources, tokenization
 from bert_jax.model.flops import model_flops_per_step
 from bert_jax.model.heads import BertForPreTraining
 from bert_jax.pretraining import evaluation, phase_steps
@@ -76,10 +76,12 @@ class Pretraining:
 
     def __init__(self, config: ml_collections.ConfigDict, mesh: Mesh) -> None:
         self.config, self.mesh = config, mesh
-        self.model_config = engine.model_config(run_config.bert_config(config), config, mesh)
+        self.model_config = run_config.bert_config(config)
+        self.numerics = engine.numerics(config, mesh)
         self.nsp = bool(config.data.nsp)
         self.held_out = True  # whether the data has a held-out split (`check_data` says)
-        self.objective = PretrainingObjective(BertForPreTraining(self.model_config), self.nsp)
+        model = BertForPreTraining(self.model_config, self.numerics)
+        self.objective = PretrainingObjective(model, self.nsp)
         tx, schedule = engine.create_optimizer(
             config, total_steps=int(config.num_train_steps), warmup_steps=warmup_steps(config)
         )
@@ -249,14 +251,14 @@ def check_data(config: ml_collections.ConfigDict) -> bool:
 
 
 def keep_vocab(config: ml_collections.ConfigDict, workdir: str) -> None:
-    """Copies the tokenizer's vocabulary into the workdir (``vocab.txt``, or ``spm.model``
-    for SentencePiece), so the workdir is a complete checkpoint for `finetune`, `features`
-    and `convert` without remembering which vocab it was trained with."""
+    """Copies the tokenizer's file into the workdir (``vocab.txt``, ``spm.model`` or
+    ``tokenizer.json``: `tokenization.saved_name`), so the workdir is a complete checkpoint
+    for `finetune`, `features` and `convert` without remembering which vocab it was
+    trained with."""
     if config.data.source == "synthetic" or jax.process_index() != 0:
         return
     src = sources.tokenizer_of(config.data).vocab_file
-    name = "spm.model" if config.data.tokenizer == "sentencepiece" else "vocab.txt"
-    dst = files.join(workdir, name)
+    dst = files.join(workdir, tokenization.saved_name(src))
     if not files.exists(dst):
         files.copy_file(src, dst)  # whole: readers never see half a vocabulary
 

@@ -10,8 +10,8 @@ parameter initialiser; the engine owns the mechanics both share:
   state donated; gradient accumulation is a `lax.scan` over micro-batches inside it,
   each micro-batch's loss divided by whole-batch totals (`Objective.totals`), so k
   micro-batches give exactly the gradient of the whole batch;
-- the model config decided once for the mesh's platform (`model_config`): compute dtype,
-  rematerialisation and the weight-gradient matmul form.
+- the run's numerics decided once for the mesh's platform (`numerics`): compute and
+  parameter dtypes, rematerialisation, the weight-gradient matmul form, dropout masks.
 
 The loop that drives it (checkpoints, resume, preemption, logging) is `loop.py`.
 """
@@ -31,7 +31,7 @@ import numpy as np
 import optax
 from jax.sharding import Mesh
 
-from bert_jax.model.config import BertConfig
+from bert_jax.model.numerics import Numerics
 from bert_jax.training import optimizer, sharding
 
 Batch = dict[str, jax.Array]
@@ -64,12 +64,18 @@ class Objective(Protocol):
         """Deterministic outputs of one batch (metric sums or the head's outputs)."""
 
 
-def model_config(base: BertConfig, config: ml_collections.ConfigDict, mesh: Mesh) -> BertConfig:
-    """The model as this run computes it: `base`'s shape with the run's ``compute_dtype``
-    and ``remat_policy``, and ``weight_grad_matmul="auto"`` decided for the mesh's devices
-    (not this process's: `plan` lowers for a TPU from a CPU process)."""
-    model = base.replace(dtype=config.compute_dtype, remat_policy=config.remat_policy)
-    return model.for_platform(mesh.devices.flat[0].platform)
+def numerics(config: ml_collections.ConfigDict, mesh: Mesh) -> Numerics:
+    """How this run computes its model: the run config's numerics keys, with
+    ``weight_grad_matmul="auto"`` decided for the mesh's devices (not this process's: `plan`
+    lowers for a TPU from a CPU process)."""
+    chosen = Numerics(
+        compute_dtype=config.compute_dtype,
+        param_dtype=config.param_dtype,
+        remat_policy=config.remat_policy,
+        weight_grad_matmul=config.weight_grad_matmul,
+        dropout_rng=config.dropout_rng,
+    )
+    return chosen.for_platform(mesh.devices.flat[0].platform)
 
 
 def create_optimizer(
@@ -221,13 +227,14 @@ class Engine:
         """Concrete state, created directly in its shards (never whole on one device).
 
         With `params` (host arrays, e.g. a pre-trained encoder under a fresh head) those
-        are the parameters; the optimizer state starts from them.
+        are the parameters (in the run's parameter dtype); the optimizer state starts from them.
         """
         key = jax.random.key(seed)
         with jax.set_mesh(self.mesh):
             if params is None:
                 init = lambda rng: nn.meta.unbox(self._init_boxed(rng))
                 return jax.jit(init, out_shardings=self.state_shardings)(key)
+            params = jax.tree.map(lambda x, a: np.asarray(x, a.dtype), params, self.abstract_state.params)
             placed = place_tree(params, self.state_shardings.params)
             fresh = jax.jit(lambda p: self._fresh_state(p, key), out_shardings=self.state_shardings)
             return fresh(placed)

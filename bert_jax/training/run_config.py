@@ -17,6 +17,8 @@ from bert_jax.training import sharding, value_ranges
 REMOVED_KEYS = {
     "model.dtype": "compute_dtype",
     "model.remat_policy": "remat_policy",
+    "model.weight_grad_matmul": "weight_grad_matmul",
+    "model.dropout_rng": "dropout_rng",
 }
 
 

@@ -14,6 +14,8 @@ from typing import Any
 
 import ml_collections
 
+from bert_jax.model import numerics
+
 # key -> (test, what is allowed)
 Rule = tuple[Callable[[Any], bool], str]
 
@@ -65,6 +67,15 @@ RULES: dict[str, Rule] = {
     "model.attention_probs_dropout_prob": _FRACTION,
 }
 
+# key -> the values it may take (the run's numerics: `bert_jax.model.numerics`).
+CHOICES: dict[str, tuple[str, ...]] = {
+    "compute_dtype": numerics.DTYPES,
+    "param_dtype": numerics.DTYPES,
+    "remat_policy": numerics.REMAT_POLICIES,
+    "weight_grad_matmul": numerics.WEIGHT_GRAD_MATMULS,
+    "dropout_rng": numerics.DROPOUT_RNGS,
+}
+
 
 def _get(config: ml_collections.ConfigDict, dotted: str) -> tuple[bool, Any]:
     node: Any = config
@@ -85,6 +96,10 @@ def check(config: ml_collections.ConfigDict) -> None:
         ok = isinstance(value, (int, float)) and not isinstance(value, bool) and test(value)
         if not ok:
             raise ValueError(f"config.{key}={value!r}: must be {allowed}")
+    for key, allowed in CHOICES.items():
+        present, value = _get(config, key)
+        if present and value not in allowed:
+            raise ValueError(f"config.{key}={value!r}: must be one of {', '.join(allowed)}")
     _check_mask_mix(config)
     _check_positions(config)
     _check_accumulation(config)

@@ -46,10 +46,8 @@ def _ner_step(accum: int, compute_dtype: str = "float32") -> tuple[dict, dict]:
     c = glue_config.get_config("sst2")
     c.grad_accum_steps, c.compute_dtype = accum, compute_dtype
     mesh = sharding.make_mesh((1, 1, 1), jax.devices()[:1])
-    bert = engine.model_config(
-        TINY.replace(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0), c, mesh
-    )
-    model = task.model(bert)
+    bert = TINY.replace(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    model = task.model(bert).clone(numerics=engine.numerics(c, mesh))
     batch = _token_batch()
     sample = [batch[k][:1] for k in ("input_ids", "input_mask", "segment_ids")]
     tx, schedule = engine.create_optimizer(c, total_steps=10, warmup_steps=0)

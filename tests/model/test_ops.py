@@ -12,8 +12,8 @@ import pytest
 from scipy import stats
 
 from bert_jax.model import ops
-from bert_jax.model.config import BertConfig
 from bert_jax.model.layers import Dropout
+from bert_jax.model.numerics import Numerics
 
 
 @pytest.mark.parametrize("weight_grad", ops.WEIGHT_GRADS)
@@ -178,4 +178,4 @@ def test_dropout_module_scales_kept_values_and_is_identity_when_deterministic() 
         assert abs(kept.mean() - 0.9) < 0.005
         assert (layer.apply({}, x, True) == x).all()
     with pytest.raises(ValueError, match="dropout_rng='philox'"):
-        BertConfig(dropout_rng="philox")
+        Numerics(dropout_rng="philox")

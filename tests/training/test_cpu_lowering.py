@@ -25,7 +25,7 @@ _TRANSPOSED_LHS_DOT = re.compile(r"= f32\[(\d+),(\d+)\]\{[\d,]*\} dot\(.*lhs_con
 def _transposed_lhs_dots(weight_grad_matmul: str, hidden: int = 128, min_width: int = 2) -> list[str]:
     c = pretrain_config.get_config("tiny")
     c.data.source = "synthetic"
-    c.model.weight_grad_matmul = weight_grad_matmul
+    c.weight_grad_matmul = weight_grad_matmul
     c.model.hidden_size, c.model.intermediate_size = hidden, 4 * hidden
     mesh = sharding.make_mesh((1, 1, 1), jax.devices("cpu")[:1])  # "auto" follows the mesh
     setup = pretrain.Pretraining(c, mesh)

@@ -30,6 +30,9 @@ PRETRAIN_BAD = [
         "config.data.mask_token_prob=0.8 + config.data.random_token_prob=0.5 exceed 1",
     ),
     ("model.hidden_dropout_prob", 1.0, "config.model.hidden_dropout_prob=1.0: must be a number in [0, 1)"),
+    ("compute_dtype", "fp8", "config.compute_dtype='fp8': must be one of float32, bfloat16, float16"),
+    ("dropout_rng", "philox", "config.dropout_rng='philox': must be one of hash, threefry"),
+    ("remat_policy", "some", "config.remat_policy='some': must be one of none, full, dots"),
 ]
 
 
@@ -56,6 +59,7 @@ def test_pretraining_values_out_of_range_are_refused(key, value, message) -> Non
         ("batch_size", 0, "config.batch_size=0: must be a positive integer"),
         ("dropout", 1.5, "config.dropout=1.5: must be a number in [0, 1)"),
         ("warmup_proportion", 2.0, "config.warmup_proportion=2.0: must be a number in [0, 1]"),
+        ("weight_grad_matmul", "copy", "config.weight_grad_matmul='copy': must be one of auto,"),
     ],
 )
 def test_finetuning_values_out_of_range_are_refused(key, value, message) -> None:

@@ -1,0 +1,100 @@
+"""How a run computes the model, apart from what the model is (levanter's `jmp.Policy` idea).
+
+`BertConfig` says what the model is (shapes, architecture switches) and is what a
+checkpoint's ``bert_config.json`` holds. `Numerics` says how one run computes it: the
+compute and parameter dtypes, rematerialisation, the weight-gradient matmul form and the
+dropout mask generator. It is chosen per run and per platform (`for_platform`) and never
+saved with the model, so a checkpoint pre-trained on CPU in float32 and fine-tuned on a TPU
+in bfloat16 gets the TPU's choices, and `features` computes in float32 unless asked.
+
+Every module of `bert_jax.model` takes one as its ``numerics`` field; the default is
+float32 with nothing rematerialised (inference and conversion).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax.numpy as jnp
+
+DTYPES = ("float32", "bfloat16", "float16")
+REMAT_POLICIES = ("none", "full", "dots", "dots_no_batch")
+WEIGHT_GRAD_MATMULS = ("auto", "transposed_copy", "transposed_copy_wide", "direct")
+DROPOUT_RNGS = ("hash", "threefry")
+# The keys older `bert_config.json` files carried for these choices: read and ignored.
+LEGACY_MODEL_KEYS = ("dtype", "remat_policy", "weight_grad_matmul", "dropout_rng")
+# Under "transposed_copy_wide", layers narrower than this keep the direct weight gradient.
+_MIN_COPY_WIDTH = 512
+
+
+@dataclasses.dataclass(frozen=True)
+class Numerics:
+    """One run's numerics (hashable: a static part of the jitted step)."""
+
+    # Matmul and activation dtype; softmax and LayerNorm statistics stay float32.
+    compute_dtype: str = "float32"
+    # Dtype parameters are stored (and updated) in.
+    param_dtype: str = "float32"
+    # Rematerialisation of each encoder layer in the backward pass.
+    remat_policy: str = "none"
+    # How weight-gradient matmuls (x^T g) are computed: "transposed_copy" writes x^T once
+    # and multiplies it row-major; "transposed_copy_wide" does so only in layers whose in
+    # and out widths are both >= 512 (below that the copy costs more than it saves: 12%
+    # slower on the L2 H128 demo step); "direct" lets XLA read x along its columns; "auto"
+    # is decided by `for_platform`: transposed_copy_wide on CPU, direct elsewhere. Why:
+    # XLA:CPU sends row-major products to YNNPACK (AVX-512 where the CPU has it) but a dot
+    # whose left operand is contracted along its rows to Eigen, compiled for AVX only: on
+    # AVX-512 hosts that is half the speed for a third of the training FLOPs. TPUs and GPUs
+    # read transposed operands natively: no copy there.
+    weight_grad_matmul: str = "auto"
+    # Dropout masks: "hash" (a counter-based integer hash of each element's index, seeded
+    # per layer and step from the dropout key; ~7x cheaper than threefry on CPU) or
+    # "threefry" (jax.random.bernoulli). Both are Bernoulli(1 - rate) per element.
+    dropout_rng: str = "hash"
+
+    def __post_init__(self) -> None:
+        for name, allowed in (
+            ("compute_dtype", DTYPES),
+            ("param_dtype", DTYPES),
+            ("remat_policy", REMAT_POLICIES),
+            ("weight_grad_matmul", WEIGHT_GRAD_MATMULS),
+            ("dropout_rng", DROPOUT_RNGS),
+        ):
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"{name}={getattr(self, name)!r} not in {allowed}")
+
+    @property
+    def dtype(self) -> jnp.dtype:
+        """The compute dtype as a NumPy dtype."""
+        return jnp.dtype(self.compute_dtype)
+
+    @property
+    def params(self) -> jnp.dtype:
+        """The parameter dtype as a NumPy dtype."""
+        return jnp.dtype(self.param_dtype)
+
+    def for_platform(self, platform: str) -> Numerics:
+        """These numerics with ``weight_grad_matmul="auto"`` decided for `platform` ("cpu",
+        "tpu", "gpu"): a program lowered ahead of time for a TPU (`plan`) from a CPU process
+        gets the TPU choice."""
+        if self.weight_grad_matmul != "auto":
+            return self
+        choice = "transposed_copy_wide" if platform == "cpu" else "direct"
+        return dataclasses.replace(self, weight_grad_matmul=choice)
+
+    def weight_grad(self, fan_in: int, fan_out: int, copy: str = "copy_x") -> str:
+        """How `ops.dense` computes the weight gradient of a ``[fan_in, fan_out]`` kernel:
+        `copy` (which operand a layer transposes: "copy_g" where its input is an elementwise
+        result XLA would recompute inside the copy) where transposed copies are asked for,
+        else "direct" ("auto" not decided for a platform reads as "direct": a model built
+        for inference computes no weight gradients)."""
+        choice = self.weight_grad_matmul
+        if choice == "transposed_copy_wide":
+            choice = "transposed_copy" if min(fan_in, fan_out) >= _MIN_COPY_WIDTH else "direct"
+        return copy if choice == "transposed_copy" else "direct"
+
+    def replace(self, **changes: object) -> Numerics:
+        return dataclasses.replace(self, **changes)
+
+
+DEFAULT = Numerics()

@@ -1,0 +1,101 @@
+"""How a run computes (`Numerics`) is the run's, never the model's: `bert_config.json`
+describes the model alone, a checkpoint written on CPU gets a TPU's choices when its next run
+is on a TPU, and `features` computes in float32 unless asked."""
+
+import json
+
+import jax
+import numpy as np
+import pytest
+
+from bert_jax.model import features
+from bert_jax.model.config import BertConfig
+from bert_jax.model.encoder import BertModel
+from bert_jax.model.numerics import LEGACY_MODEL_KEYS, Numerics
+from bert_jax.pretraining import plan_compile, pretrain
+from bert_jax.training import sharding
+from configs import pretrain as pretrain_config
+
+
+def _tiny_run(**overrides):
+    c = pretrain_config.get_config("tiny")
+    c.data.source = "synthetic"
+    c.update(
+        dict(
+            global_batch_size=8,
+            max_seq_length=32,
+            max_predictions_per_seq=5,
+            num_train_steps=2,
+            warmup_steps=1,
+            log_every_steps=1,
+            eval_every_steps=0,
+            checkpoint_every_steps=0,
+            async_checkpointing=False,
+        )
+    )
+    c.update(overrides)
+    return c
+
+
+def test_platform_decides_auto_and_nothing_else() -> None:
+    auto = Numerics(compute_dtype="bfloat16")
+    assert auto.for_platform("cpu").weight_grad_matmul == "transposed_copy_wide"
+    assert auto.for_platform("tpu").weight_grad_matmul == "direct"
+    assert auto.for_platform("gpu") == auto.replace(weight_grad_matmul="direct")
+    chosen = Numerics(weight_grad_matmul="transposed_copy")
+    assert chosen.for_platform("tpu") is chosen
+    # Narrow layers keep the direct form under "transposed_copy_wide".
+    wide = Numerics(weight_grad_matmul="transposed_copy_wide")
+    assert (wide.weight_grad(128, 512), wide.weight_grad(512, 2048, "copy_g")) == ("direct", "copy_g")
+    with pytest.raises(ValueError, match="compute_dtype='fp8'"):
+        Numerics(compute_dtype="fp8")
+
+
+def test_old_model_files_with_run_numerics_still_load() -> None:
+    saved = {**BertConfig(hidden_size=128, num_attention_heads=2).to_dict()}
+    assert not set(saved) & set(LEGACY_MODEL_KEYS)
+    saved.update(
+        dtype="bfloat16", remat_policy="full", weight_grad_matmul="transposed_copy_wide", dropout_rng="hash"
+    )
+    assert BertConfig.from_dict(saved) == BertConfig(hidden_size=128, num_attention_heads=2)
+
+
+def test_a_cpu_checkpoint_gets_the_tpus_numerics(tmp_path) -> None:
+    cpu = _tiny_run(compute_dtype="float32")
+    pretrain.train_and_evaluate(cpu, str(tmp_path))
+    saved = json.loads((tmp_path / "bert_config.json").read_text())
+    assert not set(saved) & set(LEGACY_MODEL_KEYS), saved  # the model alone reaches disk
+    cpu_run = pretrain.Pretraining(cpu, sharding.make_mesh((1, 1, 1), jax.devices("cpu")[:1]))
+    assert cpu_run.numerics.weight_grad_matmul == "transposed_copy_wide"
+
+    # The next run is on a TPU slice in bfloat16 with remat: the model from the workdir, the
+    # numerics from the run and the platform.
+    tpu = _tiny_run(compute_dtype="bfloat16", remat_policy="full")
+    tpu.model.update({k: v for k, v in saved.items() if k in tpu.model})
+    tpu.mesh_shape = (4, 1, 1)
+    mesh = sharding.make_mesh((4, 1, 1), plan_compile.topology_devices("v5e:2x2"))
+    run = pretrain.Pretraining(tpu, mesh)
+    assert run.model_config == cpu_run.model_config
+    assert run.numerics == Numerics(
+        compute_dtype="bfloat16", remat_policy="full", weight_grad_matmul="direct"
+    )
+    with jax.set_mesh(mesh):
+        compiled = run.train_step.lower(run.abstract_state, run.abstract_batch(8, 32, 5)).compile()
+    hlo = compiled.as_text()
+    assert "bf16" in hlo and compiled.memory_analysis() is not None
+
+
+def test_features_compute_in_float32_unless_asked() -> None:
+    config = BertConfig(
+        vocab_size=99, hidden_size=64, num_hidden_layers=2, num_attention_heads=2, intermediate_size=128
+    )
+    ids = np.random.default_rng(0).integers(1, 99, size=(2, 16)).astype(np.int32)
+    batch = {"input_ids": ids, "input_mask": np.ones_like(ids), "segment_ids": np.zeros_like(ids)}
+    params = BertModel(config).init(jax.random.key(0), ids)["params"]
+    params = jax.tree.map(np.asarray, params)
+    default = features.extract(params, config, batch, [-1])
+    as_float32 = features.extract(params, config, batch, [-1], numerics=Numerics(compute_dtype="float32"))
+    in_bf16 = features.extract(params, config, batch, [-1], numerics=Numerics(compute_dtype="bfloat16"))
+    np.testing.assert_array_equal(default, as_float32)
+    assert default.dtype == in_bf16.dtype == np.float32
+    assert 1e-4 < np.abs(default - in_bf16).max() < 0.5  # bf16 was computed, and is close
