@@ -14,9 +14,10 @@ INSTALL_REQUIRES = [
     "tensorflow-datasets==4.9.10",
     "importlib_resources>=6",
     "sentencepiece==0.2.3",
-    # BERT's normaliser and word splitter for learning WordPiece vocabularies (`build-vocab`,
-    # `data.learned_vocab_size`; see `tokenization.build_wordpiece_vocab`).
-    "tokenizers>=0.19",
+    # Hugging Face tokenizer.json files (ModernBERT's BPE; `tokenizer_json`, `encode_batch_fast`
+    # needs 0.20), `build-vocab --tokenizer=bpe`, and BERT's normaliser and word splitter for
+    # learning WordPiece vocabularies (`vocab_learning`). Tested with 0.22.2.
+    "tokenizers>=0.20,<0.23",
     "ml-collections==1.1.0",
     "absl-py==2.5.1",
     "numpy==2.4.6",

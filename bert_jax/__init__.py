@@ -41,7 +41,7 @@ _API = {
     "save_checkpoint": ("bert_jax.convert", "save_checkpoint"),
     # Text.
     "load_tokenizer": ("bert_jax.data.tokenization", "load_tokenizer"),
-    "build_wordpiece_vocab": ("bert_jax.data.tokenization", "build_wordpiece_vocab"),
+    "build_wordpiece_vocab": ("bert_jax.data.vocab_learning", "build_wordpiece_vocab"),
     # Run configs and the jobs the CLI runs.
     "load_config": ("bert_jax.training.run_config", "load_config"),
     "pretrain": ("bert_jax.pretraining.pretrain", "train_and_evaluate"),

@@ -1,11 +1,14 @@
-"""`bert-jax build-vocab --output=PATH --vocab_size=N [--tokenizer=wordpiece|sentencepiece]`.
+"""`bert-jax build-vocab --output=PATH --vocab_size=N [--tokenizer=wordpiece|sentencepiece|bpe]`.
 
-Learns a WordPiece vocab.txt (`tokenization.build_wordpiece_vocab`) or a
-SentencePiece model from text in the original format (`--input_file`, a glob), or from
-the embedded Wikipedia excerpt when no input is given. Use the result with
-`--config.data.vocab_file=PATH` (and `--config.data.tokenizer=sentencepiece`). An existing
-output (the vocab.txt, or the model's ``PREFIX.model``/``PREFIX.vocab``) is refused unless
-``--overwrite``.
+Learns a WordPiece vocab.txt (`vocab_learning.build_wordpiece_vocab`), a SentencePiece
+model, or a ModernBERT-style byte-level BPE ``tokenizer.json`` (`vocab_learning.byte_level_bpe`)
+from text in the original format (`--input_file`, a glob), or from the embedded Wikipedia
+excerpt when no input is given. Use the result with `--config.data.vocab_file=PATH` (and
+`--config.data.tokenizer=sentencepiece` for a SentencePiece model; a tokenizer.json is
+recognised as such). For ``bpe``, ``--output`` is the ``tokenizer.json`` to write or its
+folder; ``tokenizer_config.json`` and
+``special_tokens_map.json`` are written beside it, so that `transformers.AutoTokenizer`
+loads the folder. An existing output is refused unless ``--overwrite``.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ import os
 
 from absl import flags
 
-from bert_jax.data import corpora, tokenization, user_paths
+from bert_jax.data import corpora, tokenizer_json, user_paths, vocab_learning
 from bert_jax.storage import atomic_files
 
 FLAGS = flags.FLAGS
@@ -24,20 +27,43 @@ def define_flags() -> None:
     flags.DEFINE_string(
         "input_file", "", "Text glob (one sentence per line); default: the embedded Wikipedia excerpt."
     )
-    flags.DEFINE_string("output", None, "vocab.txt to write, or the SentencePiece model prefix.")
+    flags.DEFINE_string(
+        "output",
+        None,
+        "vocab.txt to write, the SentencePiece model prefix, or (bpe) the tokenizer.json or its folder.",
+    )
     flags.DEFINE_integer("vocab_size", 8000, "Target vocabulary size.")
-    flags.DEFINE_enum("tokenizer", "wordpiece", ["wordpiece", "sentencepiece"], "Which kind.")
-    flags.DEFINE_bool("do_lower_case", True, "Lower-case before learning.")
+    flags.DEFINE_enum("tokenizer", "wordpiece", ["wordpiece", "sentencepiece", "bpe"], "Which kind.")
+    flags.DEFINE_bool(
+        "do_lower_case", None, "Lower-case before learning (default: true, but false for bpe, as ModernBERT)."
+    )
     flags.DEFINE_bool("overwrite", False, "Replace an existing --output.")
     flags.mark_flags_as_required(["output"])
+
+
+def output_paths(kind: str, output: str) -> list[str]:
+    """The files `kind` writes for ``--output``, the tokenizer's own first."""
+    if kind == "sentencepiece":
+        return [f"{output}.model", f"{output}.vocab"]
+    if kind == "bpe":
+        if output.endswith(".json") and os.path.basename(output) != "tokenizer.json":
+            raise ValueError(
+                f"--output={output}: name it tokenizer.json (or give its folder), the name "
+                "transformers.AutoTokenizer looks for"
+            )
+        folder = os.path.dirname(output) if output.endswith(".json") else output
+        names = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
+        return [os.path.join(folder, n) for n in names]
+    return [output]
 
 
 def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise ValueError(f"unexpected arguments: {argv[1:]}")
 
-    sentencepiece = FLAGS.tokenizer == "sentencepiece"
-    outputs = [f"{FLAGS.output}.model", f"{FLAGS.output}.vocab"] if sentencepiece else [FLAGS.output]
+    kind = FLAGS.tokenizer
+    lower = (kind != "bpe") if FLAGS.do_lower_case is None else FLAGS.do_lower_case
+    outputs = output_paths(kind, FLAGS.output)
     for path in outputs:
         user_paths.output_file(path, "--output", FLAGS.overwrite)
     if FLAGS.input_file:
@@ -46,18 +72,22 @@ def main(argv: list[str]) -> None:
     else:
         docs = corpora.load_documents("wiki_excerpt")
     sentences = [s for d in docs for s in d]
-    folder = os.path.dirname(FLAGS.output)
+    folder = os.path.dirname(outputs[0])
     with user_paths.removed_if_failed(folder):
-        if sentencepiece:
+        if kind == "sentencepiece":
             os.makedirs(folder or ".", exist_ok=True)
             try:
-                path = tokenization.train_sentencepiece(
-                    sentences, FLAGS.output, FLAGS.vocab_size, FLAGS.do_lower_case
-                )
+                path = vocab_learning.train_sentencepiece(sentences, FLAGS.output, FLAGS.vocab_size, lower)
             except RuntimeError as e:  # SentencePiece's own refusal, e.g. a size the text cannot fill
                 raise ValueError(f"--tokenizer=sentencepiece --vocab_size={FLAGS.vocab_size}: {e}") from None
+        elif kind == "bpe":
+            learned = vocab_learning.byte_level_bpe(sentences, FLAGS.vocab_size, lower)
+            path = outputs[0]
+            files = tokenizer_json.hf_folder_files(tokenizer_json.TokenizerJson(path, learned))
+            for name, text in files.items():
+                atomic_files.write_text(os.path.join(folder, name), text)
         else:
-            vocab = tokenization.build_wordpiece_vocab(sentences, FLAGS.vocab_size, FLAGS.do_lower_case)
+            vocab = vocab_learning.build_wordpiece_vocab(sentences, FLAGS.vocab_size, lower)
             path = FLAGS.output
             atomic_files.write_text(path, "\n".join(vocab) + "\n")
     print(f"wrote {path} from {len(sentences):,} sentences")

@@ -55,6 +55,8 @@ OUTPUT_NAMES = {
     "pytorch_model.bin",
     "params",
     "vocab.txt",
+    "spm.model",
+    "tokenizer.json",
     "tokenizer_config.json",
     "special_tokens_map.json",
     "checkpoint",

@@ -1,4 +1,6 @@
-"""The vocabulary and its casing beside a checkpoint, in every format."""
+"""The vocabulary and its casing beside a checkpoint, in every format: a WordPiece
+``vocab.txt`` with a BertTokenizer ``tokenizer_config.json``, or a Hugging Face
+``tokenizer.json`` with the files that make `transformers.AutoTokenizer` load it."""
 
 from __future__ import annotations
 
@@ -6,7 +8,9 @@ import json
 import os
 import shutil
 
+from bert_jax.data import tokenizer_json
 from bert_jax.model.config import BertConfig
+from bert_jax.storage import atomic_files
 
 
 def source_casing(src: str) -> bool | None:
@@ -22,7 +26,12 @@ def source_casing(src: str) -> bool | None:
 
 def write_tokenizer_files(folder: str, vocab_file: str, do_lower_case: bool, config: BertConfig) -> None:
     """`vocab.txt` and a `tokenizer_config.json` that `transformers.AutoTokenizer` reads as
-    a BertTokenizer."""
+    a BertTokenizer; for a tokenizer.json, `write_tokenizer_json_files` (its casing is its own)."""
+    if tokenizer_json.is_tokenizer_json(vocab_file):
+        write_tokenizer_json_files(
+            vocab_file, folder, config.max_position_embeddings, token_types=config.type_vocab_size > 1
+        )
+        return
     dst = os.path.join(folder, "vocab.txt")
     if os.path.abspath(vocab_file) != os.path.abspath(dst):
         shutil.copyfile(vocab_file, dst)
@@ -34,3 +43,26 @@ def write_tokenizer_files(folder: str, vocab_file: str, do_lower_case: bool, con
     }
     with open(os.path.join(folder, "tokenizer_config.json"), "w") as f:
         json.dump(tokenizer_config, f, indent=2)
+
+
+def write_tokenizer_json_files(
+    tokenizer: str | tokenizer_json.TokenizerJson,
+    folder: str,
+    model_max_length: int | None = None,
+    token_types: bool = False,
+) -> list[str]:
+    """``tokenizer.json``, ``tokenizer_config.json`` (a `PreTrainedTokenizerFast` with the
+    special tokens' roles read from the source) and ``special_tokens_map.json`` into
+    `folder`, from a tokenizer.json path or a loaded `TokenizerJson`; returns the paths.
+    `token_types`: ``token_type_ids`` among the model inputs (a model with a segment
+    embedding, as BERT; not ModernBERT)."""
+    tok = (
+        tokenizer
+        if isinstance(tokenizer, tokenizer_json.TokenizerJson)
+        else tokenizer_json.TokenizerJson(tokenizer)
+    )
+    written = []
+    for name, text in tokenizer_json.hf_folder_files(tok, model_max_length, token_types).items():
+        written.append(os.path.join(folder, name))
+        atomic_files.write_text(written[-1], text)
+    return written

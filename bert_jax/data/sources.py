@@ -38,6 +38,7 @@ from bert_jax.data import (
     synthetic,
     tfrecords,
     tokenization,
+    vocab_learning,
 )
 from bert_jax.storage import atomic_files
 
@@ -175,7 +176,7 @@ def vocab_file_of(c: ml_collections.ConfigDict) -> str:
             f"data.source={c.source}: prepare the data with the vocabulary in data.vocab_file"
         )
     inputs = _builtin_inputs(c)
-    learner = "spm-bpe-wordpiece-1"  # `tokenization.build_wordpiece_vocab`'s method
+    learner = "spm-bpe-wordpiece-1"  # `vocab_learning.build_wordpiece_vocab`'s method
     raw = json.dumps([c.source, _stamp(inputs), size, bool(c.do_lower_case), float(c.eval_fraction), learner])
     path = os.path.join(_cache_dir(c), f"vocab-{hashlib.sha256(raw.encode()).hexdigest()[:16]}.txt")
     if not os.path.exists(path):
@@ -186,7 +187,7 @@ def vocab_file_of(c: ml_collections.ConfigDict) -> str:
             for doc in prepare.split_held_out(item.documents(), float(c.eval_fraction), i)[0]
             for s in doc
         )
-        vocab = tokenization.build_wordpiece_vocab(sentences, size, bool(c.do_lower_case))
+        vocab = vocab_learning.build_wordpiece_vocab(sentences, size, bool(c.do_lower_case))
         atomic_files.write_text(path, "\n".join(vocab) + "\n")
     return path
 

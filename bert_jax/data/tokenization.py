@@ -3,25 +3,27 @@
 `FastBertTokenizer` runs the BERT basic tokenizer (lower-casing and accent stripping for
 uncased vocabularies, punctuation and CJK splitting) and greedy longest-match-first
 WordPiece inside TensorFlow (C++), called eagerly on batches of sentences.
-Special-token ids are looked up in the vocabulary, never hard-coded.
+Special-token ids are looked up in the vocabulary, never hard-coded. A SentencePiece
+model and a Hugging Face ``tokenizer.json`` (`tokenizer_json`) share the interface;
+`load_tokenizer` chooses. The learners of each kind are in `vocab_learning`.
 """
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import functools
 import importlib.util
-import io
 import os
 import unicodedata
-from collections.abc import Iterable
+from typing import TYPE_CHECKING, Union
 
 import numpy as np
 import sentencepiece as spm
-from tokenizers import normalizers, pre_tokenizers
 
 from bert_jax.storage import tensorflow_runtime
+
+if TYPE_CHECKING:
+    from bert_jax.data import tokenizer_json
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 
@@ -37,19 +39,37 @@ def default_vocab_file() -> str:
     return os.path.join(os.path.dirname(spec.origin), "model", "vocab.txt")
 
 
+# The names a checkpoint's tokenizer file is kept under, in the order `vocab_beside` looks.
+SAVED_NAMES = ("vocab.txt", "spm.model", "tokenizer.json")
+
+
+def saved_name(vocab_file: str) -> str:
+    """The name `vocab_file` is kept under beside a checkpoint (one of `SAVED_NAMES`)."""
+    if _tokenizer_json().is_tokenizer_json(vocab_file):
+        return "tokenizer.json"
+    return "spm.model" if vocab_file.endswith(".model") else "vocab.txt"
+
+
 def vocab_beside(checkpoint: str) -> str:
-    """The ``vocab.txt`` stored with a checkpoint (folder, workdir or file prefix)."""
+    """The tokenizer file stored with a checkpoint (folder, workdir or file prefix): its
+    ``vocab.txt``, else ``spm.model``, else a Hugging Face ``tokenizer.json`` (a ModernBERT
+    folder has only that)."""
     folder = checkpoint if os.path.isdir(checkpoint) else os.path.dirname(checkpoint)
-    path = os.path.join(folder, "vocab.txt")
-    if not os.path.exists(path):
-        raise FileNotFoundError(f"no vocab_file given and {path} does not exist: pass the vocab file")
-    return path
+    for name in SAVED_NAMES:
+        if os.path.exists(os.path.join(folder, name)):
+            return os.path.join(folder, name)
+    raise FileNotFoundError(
+        f"no vocab_file given and {folder} holds none of {', '.join(SAVED_NAMES)}: pass the vocab file"
+    )
 
 
 def load_vocab(path: str) -> list[str]:
-    """Tokens of a vocab.txt, one per line; the special tokens must all be present."""
+    """Tokens of a vocab.txt, one per line; the special tokens must all be present (or, for
+    a tokenizer.json, the special tokens' roles)."""
     if not os.path.exists(path):
         raise FileNotFoundError(f"vocab file {path} does not exist")
+    if _tokenizer_json().is_tokenizer_json(path):
+        return _tokenizer_json().TokenizerJson(path).vocab
     if os.path.isdir(path):
         raise IsADirectoryError(f"vocab file {path} is a folder, not a vocab.txt")
     with open(path, "rb") as f:
@@ -285,104 +305,28 @@ class SentencePieceTokenizer(_PairEncoder):
         return self.sp.encode(list(texts))
 
 
-def train_sentencepiece(
-    sentences: list[str], prefix: str, vocab_size: int, do_lower_case: bool = True
-) -> str:
-    """Trains a unigram SentencePiece model with the BERT special tokens; returns its path."""
-    if do_lower_case:
-        sentences = [s.lower() for s in sentences]
-    spm.SentencePieceTrainer.train(
-        sentence_iterator=iter(sentences),
-        model_prefix=prefix,
-        vocab_size=vocab_size,
-        pad_id=0,
-        pad_piece="[PAD]",
-        unk_id=1,
-        unk_piece="[UNK]",
-        bos_id=-1,
-        eos_id=-1,
-        user_defined_symbols=["[CLS]", "[SEP]", "[MASK]"],
-        character_coverage=0.9995,
-        minloglevel=2,
-    )
-    return prefix + ".model"
-
-
-def build_wordpiece_vocab(sentences: Iterable[str], vocab_size: int, do_lower_case: bool = True) -> list[str]:
-    """A WordPiece vocab of exactly `vocab_size` tokens learnt from text: the special
-    tokens, every character seen (alone and as a ``##`` continuation), then learned pieces
-    (and, where the text has too few words for more, ``[unusedN]`` rows, as BERT's own).
-
-    The text is normalised and split into words by BERT's rules (Hugging Face
-    `tokenizers`' `BertNormalizer` and `BertPreTokenizer`), SentencePiece's BPE trainer
-    learns the pieces, and a word-initial piece (``▁the``) is written as ``the``, any other
-    as ``##the``. Why not a WordPiece trainer: tensorflow-text's `bert_vocab_from_dataset`
-    took 72 s on the 0.5M-token Wikipedia excerpt (this: under 2 s), and `tokenizers`'
-    `WordPieceTrainer`, as fast, returns a different vocabulary in each process (ties
-    broken in hash order), where every host of a pod must learn the same one. Same text,
-    same vocabulary: tested across processes."""
-    normalizer = normalizers.BertNormalizer(
-        clean_text=True, handle_chinese_chars=True, strip_accents=do_lower_case, lowercase=do_lower_case
-    )
-    splitter = pre_tokenizers.BertPreTokenizer()
-    lines = [
-        " ".join(w for w, _ in splitter.pre_tokenize_str(normalizer.normalize_str(s))) for s in sentences
-    ]
-    lines = [line for line in lines if line]
-    chars = collections.Counter(c for line in lines for c in line if c != " ")
-    alphabet = sorted(chars, key=lambda c: (-chars[c], c))
-    if vocab_size < len(SPECIAL_TOKENS) + 2 * len(alphabet):
-        raise ValueError(f"vocab_size={vocab_size} is too small for the text's {len(alphabet)} characters")
-    model = io.BytesIO()
-    spm.SentencePieceTrainer.train(
-        sentence_iterator=iter(lines),
-        model_writer=model,
-        # Its single characters repeat the alphabet: ask for that many more, keep vocab_size.
-        vocab_size=vocab_size + len(alphabet),
-        model_type="bpe",
-        character_coverage=1.0,
-        normalization_rule_name="identity",
-        split_digits=False,
-        hard_vocab_limit=False,
-        bos_id=-1,
-        eos_id=-1,
-        num_threads=1,
-        minloglevel=2,
-        max_sentence_length=1 << 20,
-    )
-    processor = spm.SentencePieceProcessor(model_proto=model.getvalue())
-    learned = []
-    for i in range(processor.get_piece_size()):
-        piece = processor.id_to_piece(i)
-        if processor.is_unknown(i) or piece == "\u2581":
-            continue
-        learned.append(piece[1:] if piece.startswith("\u2581") else "##" + piece)
-    vocab = list(SPECIAL_TOKENS) + alphabet + ["##" + c for c in alphabet]
-    seen = set(vocab)
-    for piece in learned:
-        if len(vocab) >= vocab_size:
-            break
-        if piece not in seen:
-            seen.add(piece)
-            vocab.append(piece)
-    return vocab + [f"[unused{i}]" for i in range(vocab_size - len(vocab))]
-
-
-def load_tokenizer(
-    vocab_file: str = "", do_lower_case: bool = True, kind: str = "wordpiece"
-) -> WordPieceTokenizer | SentencePieceTokenizer:
+def load_tokenizer(vocab_file: str = "", do_lower_case: bool = True, kind: str = "wordpiece") -> Tokenizer:
     """``kind="wordpiece"``: a vocab.txt (default: bundled bert-base-uncased);
-    ``kind="sentencepiece"``: a SentencePiece ``.model`` file."""
+    ``kind="sentencepiece"``: a SentencePiece ``.model`` file; a Hugging Face
+    ``tokenizer.json`` whatever the kind (`tokenizer_json`; casing is the file's own)."""
+    if kind == "tokenizer_json" or _tokenizer_json().is_tokenizer_json(vocab_file):
+        return _tokenizer_json().TokenizerJson(vocab_file)
     if kind == "wordpiece":
         return WordPieceTokenizer(vocab_file or default_vocab_file(), do_lower_case)
     if kind == "sentencepiece":
         if not vocab_file:
             raise ValueError("tokenizer=sentencepiece needs vocab_file=<model>.model")
         return SentencePieceTokenizer(vocab_file, do_lower_case)
-    raise ValueError(f"unknown tokenizer {kind!r}: wordpiece or sentencepiece")
+    raise ValueError(f"unknown tokenizer {kind!r}: wordpiece, sentencepiece or tokenizer_json")
 
 
-Tokenizer = WordPieceTokenizer | SentencePieceTokenizer
+def _tokenizer_json():
+    from bert_jax.data import tokenizer_json  # it builds on this module's classes
+
+    return tokenizer_json
+
+
+Tokenizer = Union[WordPieceTokenizer, SentencePieceTokenizer, "tokenizer_json.TokenizerJson"]
 
 
 @functools.lru_cache(maxsize=8)

@@ -15,6 +15,7 @@ import numpy as np
 from flax import serialization
 
 from bert_jax import convert
+from bert_jax.data import tokenization
 from bert_jax.model import param_shapes
 from bert_jax.storage import atomic_files
 
@@ -63,7 +64,8 @@ def save_model(folder: str, params: Any, inputs: Any, config: ml_collections.Con
     head = {k: v for k, v in params.items() if k != "bert"}
     with open(os.path.join(tmp, "head.msgpack"), "wb") as f:
         f.write(serialization.msgpack_serialize(jax.tree.map(np.asarray, head)))
-    shutil.copyfile(inputs.tokenizer.vocab_file, os.path.join(tmp, "vocab.txt"))
+    vocab = inputs.tokenizer.vocab_file
+    shutil.copyfile(vocab, os.path.join(tmp, tokenization.saved_name(vocab)))
     write_json(
         os.path.join(tmp, "task.json"), {"task": inputs.task.name, "best": best, "config": config.to_dict()}
     )

