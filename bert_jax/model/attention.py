@@ -1,0 +1,343 @@
+"""Scaled dot-product self-attention behind one function, with the kernel chosen by config.
+
+`AttentionMask` says who may see whom: padding (``input_mask`` 0), the examples of packed
+rows (numbered 1, 2, ... in ``input_mask``), left-to-right (causal) attention, a local
+window and an optional additive bias (ALiBi). `attend` runs one of three implementations
+of the same attention, picked by `choose_kernel` from ``attention_kernel``:
+
+- ``xla``: the encoder's own math (float32 scores plus an additive mask, softmax, the
+  probabilities cast to the compute dtype, dropout, the weighted sum). Takes everything,
+  attention dropout included (the paper's recipe, Devlin et al., 2019, §A.2).
+- ``splash``: Pallas splash attention on TPU (`jax.experimental.pallas.ops.tpu.
+  splash_attention`, a block-sparse flash attention): `FullMask`, `CausalMask` or
+  `LocalMask` and `SegmentIds`. Padding is its own segment, so no row is fully masked; the
+  sequence is padded to a multiple of 128 (the kernel's block unit). On CPU it runs in
+  Pallas interpret mode (how it is tested). Under a mesh it runs in `jax.shard_map` over
+  the batch and head axes (Mosaic kernels are not partitioned automatically).
+- ``cudnn``: `jax.nn.dot_product_attention(implementation="cudnn")` on NVIDIA GPUs
+  (bf16/fp16, head size a multiple of 8 up to 128, causal windows only: cuDNN refuses a
+  window to the right).
+
+``auto`` takes the platform's kernel where it applies and XLA elsewhere; whatever a kernel
+cannot take (dropout, an additive bias, a two-sided window on cuDNN, ...) runs on the XLA
+path with one ``warning:`` line. The window is ModernBERT's ``local_attention`` (Warner et
+al., 2024; `transformers`' modeling_modernbert.py): query i sees key j when
+|i - j| <= window // 2 (128 → ±64), and only j <= i when causal as well.
+
+Kernels differ only at padding queries (XLA: they see the row's real tokens; splash: the
+padding), whose outputs no loss reads. Shapes: B batch, S sequence, N heads, D head size.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+from flax import struct
+from jax.experimental.pallas.ops.tpu import splash_attention as splash
+from jax.sharding import PartitionSpec
+
+Array = jax.Array
+
+KERNELS = ("auto", "xla", "splash", "cudnn")
+SPLASH_BLOCK = 128  # splash's block sizes are multiples of 128 (the TPU lane width)
+PADDING_SEGMENT = 0  # the segment id of padding (and of the positions added up to a block)
+CUDNN_DTYPES = (jnp.bfloat16, jnp.float16)
+CUDNN_MAX_HEAD_DIM = 128  # 256 on Hopper and later; 128 holds on every GPU cuDNN takes
+
+
+@struct.dataclass
+class AttentionMask:
+    """Which keys each query sees (a pytree: arrays are leaves, the switches static).
+
+    ``input_mask`` [B, S] int: 0 for padding; otherwise 1 (plain rows) or the number of
+    the example the token belongs to (``packed`` rows: 1, 2, ...). A real query sees the
+    real keys (of its own example when packed); a padding query sees every real key. With
+    ``causal`` a query sees keys at or before it; with ``window`` only keys within
+    ``window // 2`` positions. ``extra_bias`` (float32, broadcastable to [B, N, S, S]) is
+    added to the scores, e.g. `layers.alibi_bias`.
+    """
+
+    input_mask: Array
+    packed: bool = struct.field(pytree_node=False, default=False)
+    causal: bool = struct.field(pytree_node=False, default=False)
+    window: int | None = struct.field(pytree_node=False, default=None)
+    extra_bias: Array | None = None
+
+    def __post_init__(self) -> None:
+        if self.window is not None and (not isinstance(self.window, int) or self.window < 1):
+            raise ValueError(f"attention window must be a positive number of tokens, not {self.window!r}")
+
+
+def visible(mask: AttentionMask) -> Array:
+    """Boolean [B, 1, 1|S, S]: True where query (axis 2) may see key (axis 3)."""
+    m = mask.input_mask
+    seen = m[:, None, None, :] > 0  # [B, 1, 1, S]
+    if mask.packed:
+        query = m[:, None, :, None]
+        seen = seen & ((query == m[:, None, None, :]) | (query == 0))
+    s = m.shape[-1]
+    if mask.causal:  # position i sees positions <= i only
+        seen = seen & (jnp.arange(s)[None, :] <= jnp.arange(s)[:, None])
+    if mask.window is not None:
+        distance = jnp.abs(jnp.arange(s)[None, :] - jnp.arange(s)[:, None])
+        seen = seen & (distance <= mask.window // 2)
+    return seen
+
+
+def additive_bias(mask: AttentionMask) -> Array:
+    """Float32 bias for the scores: 0 where seen, the float32 minimum elsewhere, plus
+    ``extra_bias`` (for a window-free mask exactly `encoder.attention_bias` [+ ALiBi])."""
+    bias = jnp.where(visible(mask), 0.0, jnp.finfo(jnp.float32).min).astype(jnp.float32)
+    if mask.extra_bias is not None:
+        bias = bias + mask.extra_bias
+    return bias
+
+
+def _scaled(q: Array) -> Array:
+    return q / jnp.sqrt(q.shape[-1]).astype(q.dtype)
+
+
+def xla_attention(
+    q: Array,
+    k: Array,
+    v: Array,
+    mask: AttentionMask,
+    *,
+    dropout_fn: Callable[[Array], Array] | None = None,
+    dtype: jnp.dtype | None = None,
+) -> Array:
+    """[B, S, N, D] ×3 → [B, S, N, D]: softmax(q k^T / sqrt(D) + bias) v with float32
+    scores, the probabilities cast to ``dtype`` (default: q's) and passed through
+    ``dropout_fn`` (attention dropout) before the weighted sum."""
+    dt = q.dtype if dtype is None else dtype
+    scores = jnp.einsum("bqnd,bknd->bnqk", _scaled(q), k, preferred_element_type=jnp.float32)
+    scores = scores + additive_bias(mask)  # [B, N, S, S] + [B, 1|N, 1|S, S]
+    probs = jax.nn.softmax(scores, axis=-1).astype(dt)
+    if dropout_fn is not None:
+        probs = dropout_fn(probs)
+    return jnp.einsum("bnqk,bknd->bqnd", probs, v)
+
+
+def segment_ids(mask: AttentionMask) -> Array:
+    """[B, S] int32 segments for splash: the example number (packed) or 1, padding 0."""
+    m = mask.input_mask.astype(jnp.int32)
+    return m if mask.packed else (m > 0).astype(jnp.int32)
+
+
+def splash_block(seq_len: int) -> int:
+    """The largest of 512, 256, 128 that divides ``seq_len`` (a multiple of 128)."""
+    return next(b for b in (512, 256, SPLASH_BLOCK) if seq_len % b == 0)
+
+
+def _splash_kernel(
+    seq_len: int, num_heads: int, causal: bool, window: int | None, block: int, interpret: bool
+) -> splash.SplashAttentionKernel:
+    """The splash kernel for one static mask (built while tracing; splash caches the
+    block-mask analysis, so every layer of a model pays it once)."""
+    shape = (seq_len, seq_len)
+    if window is not None:
+        half = window // 2
+        base = splash.LocalMask(shape, window_size=(half, 0 if causal else half), offset=0)
+    else:
+        base = splash.CausalMask(shape) if causal else splash.FullMask(shape)
+    sizes = splash.BlockSizes(
+        block_q=block,
+        block_kv=block,
+        block_kv_compute=block,
+        block_q_dkv=block,
+        block_kv_dkv=block,
+        block_kv_dkv_compute=block,
+        block_q_dq=block,
+        block_kv_dq=block,
+    )
+    heads = splash.MultiHeadMask([base] * num_heads)
+    return splash.make_splash_mha(
+        heads, block_sizes=sizes, head_shards=1, q_seq_shards=1, interpret=interpret
+    )
+
+
+def _splash_local(
+    q: Array, k: Array, v: Array, seg: Array, *, causal: bool, window: int | None, block: int, interpret: bool
+) -> Array:
+    """Splash on one device's shard: [b, S, n, D] ×3 and [b, S] segments → [b, S, n, D]."""
+    kernel = _splash_kernel(q.shape[1], q.shape[2], causal, window, block, interpret)
+    heads_first = lambda x: jnp.swapaxes(x, 1, 2)  # [b, n, S, D]: the kernel's layout
+
+    def one(q: Array, k: Array, v: Array, s: Array) -> Array:
+        return kernel(q, k, v, segment_ids=splash.SegmentIds(q=s, kv=s))
+
+    out = jax.vmap(one)(heads_first(q), heads_first(k), heads_first(v), seg)
+    return heads_first(out)
+
+
+def _mesh_axes(logical: str, size: int, mesh: jax.sharding.AbstractMesh) -> str | tuple[str, ...] | None:
+    """The mesh axes the current logical-axis rules give ``logical``, if they divide ``size``."""
+    axes = nn.logical_to_mesh_axes((logical,))[0]
+    names = (axes,) if isinstance(axes, str) else tuple(axes or ())
+    names = tuple(a for a in names if a in mesh.axis_names)
+    count = 1
+    for a in names:
+        count *= mesh.shape[a]
+    if not names or size % count:
+        return None
+    return names[0] if len(names) == 1 else names
+
+
+def _sharded(fn: Callable[..., Array], q: Array, mesh: jax.sharding.AbstractMesh) -> Callable[..., Array]:
+    """``fn`` in a `jax.shard_map` over the batch and head axes of the context mesh."""
+    batch = _mesh_axes("activation_batch", q.shape[0], mesh)
+    heads = _mesh_axes("activation_heads", q.shape[2], mesh)
+    qkv = PartitionSpec(batch, None, heads, None)
+    seg = PartitionSpec(batch, None)
+    return jax.shard_map(fn, mesh=mesh, in_specs=(qkv, qkv, qkv, seg), out_specs=qkv, check_vma=False)
+
+
+def splash_attention(
+    q: Array, k: Array, v: Array, mask: AttentionMask, *, interpret: bool = False, block: int | None = None
+) -> Array:
+    """[B, S, N, D] ×3 → [B, S, N, D] through Pallas splash attention (``interpret``: the
+    kernel interpreted, for CPUs). No additive bias; padding is its own segment."""
+    if mask.extra_bias is not None:
+        raise ValueError("attention_kernel=splash takes no additive bias (ALiBi): use attention_kernel=xla")
+    s = q.shape[1]
+    seg = segment_ids(mask)
+    pad = -s % SPLASH_BLOCK
+    if pad:
+        q, k, v = (jnp.pad(x, ((0, 0), (0, pad), (0, 0), (0, 0))) for x in (q, k, v))
+        seg = jnp.pad(seg, ((0, 0), (0, pad)), constant_values=PADDING_SEGMENT)
+    fn = functools.partial(
+        _splash_local,
+        causal=mask.causal,
+        window=mask.window,
+        block=block or splash_block(s + pad),
+        interpret=interpret,
+    )
+    mesh = jax.sharding.get_abstract_mesh()
+    if not mesh.empty and not mesh.manual_axes:  # (inside a shard_map: already per device)
+        fn = _sharded(fn, q, mesh)
+    return fn(_scaled(q), k, v, seg)[:, :s]
+
+
+def cudnn_attention(q: Array, k: Array, v: Array, mask: AttentionMask) -> Array:
+    """[B, S, N, D] ×3 → [B, S, N, D] through cuDNN's fused attention (NVIDIA GPUs): the
+    padding/packing mask as a boolean [B, 1, S, S], causality and a causal window as
+    cuDNN's own masks."""
+    if mask.extra_bias is not None:
+        raise ValueError("attention_kernel=cudnn takes no additive bias (ALiBi): use attention_kernel=xla")
+    if mask.window is not None and not mask.causal:
+        raise ValueError("attention_kernel=cudnn takes no two-sided window: use attention_kernel=xla")
+    b, s = mask.input_mask.shape
+    plain = AttentionMask(mask.input_mask, packed=mask.packed)  # causality and window: cuDNN's
+    seen = jnp.broadcast_to(visible(plain), (b, 1, s, s))
+    window = None if mask.window is None else (mask.window // 2, 0)
+    return jax.nn.dot_product_attention(
+        _scaled(q),
+        k,
+        v,
+        mask=seen,
+        scale=1.0,
+        is_causal=mask.causal,
+        local_window_size=window,
+        implementation="cudnn",
+    )
+
+
+_PLATFORM_KERNEL = {"tpu": "splash", "gpu": "cudnn"}
+_WARNED: set[str] = set()
+
+
+def warn_once(message: str) -> None:
+    """Prints ``warning: message`` the first time this process sees ``message``."""
+    if message not in _WARNED:
+        _WARNED.add(message)
+        print(f"warning: {message}", flush=True)
+
+
+def target_platform() -> str:
+    """The platform attention is compiled for: the context mesh's devices' (an ahead-of-time
+    compile for a TPU topology from a CPU host is "tpu"), else JAX's default backend."""
+    mesh = jax.sharding.get_abstract_mesh()
+    device = None if mesh.empty else getattr(mesh, "abstract_device", None)
+    platform = jax.default_backend() if device is None else device.platform
+    return "gpu" if platform == "cuda" else platform
+
+
+def choose_kernel(
+    requested: str,
+    platform: str,
+    mask: AttentionMask,
+    head_dim: int,
+    dropout_rate: float,
+    dtype: jnp.dtype = jnp.float32,
+) -> tuple[str, str | None]:
+    """(kernel to run, warning line or None) for ``attention_kernel=requested``.
+
+    ``auto`` means the platform's kernel (splash on TPU, cuDNN on GPU) where it can take
+    the mask, head size, dtype and dropout, else XLA; an explicit kernel that cannot is
+    replaced by XLA with a warning. Explicit ``splash`` on a CPU runs interpreted."""
+    if requested not in KERNELS:
+        raise ValueError(f"attention_kernel={requested!r} is not one of: {', '.join(KERNELS)}")
+    candidate = _PLATFORM_KERNEL.get(platform) if requested == "auto" else requested
+    if candidate in (None, "xla"):
+        return "xla", None
+    reason = _refusal(candidate, platform, mask, head_dim, dropout_rate, dtype)
+    if reason is not None:
+        return "xla", f"attention_kernel={requested}: {reason}; using the XLA attention"
+    if candidate == "splash" and platform != "tpu":
+        return "splash", f"attention_kernel=splash on {platform}: Pallas interpret mode (slow; for tests)"
+    return candidate, None
+
+
+def _refusal(
+    kernel: str, platform: str, mask: AttentionMask, head_dim: int, dropout_rate: float, dtype: jnp.dtype
+) -> str | None:
+    """Why ``kernel`` cannot run this attention, or None."""
+    if dropout_rate > 0:
+        return f"attention dropout ({dropout_rate}) runs on the XLA path only"
+    if mask.extra_bias is not None:
+        return f"{kernel} takes no additive bias (ALiBi)"
+    if kernel == "splash":
+        ok = platform in ("tpu", "cpu")
+        return None if ok else f"splash attention runs on TPU (interpreted on CPU), not on {platform}"
+    if platform != "gpu":
+        return f"cuDNN attention runs on NVIDIA GPUs, not on {platform}"
+    if jnp.dtype(dtype) not in [jnp.dtype(d) for d in CUDNN_DTYPES]:
+        return f"cuDNN attention takes bfloat16 or float16, not {jnp.dtype(dtype).name}"
+    if head_dim % 8 or head_dim > CUDNN_MAX_HEAD_DIM:
+        return f"cuDNN attention takes a head size that is a multiple of 8 up to 128, not {head_dim}"
+    if mask.window is not None and not mask.causal:
+        return f"cuDNN takes no two-sided window (window {mask.window}: ±{mask.window // 2})"
+    if mask.input_mask.shape[-1] % 2:
+        return f"cuDNN attention with a mask takes an even sequence length, not {mask.input_mask.shape[-1]}"
+    return None
+
+
+def attend(
+    q: Array,
+    k: Array,
+    v: Array,
+    mask: AttentionMask,
+    kernel: str = "auto",
+    *,
+    dropout_rate: float = 0.0,
+    dropout_fn: Callable[[Array], Array] | None = None,
+    dtype: jnp.dtype | None = None,
+    platform: str | None = None,
+) -> Array:
+    """Self-attention [B, S, N, D] ×3 → [B, S, N, D] by the kernel `choose_kernel` picks
+    for ``kernel`` (``attention_kernel``) on ``platform`` (default: the context mesh's, else
+    JAX's backend). ``dropout_rate`` > 0 (pass 0 when deterministic) keeps the XLA path,
+    the only one that applies ``dropout_fn``. A fallback prints one ``warning:`` line."""
+    platform = target_platform() if platform is None else platform
+    chosen, warning = choose_kernel(kernel, platform, mask, q.shape[-1], dropout_rate, q.dtype)
+    if warning:
+        warn_once(warning)
+    if chosen == "splash":
+        return splash_attention(q, k, v, mask, interpret=platform != "tpu").astype(q.dtype)
+    if chosen == "cudnn":
+        return cudnn_attention(q, k, v, mask)
+    return xla_attention(q, k, v, mask, dropout_fn=dropout_fn, dtype=dtype)
