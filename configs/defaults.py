@@ -25,6 +25,7 @@ def training() -> ml_collections.ConfigDict:
     c.remat_policy = "none"  # none | full | dots | dots_no_batch
     c.weight_grad_matmul = "auto"  # auto | transposed_copy | transposed_copy_wide | direct
     c.dropout_rng = "hash"  # hash | threefry
+    c.attention_kernel = "auto"  # auto | xla | splash | cudnn (`bert_jax.model.attention`)
     # Device mesh (data, fsdp, tensor); -1 takes the remaining devices.
     c.mesh_shape = (-1, 1, 1)
     # Overrides of the logical-axis rules (`bert_jax.training.sharding.LOGICAL_AXIS_RULES`), e.g.

@@ -2,10 +2,11 @@
 
 `BertConfig` says what the model is (shapes, architecture switches) and is what a
 checkpoint's ``bert_config.json`` holds. `Numerics` says how one run computes it: the
-compute and parameter dtypes, rematerialisation, the weight-gradient matmul form and the
-dropout mask generator. It is chosen per run and per platform (`for_platform`) and never
-saved with the model, so a checkpoint pre-trained on CPU in float32 and fine-tuned on a TPU
-in bfloat16 gets the TPU's choices, and `features` computes in float32 unless asked.
+compute and parameter dtypes, rematerialisation, the weight-gradient matmul form, the
+dropout mask generator and the attention kernel. It is chosen per run and per platform
+(`for_platform`) and never saved with the model, so a checkpoint pre-trained on CPU in
+float32 and fine-tuned on a TPU in bfloat16 gets the TPU's choices, and `features` computes
+in float32 unless asked.
 
 Every module of `bert_jax.model` takes one as its ``numerics`` field; the default is
 float32 with nothing rematerialised (inference and conversion).
@@ -21,6 +22,7 @@ DTYPES = ("float32", "bfloat16", "float16")
 REMAT_POLICIES = ("none", "full", "dots", "dots_no_batch")
 WEIGHT_GRAD_MATMULS = ("auto", "transposed_copy", "transposed_copy_wide", "direct")
 DROPOUT_RNGS = ("hash", "threefry")
+ATTENTION_KERNELS = ("auto", "xla", "splash", "cudnn")
 # The keys older `bert_config.json` files carried for these choices: read and ignored.
 LEGACY_MODEL_KEYS = ("dtype", "remat_policy", "weight_grad_matmul", "dropout_rng")
 # Under "transposed_copy_wide", layers narrower than this keep the direct weight gradient.
@@ -51,6 +53,10 @@ class Numerics:
     # per layer and step from the dropout key; ~7x cheaper than threefry on CPU) or
     # "threefry" (jax.random.bernoulli). Both are Bernoulli(1 - rate) per element.
     dropout_rng: str = "hash"
+    # Attention implementation (`bert_jax.model.attention`): "auto" is Pallas splash on TPU,
+    # cuDNN on GPU and XLA on CPU, each falling back to XLA (one warning line) where the
+    # kernel cannot take the mask, the head size or attention dropout.
+    attention_kernel: str = "auto"
 
     def __post_init__(self) -> None:
         for name, allowed in (
@@ -59,6 +65,7 @@ class Numerics:
             ("remat_policy", REMAT_POLICIES),
             ("weight_grad_matmul", WEIGHT_GRAD_MATMULS),
             ("dropout_rng", DROPOUT_RNGS),
+            ("attention_kernel", ATTENTION_KERNELS),
         ):
             if getattr(self, name) not in allowed:
                 raise ValueError(f"{name}={getattr(self, name)!r} not in {allowed}")

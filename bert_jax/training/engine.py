@@ -74,6 +74,7 @@ def numerics(config: ml_collections.ConfigDict, mesh: Mesh) -> Numerics:
         remat_policy=config.remat_policy,
         weight_grad_matmul=config.weight_grad_matmul,
         dropout_rng=config.dropout_rng,
+        attention_kernel=config.attention_kernel,
     )
     return chosen.for_platform(mesh.devices.flat[0].platform)
 

@@ -74,6 +74,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "remat_policy": numerics.REMAT_POLICIES,
     "weight_grad_matmul": numerics.WEIGHT_GRAD_MATMULS,
     "dropout_rng": numerics.DROPOUT_RNGS,
+    "attention_kernel": numerics.ATTENTION_KERNELS,
 }
 
 
