@@ -227,16 +227,9 @@ class Finetuning:
 
 def mesh_for_batches(config: ml_collections.ConfigDict, batch_sizes: dict[str, int]) -> Any:
     """The config's (data, fsdp, tensor) mesh; the batch sizes must divide over its batch
-    axes (and each micro-batch of ``grad_accum_steps``)."""
+    axes (and each micro-batch of ``grad_accum_steps``: `sharding.check_batches`)."""
     mesh = sharding.make_mesh(tuple(config.mesh_shape))
-    ways = mesh.shape["data"] * mesh.shape["fsdp"]
-    for key, size in batch_sizes.items():
-        parts = ways * (int(config.grad_accum_steps) if key == "batch_size" else 1)
-        if int(size) % parts:
-            raise ValueError(
-                f"{key} {size} does not divide into {parts} parts (mesh {tuple(config.mesh_shape)}"
-                + (f", grad_accum_steps {config.grad_accum_steps})" if key == "batch_size" else ")")
-            )
+    sharding.check_batches(mesh, batch_sizes, {"batch_size": (int(config.grad_accum_steps),)})
     return mesh
 
 

@@ -315,7 +315,14 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
     check_config(config)
     multihost.check_same_run(config)
     files.check_reachable(workdir, "--workdir", writable=True)
-    run = Pretraining(config, sharding.make_mesh(tuple(config.mesh_shape)))
+    mesh = sharding.make_mesh(tuple(config.mesh_shape))
+    accumulations = {phase_steps.settings(config, p)[1] for p in ((1, 2) if config.phase2_fraction else (1,))}
+    sharding.check_batches(
+        mesh,
+        {"global_batch_size": int(config.global_batch_size), "eval_batch_size": eval_batch_size(config)},
+        {"global_batch_size": sorted(accumulations)},
+    )
+    run = Pretraining(config, mesh)
     checkpoints.check_model_config(workdir, run.model_config)
     run.held_out = check_data(config)
     final_phase = phases(config)[-1]

@@ -74,6 +74,22 @@ def make_mesh(shape: Sequence[int], devices: Sequence[jax.Device] | None = None)
     return Mesh(device_array(shape, devices), MESH_AXES, axis_types=auto)
 
 
+def check_batches(mesh: Mesh, batch_sizes: dict[str, int], micro_batches: dict[str, Sequence[int]]) -> None:
+    """Every job's batches must split over the mesh's batch axes (data x fsdp), a training
+    batch into each of its gradient-accumulation micro-batches too: refused in one line
+    naming the key (not later, inside a reshape). `micro_batches`: the accumulation counts a
+    key is split into (phase 1 and phase 2 of pre-training may differ); default 1."""
+    ways = mesh.shape["data"] * mesh.shape["fsdp"]
+    shape = tuple(mesh.devices.shape)
+    for key, size in batch_sizes.items():
+        for accum in micro_batches.get(key, (1,)):
+            if int(size) % (ways * int(accum)):
+                split = f"{ways} batch shards (mesh_shape {shape})"
+                if int(accum) > 1:
+                    split += f" x {accum} micro-batches (gradient accumulation)"
+                raise ValueError(f"config.{key}={size} does not split over {split}")
+
+
 def _resolve_shape(shape: list[int], num_devices: int) -> list[int]:
     """The mesh shape with its ``-1`` entry filled in, checked against the device count."""
     if len(shape) != 3:

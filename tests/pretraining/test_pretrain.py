@@ -1,6 +1,7 @@
 """Pre-training loop end to end on a tiny model: resume, preemption, logging, bad input."""
 
 import json
+import os
 import shutil
 import signal
 import subprocess
@@ -229,6 +230,28 @@ def test_a_removed_setting_name_is_refused_naming_the_one_to_use(tmp_path) -> No
     ):
         pretrain.train_and_evaluate(c, str(tmp_path / "run"))
     assert not (tmp_path / "run").exists()
+
+
+def test_a_batch_that_does_not_split_over_the_mesh_is_refused_naming_it(tmp_path) -> None:
+    """Both jobs check batch x mesh x accumulation before anything is built (pre-training
+    used to fail inside a reshape)."""
+    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
+    proc = subprocess.run(
+        _cli(
+            tmp_path,
+            "--config.global_batch_size=6",
+            "--config.grad_accum_steps=2",
+            "--config.mesh_shape=(2,1,1)",
+        ),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+    line = "config.global_batch_size=6 does not split over 2 batch shards (mesh_shape (2, 1, 1)) x 2 micro"
+    assert proc.returncode == 1 and line in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr and not any(tmp_path.iterdir())
 
 
 def _wait_for(predicate, timeout: float, proc: subprocess.Popen) -> None:
