@@ -46,6 +46,8 @@ EXTRAS = {
         # GLUE metric references (matthews_corrcoef, f1_score) in tests/test_metrics.py.
         "scikit-learn>=1.3",
         "ruff>=0.6",
+        # The folders' import order (contracts in pyproject.toml), checked by scripts/test.sh.
+        "import-linter>=2.1",
         # A GCS API emulator on localhost and the gcsfs client that reaches it, for the
         # tests of `gs://` workdirs (`bert_jax.storage.emulator`).
         "gcp-storage-emulator>=2024.8",
