@@ -110,37 +110,46 @@ def test_ltr_data_needs_a_causal_model() -> None:
 GOLDEN = ROOT / "tests" / "testdata" / "bert_base_param_shapes.json"
 
 
-def _pretraining_shapes(config: BertConfig) -> dict[str, list[int]]:
-    """Path → shape of `BertForPreTraining(config)` from `jax.eval_shape` (nothing allocated)."""
+def _pretraining_params(config: BertConfig) -> dict[str, dict[str, list]]:
+    """Path → shape and logical axis names of `BertForPreTraining(config)`'s parameters, from
+    `jax.eval_shape` (nothing allocated)."""
     ids = jnp.zeros((1, 8), jnp.int32)
     init = lambda: heads.BertForPreTraining(config).init(jax.random.key(0), ids, ids, ids, ids[:, :2])
-    return {k: list(v) for k, v in param_shapes.shapes(jax.eval_shape(init)["params"]).items()}
+    boxed = jax.eval_shape(init)["params"]
+    shapes = param_shapes.shapes(nn.meta.unbox(boxed))
+    is_spec = lambda x: isinstance(x, jax.sharding.PartitionSpec)
+    specs = jax.tree_util.tree_flatten_with_path(nn.get_partition_spec(boxed), is_leaf=is_spec)[0]
+    axes = {param_shapes.path_str(p): list(spec) for p, spec in specs}  # logical names
+    return {k: {"shape": list(v), "axes": axes[k]} for k, v in shapes.items()}
 
 
-def _golden_text(shapes: dict[str, list[int]]) -> str:
-    lines = [f"  {json.dumps(k)}: {json.dumps(v)}" for k, v in sorted(shapes.items())]
+def _golden_text(params: dict[str, dict[str, list]]) -> str:
+    lines = [f"  {json.dumps(k)}: {json.dumps(v)}" for k, v in sorted(params.items())]
     return "{\n" + ",\n".join(lines) + "\n}\n"
 
 
 def test_bert_base_parameters_match_the_golden_file() -> None:
-    """Every parameter name and shape of BERT-Base pre-training, as checkpoints and
-    conversion rely on them. After an intended change: BERT_JAX_WRITE_GOLDEN=1 pytest -k golden."""
-    shapes = _pretraining_shapes(MODEL_PRESETS["base"])
+    """Every parameter name, shape and logical axis name of BERT-Base pre-training, as
+    checkpoints, conversion and sharding rely on them. After an intended change:
+    BERT_JAX_WRITE_GOLDEN=1 pytest -k golden."""
+    params = _pretraining_params(MODEL_PRESETS["base"])
     if os.environ.get("BERT_JAX_WRITE_GOLDEN"):
-        GOLDEN.write_text(_golden_text(shapes))
+        GOLDEN.write_text(_golden_text(params))
     golden = json.loads(GOLDEN.read_text())
-    diff = [f"- {k} {golden[k]}" for k in sorted(golden.keys() - shapes.keys())]
-    diff += [f"+ {k} {shapes[k]}" for k in sorted(shapes.keys() - golden.keys())]
-    same = sorted(golden.keys() & shapes.keys())
-    diff += [f"~ {k} {golden[k]} -> {shapes[k]}" for k in same if golden[k] != shapes[k]]
+    diff = [f"- {k} {golden[k]}" for k in sorted(golden.keys() - params.keys())]
+    diff += [f"+ {k} {params[k]}" for k in sorted(params.keys() - golden.keys())]
+    same = sorted(golden.keys() & params.keys())
+    diff += [f"~ {k} {golden[k]} -> {params[k]}" for k in same if golden[k] != params[k]]
     assert not diff, f"BERT-Base parameters differ from {GOLDEN.name}:\n" + "\n".join(diff)
-    assert len(golden) == 206 and sum(math.prod(s) for s in golden.values()) == 110_106_428
+    sizes = [math.prod(p["shape"]) for p in golden.values()]
+    assert len(golden) == 206 and sum(sizes) == 110_106_428
+    assert all(len(p["axes"]) == len(p["shape"]) for p in golden.values())
 
 
 def test_vocabulary_padding_changes_only_the_vocabulary_rows() -> None:
     config = MODEL_PRESETS["base"]
-    padded = _pretraining_shapes(config.replace(vocab_pad_multiple=128))
-    plain = _pretraining_shapes(config)
+    padded = {k: p["shape"] for k, p in _pretraining_params(config.replace(vocab_pad_multiple=128)).items()}
+    plain = {k: p["shape"] for k, p in _pretraining_params(config).items()}
     changed = {k: (plain[k], padded[k]) for k in plain if plain[k] != padded[k]}
     assert changed == {
         "bert/embeddings/word_embeddings/embedding": ([30522, 768], [30592, 768]),
