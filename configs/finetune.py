@@ -1,8 +1,9 @@
 """Any fine-tuning task by name: `--config=configs/finetune.py:TASK`.
 
 TASK is a GLUE task (cola, sst2, mrpc, stsb, qqp, mnli, qnli, rte, wnli), bbc,
-squad1.1, squad2.0, conll2003 or swag; the config comes from the task's own file
-(configs/glue.py, bbc.py, squad.py, ner.py, swag.py).
+squad1.1, squad2.0, conll2003, swag, or a task of the offline downstream suite (disfl_qa,
+cpkc, dialog_pairs, vitaminc, rotten_tomatoes); the config comes from the task's own file
+(configs/glue.py, bbc.py, squad.py, ner.py, swag.py, downstream.py).
 """
 
 from __future__ import annotations
@@ -26,7 +27,10 @@ def get_config(task: str = "bbc") -> ml_collections.ConfigDict:
         return _load("ner").get_config()
     if task in ("bbc", "swag"):
         return _load(task).get_config()
+    downstream = _load("downstream")
+    if task in downstream.TASKS:
+        return downstream.get_config(task)
     raise ValueError(
         f"unknown task {task!r}: a GLUE task ({', '.join(glue.TASKS)}), bbc, squad1.1, "
-        "squad2.0, conll2003 or swag"
+        f"squad2.0, conll2003, swag or a downstream task ({', '.join(downstream.TASKS)})"
     )

