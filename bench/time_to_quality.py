@@ -119,12 +119,12 @@ def export_data(preset: str, max_steps: int, out: Path) -> dict:
 
 
 def _schedule(c):
-    from bert_jax.pretraining import pretrain
     from bert_jax.training import optimizer
+    from bert_jax.training.settings import TrainingSettings
 
     return optimizer.learning_rate_schedule(
         float(c.learning_rate),
-        pretrain.warmup_steps(c),
+        TrainingSettings.from_config(c).optimizer.warmup(int(c.num_train_steps)),
         int(c.num_train_steps),
         kind=c.lr_schedule,
         decay_fraction=float(c.lr_decay_fraction),

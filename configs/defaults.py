@@ -43,6 +43,9 @@ def training() -> ml_collections.ConfigDict:
     # stable, then linear decay over the last lr_decay_fraction of steps): `bert_jax.training.optimizer`.
     c.lr_schedule = "linear"
     c.lr_decay_fraction = 0.2
+    # Warm-up: warmup_proportion of the run's steps when > 0, else warmup_steps.
+    c.warmup_steps = 0
+    c.warmup_proportion = 0.0
     c.grad_accum_steps = 1  # micro-batches per step: the same gradient in less memory
     # Bookkeeping.
     c.log_every_steps = 50
@@ -91,6 +94,9 @@ def finetuning() -> ml_collections.ConfigDict:
     c.task = "bbc"
     c.data_dir = ""  # task-specific: GLUE folder or "tfds", SQuAD/CoNLL/SWAG folder
     c.init_checkpoint = ""  # empty: the MiniLM BERT bundled for offline use
+    # True: init_checkpoint's architecture and vocabulary with freshly initialised weights
+    # (seeded by `seed`): the random-init baseline a pre-trained encoder is compared with.
+    c.random_init = False
     c.vocab_file = ""  # empty: vocab.txt beside the checkpoint
     c.do_lower_case = True
     # Vocabulary rows padded to a multiple of this (128 lets tensor parallelism of 2..128

@@ -14,3 +14,32 @@ os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")  # the plan tests load 
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # so `configs` and `bench` import as packages
+
+
+def tiny_pretraining(**overrides):
+    """The pre-training config most tests start from: the tiny model on synthetic data, a
+    few short steps. `overrides` may name nested keys with dots (``**{"data.nsp": False}``)."""
+    from configs import pretrain as pretrain_config
+
+    c = pretrain_config.get_config("tiny")
+    c.data.source = "synthetic"
+    c.update(
+        dict(
+            global_batch_size=4,
+            max_seq_length=32,
+            max_predictions_per_seq=5,
+            num_train_steps=6,
+            warmup_steps=1,
+            log_every_steps=1,
+            eval_every_steps=3,
+            eval_steps=1,
+            checkpoint_every_steps=2,
+        )
+    )
+    for dotted, value in overrides.items():
+        *parents, leaf = dotted.split(".")
+        node = c
+        for p in parents:
+            node = node[p]
+        node[leaf] = value
+    return c

@@ -31,7 +31,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "pretrain": ("bert_jax.commands.pretrain", "Pre-train BERT (MLM + NSP); rerun to resume."),
     "finetune": (
         "bert_jax.commands.finetune",
-        "Fine-tune on a task (GLUE, SQuAD, CoNLL-2003 NER, SWAG, BBC News); --sweep for the grid.",
+        "Fine-tune on a task (GLUE, SQuAD, CoNLL-2003 NER, SWAG, BBC News, the offline suite); --sweep.",
     ),
     "ablate": (
         "bert_jax.commands.ablate",

@@ -46,6 +46,7 @@ from bert_jax.tasks.base import MODEL_INPUTS, Split, Task
 from bert_jax.tasks.registry import get_task
 from bert_jax.training import engine, run_config, sharding
 from bert_jax.training.loop import StopRequested, TrainingRun
+from bert_jax.training.settings import TrainingSettings
 
 
 def default_checkpoint() -> str:
@@ -118,6 +119,11 @@ def load_inputs(config: ml_collections.ConfigDict) -> FinetuningInputs:
     evals = [task.load(config, tok, s) for s in task.eval_splits]
     model = task.model(bert_config)
     init = jax.device_get(nn.meta.unbox(model.init(jax.random.key(config.seed), *_sample(train)))["params"])
+    if config.random_init:  # the baseline a pre-trained encoder is measured against
+        print("random_init: the checkpoint's architecture and vocabulary, freshly initialised weights")
+        return FinetuningInputs(
+            task, checkpoint, tok, train, evals, bert_config, init, init["bert"].get("pooler")
+        )
     params = {**init, "bert": param_shapes.merge_params(init["bert"], loaded["bert"], checkpoint)}
     pooler = jax.device_get(loaded["bert"].get("pooler"))
     return FinetuningInputs(task, checkpoint, tok, train, evals, bert_config, params, pooler)
@@ -149,14 +155,13 @@ class Finetuning:
         causal = inputs.bert_config.causal_attention
         self.packed = bool(config.pack_examples) and inputs.task.packable and not causal
         self.row_multiple = self.mesh.shape["data"] * self.mesh.shape["fsdp"] * int(config.grad_accum_steps)
+        self.settings = TrainingSettings.from_config(config)
         self.model_config = inputs.bert_config
-        self.numerics = engine.numerics(config, self.mesh)
+        self.numerics = self.settings.numerics.for_platform(engine.platform(self.mesh))
         # Every head module takes the run's numerics beside the model config.
         model = inputs.task.model(self.model_config).clone(numerics=self.numerics)
         self.objective = FinetuningObjective(model, inputs.task)
-        tx, schedule = engine.create_optimizer(
-            config, total_steps=total_steps, warmup_steps=int(config.warmup_proportion * total_steps)
-        )
+        tx, schedule = self.settings.optimizer.build(total_steps)
         sample = _sample(inputs.train)
         self.engine = engine.Engine(
             objective=self.objective,
@@ -164,8 +169,8 @@ class Finetuning:
             tx=tx,
             schedule=schedule,
             mesh=self.mesh,
-            rules=run_config.sharding_rules(config),
-            grad_accum_steps=int(config.grad_accum_steps),
+            rules=sharding.rules_with_overrides(self.settings.sharding_rules),
+            grad_accum_steps=self.settings.grad_accum_steps,
         )
 
     def rows(self, step: int) -> dict[str, np.ndarray]:
@@ -281,7 +286,7 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
     total = steps_per_epoch(config, inputs) * int(config.num_epochs)
     ft = Finetuning(config, inputs, total_steps=total)
     try:
-        with TrainingRun(workdir, config, total_steps=total) as loop:
+        with TrainingRun(workdir, ft.settings, total_steps=total) as loop:
             fresh = loop.ckpt.latest_step() is None
             if fresh and jax.process_index() == 0 and os.path.exists(os.path.join(workdir, "metrics.jsonl")):
                 os.remove(os.path.join(workdir, "metrics.jsonl"))  # a fresh run, not an appended one

@@ -37,6 +37,7 @@ from bert_jax.pretraining.objective import (
 from bert_jax.storage import files
 from bert_jax.training import checkpoints, engine, multihost, run_config, sharding
 from bert_jax.training.loop import StopRequested, TrainingRun
+from bert_jax.training.settings import TrainingSettings
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,13 +61,6 @@ def phases(config: ml_collections.ConfigDict) -> list[Phase]:
     ]
 
 
-def warmup_steps(config: ml_collections.ConfigDict) -> int:
-    """``warmup_proportion`` of the steps when set (> 0), else ``warmup_steps``."""
-    if float(config.warmup_proportion) > 0:
-        return round(float(config.warmup_proportion) * int(config.num_train_steps))
-    return int(config.warmup_steps)
-
-
 class Pretraining:
     """The model, objective, engine and batch placement of one pre-training run on a mesh.
 
@@ -76,23 +70,22 @@ class Pretraining:
 
     def __init__(self, config: ml_collections.ConfigDict, mesh: Mesh) -> None:
         self.config, self.mesh = config, mesh
+        self.settings = TrainingSettings.from_config(config)
         self.model_config = run_config.bert_config(config)
-        self.numerics = engine.numerics(config, mesh)
+        self.numerics = self.settings.numerics.for_platform(engine.platform(mesh))
         self.nsp = bool(config.data.nsp)
         self.held_out = True  # whether the data has a held-out split (`check_data` says)
         model = BertForPreTraining(self.model_config, self.numerics)
         self.objective = PretrainingObjective(model, self.nsp)
-        tx, schedule = engine.create_optimizer(
-            config, total_steps=int(config.num_train_steps), warmup_steps=warmup_steps(config)
-        )
+        tx, schedule = self.settings.optimizer.build(int(config.num_train_steps))
         self.engine = engine.Engine(
             objective=self.objective,
             init_params=self.objective.init_params,
             tx=tx,
             schedule=schedule,
             mesh=mesh,
-            rules=run_config.sharding_rules(config),
-            grad_accum_steps=int(config.grad_accum_steps),
+            rules=sharding.rules_with_overrides(self.settings.sharding_rules),
+            grad_accum_steps=self.settings.grad_accum_steps,
         )
 
     @functools.lru_cache(maxsize=4)  # noqa: B019 (one masker per prediction count, per run)
@@ -329,8 +322,10 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
     keys = ("mlm_accuracy", "nsp_accuracy") if run.nsp else ("mlm_accuracy",)
     try:
         total = int(config.num_train_steps)
-        with TrainingRun(workdir, config, total_steps=total, best_metric=keys[0], console_keys=keys) as loop:
-            state, _ = loop.restore_or_init(run.engine, lambda: run.engine.init_state(int(config.seed)))
+        with TrainingRun(
+            workdir, run.settings, total_steps=total, best_metric=keys[0], console_keys=keys
+        ) as loop:
+            state, _ = loop.restore_or_init(run.engine, lambda: run.engine.init_state(run.settings.seed))
             # The run is accepted: from here on it writes to the workdir.
             checkpoints.write_model_config(workdir, run.model_config)
             keep_vocab(config, workdir)

@@ -10,8 +10,8 @@ parameter initialiser; the engine owns the mechanics both share:
   state donated; gradient accumulation is a `lax.scan` over micro-batches inside it,
   each micro-batch's loss divided by whole-batch totals (`Objective.totals`), so k
   micro-batches give exactly the gradient of the whole batch;
-- the run's numerics decided once for the mesh's platform (`numerics`): compute and
-  parameter dtypes, rematerialisation, the weight-gradient matmul form, dropout masks.
+- the run's numerics (`settings.TrainingSettings.numerics`) decided once for the mesh's
+  platform (`platform`): dtypes, remat, the weight-gradient form, dropout masks, attention.
 
 The loop that drives it (checkpoints, resume, preemption, logging) is `loop.py`.
 """
@@ -26,13 +26,11 @@ import flax
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
-import ml_collections
 import numpy as np
 import optax
 from jax.sharding import Mesh
 
-from bert_jax.model.numerics import Numerics
-from bert_jax.training import optimizer, sharding
+from bert_jax.training import sharding
 
 Batch = dict[str, jax.Array]
 
@@ -64,38 +62,10 @@ class Objective(Protocol):
         """Deterministic outputs of one batch (metric sums or the head's outputs)."""
 
 
-def numerics(config: ml_collections.ConfigDict, mesh: Mesh) -> Numerics:
-    """How this run computes its model: the run config's numerics keys, with
-    ``weight_grad_matmul="auto"`` decided for the mesh's devices (not this process's: `plan`
-    lowers for a TPU from a CPU process)."""
-    chosen = Numerics(
-        compute_dtype=config.compute_dtype,
-        param_dtype=config.param_dtype,
-        remat_policy=config.remat_policy,
-        weight_grad_matmul=config.weight_grad_matmul,
-        dropout_rng=config.dropout_rng,
-        attention_kernel=config.attention_kernel,
-    )
-    return chosen.for_platform(mesh.devices.flat[0].platform)
-
-
-def create_optimizer(
-    config: ml_collections.ConfigDict, *, total_steps: int, warmup_steps: int
-) -> tuple[optax.GradientTransformation, optax.Schedule]:
-    """The run config's optimizer (keys shared by every job's config) for a schedule."""
-    return optimizer.create_optimizer(
-        name=config.optimizer,
-        learning_rate=float(config.learning_rate),
-        warmup_steps=int(warmup_steps),
-        total_steps=int(total_steps),
-        weight_decay=float(config.weight_decay),
-        b1=float(config.adam_b1),
-        b2=float(config.adam_b2),
-        eps=float(config.adam_eps),
-        clip_norm=float(config.grad_clip_norm),
-        schedule=config.lr_schedule,
-        decay_fraction=float(config.lr_decay_fraction),
-    )
+def platform(mesh: Mesh) -> str:
+    """The mesh's device platform (not this process's: `plan` lowers for a TPU from a CPU
+    process): what a run's "auto" numerics are decided for (`Numerics.for_platform`)."""
+    return mesh.devices.flat[0].platform
 
 
 def place_batch(mesh: Mesh, rows: dict[str, Any], *, process_local: bool) -> Batch:

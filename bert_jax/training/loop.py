@@ -24,12 +24,12 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-import ml_collections
 from jax.experimental import multihost_utils
 
 from bert_jax.training import checkpoints, hardware
 from bert_jax.training.engine import Batch, Engine, TrainState
 from bert_jax.training.metric_writer import MetricsLogger
+from bert_jax.training.settings import TrainingSettings
 
 PREEMPTED_EXIT_CODE = 143  # as a process ended by SIGTERM: a restart loop starts it again
 INTERRUPTED_EXIT_CODE = 130  # as a process ended by Ctrl-C (SIGINT)
@@ -129,15 +129,15 @@ class Preemption:
 class TrainingRun:
     """Checkpoints, metrics and preemption of one job in `workdir` (a context manager).
 
-    Reads ``keep_checkpoints``, ``async_checkpointing``, ``checkpoint_every_steps`` (0:
-    only when stopping), ``log_every_steps`` and ``stop_after_step`` (0: none) from
-    `config`. `console_keys` are the metrics shown on the progress line besides the loss.
+    Reads the run's `CheckpointSettings` (``every_steps`` 0: only when stopping;
+    ``stop_after_step`` 0: none) and ``log_every_steps`` from `settings`. `console_keys` are
+    the metrics shown on the progress line besides the loss.
     """
 
     def __init__(
         self,
         workdir: str,
-        config: ml_collections.ConfigDict,
+        settings: TrainingSettings,
         *,
         total_steps: int,
         best_metric: str = "",
@@ -145,15 +145,13 @@ class TrainingRun:
     ) -> None:
         self.workdir = workdir
         self.total_steps = int(total_steps)
+        saving = settings.checkpoints
         self.ckpt = checkpoints.Checkpointer(
-            workdir,
-            keep=int(config.keep_checkpoints),
-            async_save=bool(config.async_checkpointing),
-            best_metric=best_metric,
+            workdir, keep=saving.keep, async_save=saving.async_save, best_metric=best_metric
         )
-        self.checkpoint_every = int(config.checkpoint_every_steps)
-        self.log_every = max(1, int(config.log_every_steps))
-        self.stop_after = int(config.stop_after_step) or -1
+        self.checkpoint_every = saving.every_steps
+        self.log_every = max(1, settings.log_every_steps)
+        self.stop_after = saving.stop_after_step or -1
         self.console_keys = console_keys
         self.logger: MetricsLogger | None = None
         self.preemption = Preemption()

@@ -11,7 +11,7 @@ from typing import Any
 import ml_collections
 
 from bert_jax.model.config import BertConfig
-from bert_jax.training import sharding, value_ranges
+from bert_jax.training import value_ranges
 
 # Settings that had a second name; the config must use the one on the right.
 REMOVED_KEYS = {
@@ -58,11 +58,6 @@ def bert_config(config: ml_collections.ConfigDict) -> BertConfig:
     """The model shape of a pre-training config (`config.model`)."""
     check(config)
     return BertConfig.from_dict(config.model)
-
-
-def sharding_rules(config: ml_collections.ConfigDict) -> list[tuple[str, Any]]:
-    """The logical-axis rules with the config's ``sharding_rules`` overrides applied."""
-    return list(sharding.rules_with_overrides(tuple(tuple(r) for r in config.sharding_rules)))
 
 
 def sibling(config_file: str, name: str) -> ModuleType:

@@ -10,7 +10,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import jax
 import jax.numpy as jnp
+import numpy as np
 import pytest
 
 from bert_jax import convert
@@ -26,6 +28,7 @@ from configs import ner as ner_config
 from configs import squad as squad_config
 from configs import swag as swag_config
 from tests.conftest import ROOT
+from tests.helpers import results as worker_results
 from tests.helpers.task_data import bbc_sentences, build_squad, write_sst2, write_tiny_checkpoint
 
 
@@ -253,6 +256,23 @@ def test_wrong_size_checkpoint_and_vocab_fail_clearly(tmp_path, tiny_checkpoint)
     )
 
 
+def test_random_init_keeps_the_architecture_and_draws_fresh_weights(tiny_checkpoint) -> None:
+    """The random-init baseline: the checkpoint's shapes and vocabulary, none of its weights."""
+    c = _tiny(bbc_config.get_config(), tiny_checkpoint, max_train_examples=16, max_eval_examples=8)
+    loaded = finetune.load_inputs(c)
+    c.random_init = True
+    fresh = finetune.load_inputs(c)
+    assert fresh.bert_config == loaded.bert_config
+    flat = lambda p: dict(jax.tree_util.tree_flatten_with_path(p)[0])
+    before, after = flat(loaded.params), flat(fresh.params)
+    assert before.keys() == after.keys()
+    assert all(np.shape(before[k]) == np.shape(after[k]) for k in before)
+    encoder = [k for k in before if k[0].key == "bert" and k[-1].key in ("kernel", "embedding")]
+    assert encoder and not any(np.allclose(before[k], after[k]) for k in encoder)
+    again = flat(finetune.load_inputs(c).params)  # the same seed: the same baseline
+    assert all(np.array_equal(after[k], again[k]) for k in after)
+
+
 SHARDED_SCRIPT = """
 import json, sys
 import jax
@@ -304,7 +324,7 @@ def test_sharded_finetuning_equals_one_device(tmp_path, tiny_checkpoint) -> None
         capture_output=True, text=True, cwd=ROOT, env=env, timeout=600,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
-    got = json.loads(proc.stdout.split("RESULT ", 1)[1])
+    got = worker_results.parse(proc.stdout)
     for shape, res in got.items():
         assert res["losses"] == pytest.approx(want, rel=1e-5), shape
         assert res["accuracy"] == pytest.approx(best["accuracy"]), shape

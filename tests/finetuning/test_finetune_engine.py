@@ -20,6 +20,7 @@ from bert_jax.finetuning import batches, finetune
 from bert_jax.tasks.ner import IGNORE
 from bert_jax.tasks.registry import get_task
 from bert_jax.training import engine, loop, sharding
+from bert_jax.training.settings import TrainingSettings
 from configs import glue as glue_config
 from tests.conftest import ROOT
 from tests.helpers.task_data import TINY, write_sst2, write_tiny_checkpoint
@@ -45,12 +46,14 @@ def _ner_step(accum: int, compute_dtype: str = "float32") -> tuple[dict, dict]:
     task = get_task("conll2003")
     c = glue_config.get_config("sst2")
     c.grad_accum_steps, c.compute_dtype = accum, compute_dtype
+    c.warmup_proportion = 0.0  # a full learning rate from the first step
     mesh = sharding.make_mesh((1, 1, 1), jax.devices()[:1])
     bert = TINY.replace(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
-    model = task.model(bert).clone(numerics=engine.numerics(c, mesh))
+    settings = TrainingSettings.from_config(c)
+    model = task.model(bert).clone(numerics=settings.numerics.for_platform(engine.platform(mesh)))
     batch = _token_batch()
     sample = [batch[k][:1] for k in ("input_ids", "input_mask", "segment_ids")]
-    tx, schedule = engine.create_optimizer(c, total_steps=10, warmup_steps=0)
+    tx, schedule = settings.optimizer.build(10)
     eng = engine.Engine(
         objective=finetune.FinetuningObjective(model, task),
         init_params=lambda rng: model.init(rng, *sample)["params"],

@@ -6,7 +6,6 @@ the Wikipedia excerpt prepared in the cache folder given as the 4th argument (un
 rows, masks drawn on the devices), with the masked targets gathered from every host.
 """
 
-import json
 import os
 import sys
 
@@ -19,6 +18,7 @@ from bert_jax.data import synthetic
 from bert_jax.pretraining import evaluation, pretrain
 from bert_jax.training import sharding
 from configs import pretrain as pretrain_config
+from tests.helpers import results
 
 
 def main(process_id: int, num_processes: int, port: int, cache_dir: str) -> None:
@@ -72,7 +72,7 @@ def main(process_id: int, num_processes: int, port: int, cache_dir: str) -> None
         "devices": jax.device_count(),
         "process": jax.process_index(),
     }
-    print("RESULT " + json.dumps(result), flush=True)
+    results.emit(result)
 
 
 if __name__ == "__main__":

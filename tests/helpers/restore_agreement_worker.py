@@ -5,7 +5,6 @@ transient bucket read): for step 2 (`newest`) or for every step (`all`). Prints 
 process resumed from, or the error each raised, as ``RESULT {json}``.
 """
 
-import json
 import os
 import sys
 
@@ -17,6 +16,7 @@ import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
 from bert_jax.training import checkpoints
+from tests.helpers import results
 
 
 def main(process_id: int, port: int, workdir: str, failing: str) -> None:
@@ -48,7 +48,7 @@ def main(process_id: int, port: int, workdir: str, failing: str) -> None:
     except checkpoints.CheckpointDamagedError as e:
         result = {"error": str(e)}
     ckpt.close()
-    print("RESULT " + json.dumps({"process": jax.process_index(), **result}), flush=True)
+    results.emit({"process": jax.process_index(), **result})
 
 
 if __name__ == "__main__":

@@ -4,7 +4,6 @@ Prints one JSON object: losses per mesh for a few steps, the shardings on 2x2x2,
 result of a save on one mesh restored on another.
 """
 
-import json
 import os
 import sys
 
@@ -19,6 +18,7 @@ from bert_jax.data import synthetic
 from bert_jax.pretraining import pretrain
 from bert_jax.training import checkpoints, sharding
 from configs import pretrain as pretrain_config
+from tests.helpers import results
 
 STEPS = 3
 
@@ -114,7 +114,7 @@ def main(workdir):
             "step": int(state.step),
         }
     out["restored"] = restored
-    print("RESULT " + json.dumps(out))
+    results.emit(out)
 
 
 if __name__ == "__main__":

@@ -26,6 +26,7 @@ from bert_jax.model import ops, param_shapes
 from bert_jax.model.config import BertConfig
 from bert_jax.model.heads import BertForPreTraining, BertForSequenceClassification
 from bert_jax.training import checkpoints, sharding
+from tests.helpers import results
 
 MESHES = ((8, 1, 1), (2, 1, 4), (1, 1, 8))
 CONFIG = BertConfig(
@@ -201,7 +202,7 @@ def main(workdir: str) -> None:
     devices = jax.devices()
     assert len(devices) == 8, devices
     result = {"pretraining": pretraining(devices, workdir), "minilm": minilm(devices)}
-    print("RESULT " + json.dumps(result))
+    results.emit(result)
 
 
 if __name__ == "__main__":

@@ -14,27 +14,18 @@ from bert_jax.model.encoder import BertModel
 from bert_jax.model.numerics import LEGACY_MODEL_KEYS, Numerics
 from bert_jax.pretraining import plan_compile, pretrain
 from bert_jax.training import sharding
-from configs import pretrain as pretrain_config
+from tests.conftest import tiny_pretraining
 
 
 def _tiny_run(**overrides):
-    c = pretrain_config.get_config("tiny")
-    c.data.source = "synthetic"
-    c.update(
-        dict(
-            global_batch_size=8,
-            max_seq_length=32,
-            max_predictions_per_seq=5,
-            num_train_steps=2,
-            warmup_steps=1,
-            log_every_steps=1,
-            eval_every_steps=0,
-            checkpoint_every_steps=0,
-            async_checkpointing=False,
-        )
+    return tiny_pretraining(
+        global_batch_size=8,
+        num_train_steps=2,
+        eval_every_steps=0,
+        checkpoint_every_steps=0,
+        async_checkpointing=False,
+        **overrides,
     )
-    c.update(overrides)
-    return c
 
 
 def test_platform_decides_auto_and_nothing_else() -> None:

@@ -8,30 +8,20 @@ import pytest
 
 from bert_jax.pretraining import phase_steps, pretrain
 from bert_jax.training import engine
-from configs import pretrain as pretrain_config
+from tests.conftest import tiny_pretraining
 
 
 def _config(**overrides):
-    c = pretrain_config.get_config("tiny")
-    c.data.source = "synthetic"
-    c.model.hidden_dropout_prob = c.model.attention_probs_dropout_prob = 0.0
-    c.update(
-        dict(
-            global_batch_size=4,
-            max_seq_length=32,
-            max_predictions_per_seq=5,
-            num_train_steps=4,
-            warmup_steps=1,
-            log_every_steps=1,
-            eval_every_steps=0,
-            checkpoint_every_steps=0,
-            phase2_fraction=0.5,
-            phase2_max_seq_length=64,
-            phase2_max_predictions_per_seq=8,
-        )
+    return tiny_pretraining(
+        **{"model.hidden_dropout_prob": 0.0, "model.attention_probs_dropout_prob": 0.0},
+        num_train_steps=4,
+        eval_every_steps=0,
+        checkpoint_every_steps=0,
+        phase2_fraction=0.5,
+        phase2_max_seq_length=64,
+        phase2_max_predictions_per_seq=8,
+        **overrides,
     )
-    c.update(overrides)
-    return c
 
 
 def test_settings_fall_back_to_the_runs_and_step_config_copies_only_when_they_differ() -> None:
@@ -73,7 +63,7 @@ def test_phase2_runs_its_own_step_settings_and_trains_the_same(tmp_path, monkeyp
     def spy(state, batch, *, objective, grad_accum_steps, **kw):
         # Runs once per compilation: the settings each phase's step was built with.
         shape = batch["input_ids"].shape
-        traced.append((shape[1], objective.model.config.remat_policy, grad_accum_steps))
+        traced.append((shape[1], objective.model.numerics.remat_policy, grad_accum_steps))
         return step(state, batch, objective=objective, grad_accum_steps=grad_accum_steps, **kw)
 
     monkeypatch.setattr(engine, "train_step", spy)

@@ -15,24 +15,7 @@ import pytest
 from bert_jax.pretraining import objective, pretrain
 from bert_jax.training import checkpoints, loop
 from configs import pretrain as pretrain_config
-from tests.conftest import ROOT
-
-
-def tiny_config(**overrides):
-    c = pretrain_config.get_config("tiny")
-    c.data.source = "synthetic"
-    c.global_batch_size = 4
-    c.max_seq_length = 32
-    c.max_predictions_per_seq = 5
-    c.num_train_steps = 6
-    c.warmup_steps = 1
-    c.log_every_steps = 1
-    c.eval_every_steps = 3
-    c.eval_steps = 1
-    c.checkpoint_every_steps = 2
-    for k, v in overrides.items():
-        c[k] = v
-    return c
+from tests.conftest import ROOT, tiny_pretraining
 
 
 def rows(workdir: Path, split: str = "train") -> dict[int, dict]:
@@ -75,11 +58,11 @@ def test_mlm_accuracy_on_changed_tokens_leaves_out_the_kept_originals() -> None:
 
 def test_resumed_run_matches_uninterrupted_run(tmp_path) -> None:
     full = tmp_path / "full"
-    pretrain.train_and_evaluate(tiny_config(), str(full))
+    pretrain.train_and_evaluate(tiny_pretraining(), str(full))
     parts = tmp_path / "parts"
-    assert pretrain.train_and_evaluate(tiny_config(stop_after_step=3), str(parts)) == {"stopped_at": 3}
+    assert pretrain.train_and_evaluate(tiny_pretraining(stop_after_step=3), str(parts)) == {"stopped_at": 3}
     assert rows(parts).keys() == {1, 2, 3}
-    final = pretrain.train_and_evaluate(tiny_config(), str(parts))
+    final = pretrain.train_and_evaluate(tiny_pretraining(), str(parts))
     a, b = rows(full), rows(parts)
     assert sorted(a) == sorted(b) == [1, 2, 3, 4, 5, 6]
     for step in a:
@@ -105,8 +88,8 @@ def test_resumed_run_matches_uninterrupted_run(tmp_path) -> None:
 
 
 def test_checkpoint_of_another_model_size_is_refused(tmp_path) -> None:
-    pretrain.train_and_evaluate(tiny_config(num_train_steps=2, eval_every_steps=0), str(tmp_path))
-    bigger = tiny_config(num_train_steps=4)
+    pretrain.train_and_evaluate(tiny_pretraining(num_train_steps=2, eval_every_steps=0), str(tmp_path))
+    bigger = tiny_pretraining(num_train_steps=4)
     bigger.model.hidden_size = 256
     bigger.model.intermediate_size = 1024
     with pytest.raises(
@@ -123,7 +106,7 @@ def test_checkpoint_of_another_model_size_is_refused(tmp_path) -> None:
         pretrain.train_and_evaluate(bigger, str(tmp_path))
     assert _snapshot(tmp_path) == before  # a refused run leaves the workdir byte-identical
     # ... so the right run is not refused afterwards.
-    pretrain.train_and_evaluate(tiny_config(num_train_steps=4, eval_every_steps=0), str(tmp_path))
+    pretrain.train_and_evaluate(tiny_pretraining(num_train_steps=4, eval_every_steps=0), str(tmp_path))
     assert (tmp_path / "checkpoints" / "4").is_dir() and (tmp_path / "bert_config.json").exists()
 
 
@@ -134,7 +117,7 @@ def _snapshot(folder: Path) -> dict[str, bytes]:
 def test_a_run_refused_for_its_data_creates_nothing(tmp_path) -> None:
     empty = tmp_path / "empty.txt"
     empty.write_text("")
-    c = tiny_config()
+    c = tiny_pretraining()
     c.data = pretrain_config.get_config("tiny").data
     c.data.source, c.data.input_files, c.data.cache_dir = "text", str(empty), str(tmp_path / "cache")
     with pytest.raises(ValueError, match=r"empty\.txt is empty"):
@@ -145,7 +128,7 @@ def test_a_run_refused_for_its_data_creates_nothing(tmp_path) -> None:
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory) -> dict[int, dict]:
     workdir = tmp_path_factory.mktemp("uninterrupted")
-    pretrain.train_and_evaluate(tiny_config(eval_every_steps=0), str(workdir))
+    pretrain.train_and_evaluate(tiny_pretraining(eval_every_steps=0), str(workdir))
     return rows(workdir)
 
 
@@ -163,8 +146,8 @@ def _damage(step_dir: Path, how: str) -> None:
 def test_a_damaged_latest_checkpoint_is_set_aside_and_the_previous_one_restored(
     tmp_path, uninterrupted, how, capsys
 ) -> None:
-    config = tiny_config(eval_every_steps=0)
-    pretrain.train_and_evaluate(tiny_config(eval_every_steps=0, stop_after_step=4), str(tmp_path))
+    config = tiny_pretraining(eval_every_steps=0)
+    pretrain.train_and_evaluate(tiny_pretraining(eval_every_steps=0, stop_after_step=4), str(tmp_path))
     _damage(tmp_path / "checkpoints" / "4", how)
     capsys.readouterr()
     pretrain.train_and_evaluate(config, str(tmp_path))
@@ -179,11 +162,11 @@ def test_a_damaged_latest_checkpoint_is_set_aside_and_the_previous_one_restored(
 
 
 def test_no_intact_checkpoint_is_an_error_not_a_fresh_start(tmp_path) -> None:
-    pretrain.train_and_evaluate(tiny_config(eval_every_steps=0, stop_after_step=4), str(tmp_path))
+    pretrain.train_and_evaluate(tiny_pretraining(eval_every_steps=0, stop_after_step=4), str(tmp_path))
     for step in (2, 4):
         _damage(tmp_path / "checkpoints" / str(step), "no manifest")
     with pytest.raises(checkpoints.CheckpointDamagedError, match=r"no checkpoint in .* restores \(step 4: "):
-        pretrain.train_and_evaluate(tiny_config(eval_every_steps=0), str(tmp_path))
+        pretrain.train_and_evaluate(tiny_pretraining(eval_every_steps=0), str(tmp_path))
     assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["2", "4"]
     assert not (tmp_path / "checkpoints_damaged").exists()
 
@@ -223,7 +206,7 @@ def test_a_removed_setting_name_is_refused_naming_the_one_to_use(tmp_path) -> No
         _cli(tmp_path, "--config.model.dtype=bfloat16"), cwd=ROOT, capture_output=True, text=True, timeout=120
     )
     assert proc.returncode == 1 and "set --config.compute_dtype" in proc.stderr, proc.stderr
-    c = tiny_config()
+    c = tiny_pretraining()
     c.model.remat_policy = "full"  # as a config file written for the old layout would
     with pytest.raises(
         ValueError, match=r"config\.model\.remat_policy was removed: set --config\.remat_policy"
@@ -311,14 +294,14 @@ def test_sigterm_saves_then_exits_and_sigkill_mid_save_leaves_a_restorable_check
 
 def test_relative_workdir(tmp_path, monkeypatch) -> None:
     monkeypatch.chdir(tmp_path)
-    final = pretrain.train_and_evaluate(tiny_config(num_train_steps=2, eval_every_steps=2), "runs/x")
+    final = pretrain.train_and_evaluate(tiny_pretraining(num_train_steps=2, eval_every_steps=2), "runs/x")
     assert final["mlm_accuracy"] >= 0
     assert (tmp_path / "runs" / "x" / "best" / "2").is_dir()
     assert (tmp_path / "runs" / "x" / "checkpoints" / "2").is_dir()
 
 
 def test_two_phase_schedule_switches_sequence_length_and_resumes(tmp_path) -> None:
-    c = tiny_config(
+    c = tiny_pretraining(
         num_train_steps=4,
         phase2_fraction=0.5,
         phase2_max_seq_length=64,
@@ -446,7 +429,7 @@ def test_ctrl_c_saves_the_step_and_exits_130_in_one_line(tmp_path) -> None:
 
 
 def test_a_rerun_that_only_re_evaluates_adds_no_rows_and_no_event_file(tmp_path) -> None:
-    config = tiny_config(num_train_steps=4, eval_every_steps=2)
+    config = tiny_pretraining(num_train_steps=4, eval_every_steps=2)
     pretrain.train_and_evaluate(config, str(tmp_path))
     before = (tmp_path / "metrics.jsonl").read_text()
     events = sorted(p.name for p in (tmp_path / "tensorboard").iterdir())
@@ -456,10 +439,10 @@ def test_a_rerun_that_only_re_evaluates_adds_no_rows_and_no_event_file(tmp_path)
 
 
 def test_rows_of_an_interrupted_attempt_after_its_checkpoint_are_logged_once(tmp_path) -> None:
-    pretrain.train_and_evaluate(tiny_config(eval_every_steps=0, stop_after_step=4), str(tmp_path))
+    pretrain.train_and_evaluate(tiny_pretraining(eval_every_steps=0, stop_after_step=4), str(tmp_path))
     with (tmp_path / "metrics.jsonl").open("a") as f:  # as if killed after logging step 5
         f.write(json.dumps({"step": 5, "loss": 123.0}) + "\n")
-    pretrain.train_and_evaluate(tiny_config(eval_every_steps=0), str(tmp_path))
+    pretrain.train_and_evaluate(tiny_pretraining(eval_every_steps=0), str(tmp_path))
     logged = [json.loads(ln) for ln in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in logged if r.get("split", "train") == "train"] == [1, 2, 3, 4, 5, 6]
     assert rows(tmp_path)[5]["loss"] != 123.0

@@ -5,11 +5,11 @@ import time
 from types import SimpleNamespace
 
 import jax.numpy as jnp
-import ml_collections
 import numpy as np
 
 from bert_jax.training.loop import TrainingRun
 from bert_jax.training.metric_writer import MetricsLogger
+from bert_jax.training.settings import CheckpointSettings, TrainingSettings
 
 
 class _SteadyEngine:
@@ -23,14 +23,8 @@ class _SteadyEngine:
 
 
 def test_an_evaluation_does_not_count_as_training_time(tmp_path) -> None:
-    config = ml_collections.ConfigDict(
-        dict(
-            keep_checkpoints=1,
-            async_checkpointing=False,
-            checkpoint_every_steps=0,
-            log_every_steps=5,
-            stop_after_step=0,
-        )
+    settings = TrainingSettings(
+        checkpoints=CheckpointSettings(every_steps=0, keep=1, async_save=False), log_every_steps=5
     )
     batch = {"input_ids": np.zeros((4, 32), np.int32)}
     batches = iter(lambda: batch, None)
@@ -39,7 +33,7 @@ def test_an_evaluation_does_not_count_as_training_time(tmp_path) -> None:
         if step == 10:
             time.sleep(1.0)  # as long as 50 training steps
 
-    with TrainingRun(str(tmp_path), config, total_steps=20) as run:
+    with TrainingRun(str(tmp_path), settings, total_steps=20) as run:
         state = SimpleNamespace(step=jnp.int32(0))
         run.logger = MetricsLogger(str(tmp_path), 20)
         run.steps(_SteadyEngine(), state, batches, end=20, flops=lambda b: 1.0, after_step=slow_evaluation)

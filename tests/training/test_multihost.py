@@ -1,6 +1,5 @@
 """Two processes joined by `jax.distributed` (gloo on CPU) train exactly like one."""
 
-import json
 import socket
 import subprocess
 import sys
@@ -8,6 +7,7 @@ import sys
 import pytest
 
 from tests.conftest import ROOT
+from tests.helpers import results
 
 WORKER = ROOT / "tests" / "helpers" / "multihost_worker.py"
 
@@ -19,7 +19,7 @@ def _free_port() -> int:
 
 
 def _result(out: str) -> dict:
-    return json.loads(next(ln for ln in out.splitlines() if ln.startswith("RESULT "))[7:])
+    return results.parse(out)
 
 
 def test_two_processes_match_one_process(tmp_path) -> None:

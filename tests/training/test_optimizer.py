@@ -8,7 +8,8 @@ import pytest
 
 from bert_jax.data import synthetic
 from bert_jax.pretraining import pretrain
-from bert_jax.training import engine, optimizer, sharding
+from bert_jax.training import optimizer, sharding
+from bert_jax.training.settings import TrainingSettings
 from configs import pretrain as pretrain_config
 
 
@@ -61,7 +62,7 @@ def test_weight_decay_applies_only_where_masked() -> None:
     config.grad_clip_norm = 0.0
     config.warmup_steps = 0
     config.learning_rate = 1.0
-    tx, _ = engine.create_optimizer(config, total_steps=100, warmup_steps=0)
+    tx, _ = TrainingSettings.from_config(config).optimizer.build(100)
     params = {"dense": {"kernel": jnp.ones((2,)), "bias": jnp.ones((2,))}}
     zero = jax.tree.map(jnp.zeros_like, params)
     updates, _ = tx.update(zero, tx.init(params), params)
@@ -103,7 +104,7 @@ def test_gradient_accumulation_equals_one_big_batch() -> None:
 def test_clipping_is_part_of_the_chain() -> None:
     config = pretrain_config.get_config("tiny")
     config.warmup_steps = 0
-    tx, _ = engine.create_optimizer(config, total_steps=100, warmup_steps=0)
+    tx, _ = TrainingSettings.from_config(config).optimizer.build(100)
     grads = {"w": jnp.full((4,), 100.0)}
     params = {"w": jnp.zeros((4,))}
     # Adam normalises the step size, so check the clip on its input: with clipping the

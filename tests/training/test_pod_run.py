@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT
+from tests.helpers import results as worker_results
 
 BUCKET = "bkt"
 EMULATOR = ROOT / "tests" / "helpers" / "gcs_emulator.py"
@@ -224,7 +225,7 @@ def test_a_restore_that_fails_on_one_host_is_failed_on_every_host(tmp_path, fail
     ]
     outs = [p.communicate(timeout=300) for p in procs]
     assert [p.returncode for p in procs] == [0, 0], [err[-2000:] for _, err in outs]
-    results = [json.loads(next(ln for ln in o.splitlines() if ln.startswith("RESULT "))[7:]) for o, _ in outs]
+    results = [worker_results.parse(o) for o, _ in outs]
     if failing == "newest":  # both resume from step 1; step 2 set aside once, not deleted
         assert [r.get("step") for r in results] == [1, 1], results
         assert [p.name.split("-")[0] for p in (tmp_path / "run" / "checkpoints_damaged").iterdir()] == ["2"]

@@ -3,7 +3,6 @@
 Runs in a subprocess with 8 virtual CPU devices (this pytest process keeps one).
 """
 
-import json
 import subprocess
 import sys
 
@@ -11,6 +10,7 @@ import pytest
 
 from bert_jax.training import sharding
 from tests.conftest import ROOT
+from tests.helpers import results
 
 HELPER = ROOT / "tests" / "helpers" / "sharded_run.py"
 
@@ -22,8 +22,7 @@ def result(tmp_path_factory):
         [sys.executable, str(HELPER), str(workdir)], capture_output=True, text=True, timeout=600
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT "))
-    return json.loads(line[len("RESULT ") :])
+    return results.parse(proc.stdout)
 
 
 def test_same_losses_on_every_mesh(result) -> None:
@@ -73,8 +72,7 @@ def vocab_result(tmp_path_factory):
         [sys.executable, str(VOCAB_HELPER), str(workdir)], capture_output=True, text=True, timeout=600
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT "))
-    return json.loads(line[len("RESULT ") :])
+    return results.parse(proc.stdout)
 
 
 def test_padded_vocabulary_shards_over_tensor_4_and_8(vocab_result) -> None:
