@@ -10,9 +10,11 @@ Optimizer states mirror the parameter paths, so their moments are resized the sa
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from bert_jax.model.param_shapes import path_str
@@ -48,3 +50,32 @@ def resize_vocab(params: Any, vocab_size: int, rows: int) -> Any:
         return resize_rows(x, vocab_size, rows)
 
     return jax.tree_util.tree_map_with_path(one, params)
+
+
+@dataclasses.dataclass(frozen=True)
+class RowResize:
+    """A checkpoint restore transform (`training.checkpoints.RestoreTransform`): leaves of a
+    vocabulary axis saved with other padding than the model's (a checkpoint saved before the
+    model padded its vocabulary, say) are restored as saved, then their first `vocab_size`
+    rows (the real ids) zero-filled to the model's rows."""
+
+    vocab_size: int
+
+    def paths(self, saved: dict[str, tuple[int, ...]], wanted: dict[str, tuple[int, ...]]) -> set[str]:
+        """Paths whose saved and wanted shapes differ only in vocabulary padding rows."""
+        return {
+            k
+            for k in saved.keys() & wanted.keys()
+            if is_vocab_param(k)
+            and len(saved[k]) == len(wanted[k]) > 0
+            and saved[k] != wanted[k]
+            and saved[k][1:] == wanted[k][1:]
+            and min(saved[k][0], wanted[k][0]) >= self.vocab_size
+        }
+
+    def apply(self, x: jax.Array, target: Any) -> jax.Array:
+        """The real rows of `x`, zero-filled to `target`'s rows, in `target`'s sharding."""
+        pad = [(0, target.shape[0] - self.vocab_size)] + [(0, 0)] * (x.ndim - 1)
+        fn = lambda a: jnp.pad(a[: self.vocab_size], pad)
+        s = getattr(target, "sharding", None)
+        return (jax.jit(fn, out_shardings=s) if s is not None else jax.jit(fn))(x)

@@ -24,10 +24,10 @@ import ml_collections
 import numpy as np
 from jax.sharding import Mesh
 
-from bert_jax.data import masking, records, sources, tokenization
+from bert_jax.data import masking, records, run_vocabulary, sources, tokenization
 from bert_jax.model.flops import model_flops_per_step
 from bert_jax.model.heads import BertForPreTraining
-from bert_jax.pretraining import evaluation, phase_steps
+from bert_jax.pretraining import evaluation, model_file, phase_steps
 from bert_jax.pretraining.objective import (
     BATCH_KEYS,
     Batch,
@@ -35,7 +35,7 @@ from bert_jax.pretraining.objective import (
     batch_shapes,
 )
 from bert_jax.storage import files
-from bert_jax.training import checkpoints, engine, multihost, run_config, sharding
+from bert_jax.training import engine, multihost, run_config, sharding
 from bert_jax.training.loop import StopRequested, TrainingRun
 from bert_jax.training.settings import TrainingSettings
 
@@ -91,7 +91,7 @@ class Pretraining:
     @functools.lru_cache(maxsize=4)  # noqa: B019 (one masker per prediction count, per run)
     def masker(self, max_predictions: int) -> Any:
         """The data config's masking, jitted over the mesh."""
-        spec, table = sources.masking_spec(self.config.data, max_predictions)
+        spec, table = run_vocabulary.masking_spec(self.config.data, max_predictions)
         fn = functools.partial(masking.mask_batch, spec=spec, is_continuation=table)
         out = {
             k: sharding.batch_sharding(self.mesh, 1 if k == "next_sentence_labels" else 2) for k in BATCH_KEYS
@@ -202,7 +202,7 @@ def check_config(config: ml_collections.ConfigDict) -> None:
             )
     if config.data.source == "synthetic":
         return
-    vocab = sources.vocab_size_of(config.data)
+    vocab = run_vocabulary.vocab_size_of(config.data)
     if vocab > config.model.vocab_size:
         raise ValueError(
             f"the vocabulary has {vocab} tokens but config.model.vocab_size is "
@@ -250,7 +250,7 @@ def keep_vocab(config: ml_collections.ConfigDict, workdir: str) -> None:
     trained with."""
     if config.data.source == "synthetic" or jax.process_index() != 0:
         return
-    src = sources.tokenizer_of(config.data).vocab_file
+    src = run_vocabulary.tokenizer_of(config.data).vocab_file
     dst = files.join(workdir, tokenization.saved_name(src))
     if not files.exists(dst):
         files.copy_file(src, dst)  # whole: readers never see half a vocabulary
@@ -316,18 +316,23 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
         {"global_batch_size": sorted(accumulations)},
     )
     run = Pretraining(config, mesh)
-    checkpoints.check_model_config(workdir, run.model_config)
+    model_file.check(workdir, run.model_config)
     run.held_out = check_data(config)
     final_phase = phases(config)[-1]
     keys = ("mlm_accuracy", "nsp_accuracy") if run.nsp else ("mlm_accuracy",)
     try:
         total = int(config.num_train_steps)
         with TrainingRun(
-            workdir, run.settings, total_steps=total, best_metric=keys[0], console_keys=keys
+            workdir,
+            run.settings,
+            total_steps=total,
+            best_metric=keys[0],
+            console_keys=keys,
+            restore_transform=model_file.restore_transform(workdir),
         ) as loop:
             state, _ = loop.restore_or_init(run.engine, lambda: run.engine.init_state(run.settings.seed))
             # The run is accepted: from here on it writes to the workdir.
-            checkpoints.write_model_config(workdir, run.model_config)
+            model_file.write(workdir, run.model_config)
             keep_vocab(config, workdir)
             periodic_eval = PeriodicEval(run, loop)
             state = train_phases(run, loop, state, periodic_eval)
@@ -348,7 +353,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
             )
         final["unigram_baseline_token"] = top
         if config.data.source != "synthetic":
-            final["unigram_baseline_piece"] = sources.tokenizer_of(config.data).vocab[top]
+            final["unigram_baseline_piece"] = run_vocabulary.tokenizer_of(config.data).vocab[top]
         final["unigram_baseline_accuracy"], final["unigram_baseline_loss"] = acc, loss
     evaluation.report(final, workdir, run.nsp)
     return final

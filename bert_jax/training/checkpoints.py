@@ -4,7 +4,6 @@ Layout of a workdir::
 
     WORKDIR/checkpoints/<step>/   the last `keep_checkpoints` train states (async saves)
     WORKDIR/best/<step>/          the one with the best eval metric so far
-    WORKDIR/bert_config.json      the model shape, checked before any restore
     WORKDIR/checkpoints_damaged/  steps that failed to restore, set aside (never deleted)
 
 A train state is params + optimizer state + step + RNG; the data position is the step
@@ -15,9 +14,9 @@ process killed mid-save leaves the previous checkpoint as the latest one.
 Restoring reads the saved shapes first and fails with the parameter path and both shapes
 when they differ from the model being trained (another model size, another vocab;
 `param_shapes.check`), and restores onto the *current* shardings, so a checkpoint written
-on one mesh restores on another. Vocabulary padding (`BertConfig.vocab_pad_multiple`) may
-differ: a checkpoint saved unpadded restores into a padded model (padding rows zero) and
-back, the real rows unchanged.
+on one mesh restores on another. A job may pass a `RestoreTransform` for shapes that differ
+in a known, lossless way (BERT's vocabulary padding: `model.vocab_padding.RowResize`, given
+by the pre-training job from its workdir's ``bert_config.json``); this module knows no model.
 
 The workdir may be a bucket (``gs://``): the small files go through the path layer
 (`storage.files`), written by process 0. On a slice, what leads to a collective is taken
@@ -29,18 +28,16 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Any
+from typing import Any, Protocol
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import orbax.checkpoint as ocp
 from etils import epath
 from jax.experimental import multihost_utils
 from jax.sharding import NamedSharding, PartitionSpec
 
-from bert_jax.model import param_shapes, vocab_padding
-from bert_jax.model.config import ARCHITECTURE_KEYS, SHAPE_KEYS, BertConfig
+from bert_jax.model import param_shapes
 from bert_jax.storage import atomic_files, files
 from bert_jax.training import failed_reads, multihost
 
@@ -49,35 +46,16 @@ class CheckpointMismatchError(ValueError):
     """The checkpoint does not belong to the model being restored."""
 
 
-def check_model_config(workdir: str, config: BertConfig) -> None:
-    """Requires the model shape of the workdir's `bert_config.json`, if there is one.
+class RestoreTransform(Protocol):
+    """How a job's model takes a checkpoint whose shapes differ in a known, lossless way
+    (the vocabulary padding of a BERT checkpoint: `model.vocab_padding.RowResize`): the
+    checkpoint layer itself knows no model."""
 
-    Only reads: a refused run leaves the workdir as it was (`write_model_config` follows
-    once the run is accepted)."""
-    saved = files.read_json_if_exists(files.join(workdir, "bert_config.json"))
-    if saved is None:
-        return
-    current = config.to_dict()
-    # A config written before the recipe switches existed is the paper's architecture.
-    defaults = BertConfig().to_dict()
-    saved = {**{k: defaults[k] for k in ARCHITECTURE_KEYS}, **saved}
-    diffs = [
-        f"{k}: checkpoint {saved.get(k)} vs config {current[k]}"
-        for k in SHAPE_KEYS + ARCHITECTURE_KEYS
-        if saved.get(k) != current[k]
-    ]
-    if diffs:
-        raise CheckpointMismatchError(
-            f"workdir {workdir} holds a checkpoint of another model: " + "; ".join(diffs)
-        )
+    def paths(self, saved: dict[str, tuple[int, ...]], wanted: dict[str, tuple[int, ...]]) -> set[str]:
+        """The parameter paths restored as saved and then transformed."""
 
-
-def write_model_config(workdir: str, config: BertConfig) -> None:
-    """Writes `bert_config.json` (whole; process 0) unless the workdir has one."""
-    path = files.join(workdir, "bert_config.json")
-    if jax.process_index() != 0 or files.exists(path):
-        return
-    atomic_files.write_json(path, config.to_dict(), indent=2)
+    def apply(self, x: jax.Array, target: Any) -> jax.Array:
+        """One restored leaf → the model's (`target`: its shape and sharding)."""
 
 
 class CheckpointDamagedError(ValueError):
@@ -95,8 +73,10 @@ class Checkpointer:
         async_save: bool = True,
         best_metric: str = "mlm_accuracy",
         best_mode: str = "max",
+        restore_transform: RestoreTransform | None = None,
     ) -> None:
         self.workdir = workdir
+        self.restore_transform = restore_transform
         # Folders are made at the first save, not here: a run refused after opening its
         # checkpoints leaves the workdir as it was.
         options = ocp.CheckpointManagerOptions(
@@ -237,33 +217,32 @@ class Checkpointer:
             raise FileNotFoundError(f"no checkpoint in {self.workdir}/checkpoints")
         return self._load(step, self._check(abstract_state, step), abstract_state)
 
-    def _check(self, abstract_state: Any, step: int) -> tuple[Any, set[str], int | None]:
+    def _check(self, abstract_state: Any, step: int) -> tuple[Any, set[str]]:
         """Reads `step`'s metadata (no collective) and checks its shapes against the model;
-        returns the restore target, the vocabulary-resized paths and the vocabulary size."""
+        returns the restore target and the paths the restore transform takes."""
         metadata = self.manager.item_metadata(step)
         metadata = getattr(metadata, "tree", metadata)
-        vocab_size = _saved_vocab_size(self.workdir)
         saved = param_shapes.shapes(metadata)
-        resized = _vocab_resizes(saved, param_shapes.shapes(abstract_state), vocab_size)
+        wanted = param_shapes.shapes(abstract_state)
+        resized = self.restore_transform.paths(saved, wanted) if self.restore_transform else set()
         check_shapes(metadata, abstract_state, f"step {step}", skip=resized)
-        # A checkpoint with other vocabulary padding (one saved before the model padded
-        # its vocabulary, say): restored as saved, then resized to the model's rows.
+        # Paths the transform takes: restored as saved, then transformed (`_load`).
         target = jax.tree_util.tree_map_with_path(
             lambda p, x: (
                 _as_saved(x, saved[param_shapes.path_str(p)]) if param_shapes.path_str(p) in resized else x
             ),
             abstract_state,
         )
-        return target, resized, vocab_size
+        return target, resized
 
-    def _load(self, step: int, checked: tuple[Any, set[str], int | None], abstract_state: Any) -> Any:
+    def _load(self, step: int, checked: tuple[Any, set[str]], abstract_state: Any) -> Any:
         """Orbax's restore of `step` (a collective on a slice: every host enters it)."""
-        target, resized, vocab_size = checked
+        target, resized = checked
         state = self.manager.restore(step, args=ocp.args.StandardRestore(target))
         if not resized:
             return state
         return jax.tree_util.tree_map_with_path(
-            lambda p, x, t: _resize_rows(x, t, vocab_size) if param_shapes.path_str(p) in resized else x,
+            lambda p, x, t: self.restore_transform.apply(x, t) if param_shapes.path_str(p) in resized else x,
             state,
             abstract_state,
         )
@@ -291,28 +270,6 @@ def check_shapes(metadata: Any, abstract_state: Any, where: str, skip: Any = ())
     )
 
 
-def _saved_vocab_size(workdir: str) -> int | None:
-    saved = files.read_json_if_exists(files.join(workdir, "bert_config.json"))
-    return None if saved is None else saved.get("vocab_size")
-
-
-def _vocab_resizes(saved: dict[str, tuple], wanted: dict[str, tuple], vocab_size: int | None) -> set[str]:
-    """Paths whose saved and wanted shapes differ only in vocabulary padding rows: the
-    same real rows (`vocab_size`, from the workdir's `bert_config.json`), padded to
-    another multiple (`BertConfig.vocab_pad_multiple`) or not at all."""
-    if vocab_size is None:
-        return set()
-    return {
-        k
-        for k in saved.keys() & wanted.keys()
-        if vocab_padding.is_vocab_param(k)
-        and len(saved[k]) == len(wanted[k]) > 0
-        and saved[k] != wanted[k]
-        and saved[k][1:] == wanted[k][1:]
-        and min(saved[k][0], wanted[k][0]) >= vocab_size
-    }
-
-
 def _as_saved(target: Any, shape: tuple[int, ...]) -> jax.ShapeDtypeStruct:
     """A restore target of the saved shape, its vocabulary axis unsharded (it may not divide)."""
     s = getattr(target, "sharding", None)
@@ -320,11 +277,3 @@ def _as_saved(target: Any, shape: tuple[int, ...]) -> jax.ShapeDtypeStruct:
         spec = tuple(s.spec) + (None,) * (len(shape) - len(s.spec))
         s = NamedSharding(s.mesh, PartitionSpec(None, *spec[1:]))
     return jax.ShapeDtypeStruct(shape, target.dtype, sharding=s)
-
-
-def _resize_rows(x: jax.Array, target: Any, vocab_size: int) -> jax.Array:
-    """The first `vocab_size` rows of `x`, zero-filled to `target`'s rows, in its sharding."""
-    pad = [(0, target.shape[0] - vocab_size)] + [(0, 0)] * (x.ndim - 1)
-    fn = lambda a: jnp.pad(a[:vocab_size], pad)
-    s = getattr(target, "sharding", None)
-    return (jax.jit(fn, out_shardings=s) if s is not None else jax.jit(fn))(x)

@@ -142,12 +142,17 @@ class TrainingRun:
         total_steps: int,
         best_metric: str = "",
         console_keys: tuple[str, ...] = (),
+        restore_transform: checkpoints.RestoreTransform | None = None,
     ) -> None:
         self.workdir = workdir
         self.total_steps = int(total_steps)
         saving = settings.checkpoints
         self.ckpt = checkpoints.Checkpointer(
-            workdir, keep=saving.keep, async_save=saving.async_save, best_metric=best_metric
+            workdir,
+            keep=saving.keep,
+            async_save=saving.async_save,
+            best_metric=best_metric,
+            restore_transform=restore_transform,
         )
         self.checkpoint_every = saving.every_steps
         self.log_every = max(1, settings.log_every_steps)

@@ -237,6 +237,7 @@ def test_pretraining_workdir_with_scanned_layers_converts(hf_pretraining, tmp_pa
     import optax
 
     from bert_jax.model.encoder import stack_layers
+    from bert_jax.pretraining import model_file
     from bert_jax.training import checkpoints
     from bert_jax.training.engine import TrainState
 
@@ -246,7 +247,7 @@ def test_pretraining_workdir_with_scanned_layers_converts(hf_pretraining, tmp_pa
     stacked = jax.tree.map(jnp.asarray, stack_layers(params, config.num_hidden_layers))
     tx = optax.adamw(1e-3)
     workdir = str(tmp_path / "workdir")
-    checkpoints.write_model_config(workdir, scanned_config)
+    model_file.write(workdir, scanned_config)
     ckpt = checkpoints.Checkpointer(workdir, async_save=False)
     for step in (3, 7):  # the latest step is the one converted
         scale = 1.0 if step == 7 else 0.5
@@ -430,6 +431,7 @@ def test_checkpoints_restore_across_vocabulary_padding(tmp_path) -> None:
     import jax
     from jax.sharding import NamedSharding, PartitionSpec
 
+    from bert_jax.pretraining import model_file
     from bert_jax.training import checkpoints, sharding
 
     mesh = sharding.make_mesh((1, 1, 1), jax.devices()[:1])
@@ -443,7 +445,9 @@ def test_checkpoints_restore_across_vocabulary_padding(tmp_path) -> None:
     ckpt = checkpoints.Checkpointer(str(workdir), async_save=False)
     ckpt.save(3, _state(10, 0.5), force=True)
     ckpt.close()
-    ckpt = checkpoints.Checkpointer(str(workdir), async_save=False)
+    # The pre-training job's transform, from the workdir's model file (its vocab_size, 10).
+    transform = model_file.restore_transform(str(workdir))
+    ckpt = checkpoints.Checkpointer(str(workdir), async_save=False, restore_transform=transform)
     restored, step = ckpt.restore_latest(abstract(_state(16, 0.0)))
     word = np.asarray(restored["params"]["bert"]["embeddings"]["word_embeddings"]["embedding"])
     assert step == 3 and word.shape == (16, 4) and not word[10:].any()

@@ -25,6 +25,7 @@ from bert_jax import convert
 from bert_jax.model import ops, param_shapes
 from bert_jax.model.config import BertConfig
 from bert_jax.model.heads import BertForPreTraining, BertForSequenceClassification
+from bert_jax.model.vocab_padding import RowResize
 from bert_jax.training import checkpoints, sharding
 from tests.helpers import results
 
@@ -147,7 +148,7 @@ def restore_unpadded(devices: list, padded_host: dict, boxed: dict, workdir: str
             lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), nn.meta.unbox(boxed), shardings
         )
     }
-    ckpt = checkpoints.Checkpointer(workdir, async_save=False)
+    ckpt = checkpoints.Checkpointer(workdir, async_save=False, restore_transform=RowResize(30522))
     with jax.set_mesh(mesh):
         restored, _ = ckpt.restore_latest(target)
     ckpt.close()

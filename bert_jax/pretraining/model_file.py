@@ -1,0 +1,60 @@
+"""A pre-training workdir's model description, ``bert_config.json``: written once the run
+is accepted, checked before any restore, and the source of the restore transform for
+checkpoints saved with other vocabulary padding (`model.vocab_padding.RowResize`).
+
+The model alone goes to disk (`BertConfig`: shapes and architecture); how the run computes
+it (`model.numerics.Numerics`) never does.
+"""
+
+from __future__ import annotations
+
+import jax
+
+from bert_jax.model import vocab_padding
+from bert_jax.model.config import ARCHITECTURE_KEYS, SHAPE_KEYS, BertConfig
+from bert_jax.storage import atomic_files, files
+from bert_jax.training.checkpoints import CheckpointMismatchError
+
+NAME = "bert_config.json"
+
+
+def _saved(workdir: str) -> dict | None:
+    return files.read_json_if_exists(files.join(workdir, NAME))
+
+
+def check(workdir: str, config: BertConfig) -> None:
+    """Requires the model shape of the workdir's `bert_config.json`, if there is one.
+
+    Only reads: a refused run leaves the workdir as it was (`write` follows once the run is
+    accepted)."""
+    saved = _saved(workdir)
+    if saved is None:
+        return
+    current = config.to_dict()
+    # A config written before the recipe switches existed is the paper's architecture.
+    defaults = BertConfig().to_dict()
+    saved = {**{k: defaults[k] for k in ARCHITECTURE_KEYS}, **saved}
+    diffs = [
+        f"{k}: checkpoint {saved.get(k)} vs config {current[k]}"
+        for k in SHAPE_KEYS + ARCHITECTURE_KEYS
+        if saved.get(k) != current[k]
+    ]
+    if diffs:
+        raise CheckpointMismatchError(
+            f"workdir {workdir} holds a checkpoint of another model: " + "; ".join(diffs)
+        )
+
+
+def write(workdir: str, config: BertConfig) -> None:
+    """Writes `bert_config.json` (whole; process 0) unless the workdir has one."""
+    path = files.join(workdir, NAME)
+    if jax.process_index() != 0 or files.exists(path):
+        return
+    atomic_files.write_json(path, config.to_dict(), indent=2)
+
+
+def restore_transform(workdir: str) -> vocab_padding.RowResize | None:
+    """The vocabulary-padding transform for the workdir's checkpoints (their real rows are
+    the saved `vocab_size`), or None for a workdir without a model file."""
+    saved = _saved(workdir)
+    return None if saved is None else vocab_padding.RowResize(int(saved["vocab_size"]))
