@@ -77,7 +77,7 @@ def prepare(files: list[str], out: str, workers: int, dupe_factor: int) -> tuple
 
 def reader(directory: str) -> dict:
     """The training-side measurements, in this (fresh) process."""
-    from bert_jax.data import sources
+    from bert_jax.data import prepared_cache, sources
     from configs import defaults
 
     c = defaults.data()
@@ -96,7 +96,7 @@ def reader(directory: str) -> dict:
         next(it)
     steady = steps * BATCH / (time.perf_counter() - start)
     it.close()
-    size = sources.open_prepared(c, "train", SEQ, 1).size
+    size = prepared_cache.open_prepared(c, "train", SEQ, 1).size
     late = (10 * size) // BATCH + 7  # ten epochs in
     start = time.perf_counter()
     it = sources.data_batches(c, start_step=late, **kw)

@@ -62,7 +62,7 @@ def export_data(preset: str, max_steps: int, out: Path) -> dict:
     baseline on their changed tokens, from bert_jax's pipeline (run once, untimed)."""
     import jax
 
-    from bert_jax.data import sources
+    from bert_jax.data import run_vocabulary
     from bert_jax.pretraining import pretrain
     from bert_jax.training import sharding
 
@@ -102,7 +102,7 @@ def export_data(preset: str, max_steps: int, out: Path) -> dict:
     )
     np.savez(out / "train.npz", **train)
     np.savez(out / "eval.npz", **held)
-    tok = sources.tokenizer_of(c.data)
+    tok = run_vocabulary.tokenizer_of(c.data)
     info = {
         "unigram_loss": unigram,
         "vocab_file": tok.vocab_file,

@@ -226,7 +226,7 @@ def prepare_shard(item: Input, index: int, count: int, out_dir: str, opts: Optio
     tok = load_tokenizer(opts)
     dtype = records.token_dtype(tok.vocab_size)
     # Held out by document before tokenizing, as a vocabulary learned on the training
-    # documents (`sources.vocab_file_of`) chooses them.
+    # documents (`run_vocabulary.vocab_file_of`) chooses them.
     train_text, held_out_text = split_held_out(item.documents(), opts.eval_fraction, index)
     train, held_out = tokenize_documents(tok, train_text), tokenize_documents(tok, held_out_text)
     docs = train + held_out

@@ -12,15 +12,13 @@
 - ``tfrecord``: the original's TFRecords (static masks), read as they are.
 - ``synthetic``: random ids in the real layout (tests and benchmarks).
 
-`batches` gives host-local rows of global batches from any of them.
+`batches` gives host-local rows of global batches from any of them; the vocabulary is
+`run_vocabulary`'s, prepared folders `prepared_cache`'s.
 """
 
 from __future__ import annotations
 
-import hashlib
 import itertools
-import json
-import os
 from collections.abc import Iterator
 
 import jax
@@ -28,19 +26,12 @@ import ml_collections
 import numpy as np
 
 from bert_jax.data import (
-    bbc_news,
-    corpora,
-    masking,
     pipeline,
     prepare,
-    records,
-    remote_copy,
+    prepared_cache,
     synthetic,
     tfrecords,
-    tokenization,
-    vocab_learning,
 )
-from bert_jax.storage import atomic_files
 
 
 def batches(
@@ -128,7 +119,7 @@ def data_batches(
             **where,
         )
         return it if num_batches is None else itertools.islice(it, max(num_batches - start_step, 0))
-    data = open_prepared(c, split, max_seq_length, seed)
+    data = prepared_cache.open_prepared(c, split, max_seq_length, seed)
     return pipeline.prefetch(
         pipeline.prepared_batches(
             data,
@@ -146,184 +137,3 @@ def data_batches(
 def _check_divisible(global_batch_size: int, process_count: int) -> None:
     if global_batch_size % process_count:
         raise ValueError(f"global_batch_size={global_batch_size} is not divisible by {process_count} hosts")
-
-
-def vocab_size_of(data_config: ml_collections.ConfigDict) -> int:
-    return tokenizer_of(data_config).vocab_size
-
-
-def tokenizer_of(c: ml_collections.ConfigDict) -> tokenization.Tokenizer:
-    """The tokenizer the data config names (cached: the vocab is read once)."""
-    return tokenization.cached_tokenizer(vocab_file_of(c), bool(c.do_lower_case), c.tokenizer)
-
-
-def vocab_file_of(c: ml_collections.ConfigDict) -> str:
-    """The data config's vocabulary: ``vocab_file`` ("" = bert-base-uncased), or with
-    ``learned_vocab_size`` > 0 a WordPiece vocabulary of that size learned on the training
-    documents of the source (held-out documents excluded), once, into the cache."""
-    size = int(c.learned_vocab_size)
-    if not size:
-        return c.vocab_file
-    if c.vocab_file:
-        raise ValueError("data.vocab_file and data.learned_vocab_size are both set: keep one of them")
-    if c.tokenizer != "wordpiece":
-        raise ValueError(
-            f"data.learned_vocab_size learns a WordPiece vocabulary, not data.tokenizer={c.tokenizer}"
-        )
-    if c.source in ("prepared", "tfrecord", "synthetic"):
-        raise ValueError(
-            f"data.learned_vocab_size learns on text (wiki_excerpt, bbc_news, text, tfds), not on "
-            f"data.source={c.source}: prepare the data with the vocabulary in data.vocab_file"
-        )
-    inputs = _builtin_inputs(c)
-    learner = "spm-bpe-wordpiece-1"  # `vocab_learning.build_wordpiece_vocab`'s method
-    raw = json.dumps([c.source, _stamp(inputs), size, bool(c.do_lower_case), float(c.eval_fraction), learner])
-    path = os.path.join(_cache_dir(c), f"vocab-{hashlib.sha256(raw.encode()).hexdigest()[:16]}.txt")
-    if not os.path.exists(path):
-        print(f"learning a {size:,}-token WordPiece vocabulary on {c.source} once into {path}", flush=True)
-        sentences = (
-            s
-            for i, item in enumerate(inputs)
-            for doc in prepare.split_held_out(item.documents(), float(c.eval_fraction), i)[0]
-            for s in doc
-        )
-        vocab = vocab_learning.build_wordpiece_vocab(sentences, size, bool(c.do_lower_case))
-        atomic_files.write_text(path, "\n".join(vocab) + "\n")
-    return path
-
-
-def masking_spec(
-    c: ml_collections.ConfigDict, max_predictions_per_seq: int
-) -> tuple[masking.MaskingSpec, np.ndarray | None]:
-    """The data config's masking rule for its vocabulary, and the vocabulary's
-    continuation table (whole-word masking only)."""
-    tok = tokenizer_of(c)
-    spec = masking.MaskingSpec.of(
-        tok.special,
-        tok.vocab_size,
-        max_predictions_per_seq,
-        masked_lm_prob=float(c.masked_lm_prob),
-        mask_token_prob=float(c.mask_token_prob),
-        random_token_prob=float(c.random_token_prob),
-        whole_word_masking=bool(c.whole_word_masking),
-        objective=c.objective,
-    )
-    return spec, (tok.is_continuation if spec.whole_word_masking else None)
-
-
-def _cache_dir(c: ml_collections.ConfigDict) -> str:
-    return c.cache_dir or os.path.join(os.path.expanduser("~"), ".cache", "bert_jax")
-
-
-def _stamp(inputs: list) -> list:
-    """What identifies the inputs' contents: paths, parts, and files' sizes and times."""
-    return [
-        (i.path, i.tfds_split, i.parts)
-        + ((os.path.getsize(i.path), os.path.getmtime(i.path)) if not i.tfds_split else ())
-        + ((i.start, i.end) if i.end >= 0 else ())
-        for i in inputs
-    ]
-
-
-def _prepare_options(c: ml_collections.ConfigDict, max_seq_length: int, seed: int):
-    return prepare.Options(
-        vocab_file=tokenizer_of(c).vocab_file,
-        do_lower_case=bool(c.do_lower_case),
-        tokenizer=c.tokenizer,
-        max_seq_length=max_seq_length,
-        dupe_factor=int(c.dupe_factor),
-        short_seq_prob=float(c.short_seq_prob),
-        random_seed=seed,
-        nsp=bool(c.nsp),
-        eval_fraction=float(c.eval_fraction),
-        full_sentences=bool(c.full_sentences),
-    )
-
-
-def _builtin_inputs(c: ml_collections.ConfigDict) -> list:
-    """The inputs of the built-in sources; ``source`` may join several with commas
-    (``wiki_excerpt,bbc_news``), each then reading its own default data."""
-    names = [s for s in c.source.split(",") if s]
-    joined = len(names) > 1
-    inputs = []
-    for name in names:
-        if name == "wiki_excerpt":
-            path = "" if joined else c.input_files
-            inputs.append(prepare.Input(path or corpora.wiki_excerpt_path()))
-        elif name == "bbc_news":
-            path = "" if joined else c.input_files
-            inputs.append(prepare.Input(path or bbc_news.default_dir(), reader="bbc_news"))
-        elif name == "text" and not joined:
-            inputs += prepare.list_inputs(c.input_files, flag="--config.data.input_files")
-        elif name == "tfds" and not joined:
-            if not c.tfds_name:
-                raise ValueError("source=tfds needs --config.data.tfds_name=NAME")
-            inputs += prepare.list_inputs(tfds_name=c.tfds_name, tfds_num_shards=int(c.tfds_num_shards))
-        else:
-            raise ValueError(
-                f"data.source={c.source!r}: one of wiki_excerpt, bbc_news, text, tfds, prepared, "
-                "tfrecord, synthetic, or built-in corpora joined by commas (wiki_excerpt,bbc_news)"
-            )
-    return inputs
-
-
-def prepared_dir(c: ml_collections.ConfigDict, max_seq_length: int, seed: int, split: str = "train") -> str:
-    """The prepared folder that serves this split at this sequence length.
-
-    ``source=prepared``: the one of ``input_files`` (or ``eval_files`` for the held-out
-    split) made for `max_seq_length`. Built-in sources: a cache folder, prepared now on
-    first use (with the run's seed as the pairing seed).
-    """
-    if c.source == "prepared":
-        listed = (c.eval_files if split == "eval" and c.eval_files else c.input_files).split(",")
-        dirs = [d for d in listed if d]
-        if not dirs:
-            raise ValueError(
-                "source=prepared needs --config.data.input_files=DIR[,DIR] (from `bert-jax prepare-data`)"
-            )
-        # A folder in a bucket is read from a local copy, made once (`remote_copy`).
-        dirs = [remote_copy.local_copy(d, _cache_dir(c)) if remote_copy.is_remote(d) else d for d in dirs]
-        found = {}
-        for d in dirs:
-            found[int(records.read_metadata(d)["flags"]["max_seq_length"])] = d
-        if max_seq_length not in found:
-            raise records.PreparedDataError(
-                f"no prepared folder for max_seq_length={max_seq_length} among {', '.join(dirs)} "
-                f"(they hold {sorted(found)}): prepare one with --max_seq_length={max_seq_length}"
-            )
-        return found[max_seq_length]
-    inputs = _builtin_inputs(c)
-    opts = _prepare_options(c, max_seq_length, seed)
-    raw = json.dumps([c.source, _stamp(inputs), opts.flags(), records.file_sha256(opts.vocab_file)])
-    directory = os.path.join(_cache_dir(c), f"prepared-{hashlib.sha256(raw.encode()).hexdigest()[:16]}")
-    if not os.path.exists(os.path.join(directory, records.METADATA)):
-        print(f"preparing {c.source} data (seq {max_seq_length}) once into {directory}", flush=True)
-        # Made only once the vocabulary and inputs are checked; a failed attempt removes it
-        # again unless it holds finished shards (the next run resumes from them).
-        prepare.prepare(inputs, directory, opts, name="cache folder")
-    return directory
-
-
-def open_prepared(
-    c: ml_collections.ConfigDict, split: str, max_seq_length: int, seed: int
-) -> records.PreparedSet:
-    """The prepared split, checked against the run's vocabulary, length and objective."""
-    directory = prepared_dir(c, max_seq_length, seed, split)
-    data = records.PreparedSet(directory, split)
-    records.check_compatible(
-        data.meta,
-        directory,
-        vocab_file=tokenizer_of(c).vocab_file,
-        max_seq_length=max_seq_length,
-        nsp=bool(c.nsp),
-        do_lower_case=bool(c.do_lower_case),
-        full_sentences=bool(c.full_sentences),
-    )
-    if data.size == 0 and split == "eval":
-        hint = "prepare with --eval_fraction > 0 or set data.eval_files"
-        raise records.NoHeldOutData(f"{directory} holds no held-out examples ({hint})")
-    if data.size == 0:
-        raise records.PreparedDataError(f"{directory} has no training examples")
-    if data.size >= 2**31:
-        raise records.PreparedDataError(f"{directory}: {data.size} examples; split it (ids are int32)")
-    return data

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from bert_jax.data import corpora, prepare, records, sources, tokenization
+from bert_jax.data import corpora, prepare, prepared_cache, records, tokenization
 from configs import defaults
 
 OPTS = prepare.Options(max_seq_length=32, dupe_factor=1, random_seed=3, eval_fraction=0.0)
@@ -109,12 +109,12 @@ def test_the_cache_keeps_only_a_resumable_preparation(texts, tmp_path) -> None:
     empty.write_text("")
     c.input_files = str(empty)
     with pytest.raises(ValueError, match=r"empty\.txt is empty"):
-        sources.prepared_dir(c, 32, seed=0)
+        prepared_cache.prepared_dir(c, 32, seed=0)
     assert not (tmp_path / "cache").exists()
     (tmp_path / "z.txt").write_text("")  # sorted after part-*: the second shard fails
     c.input_files = f"{texts}/part-0.txt,{tmp_path}/z.txt"
     with pytest.raises(ValueError, match=r"z\.txt is empty"):
-        sources.prepared_dir(c, 32, seed=0)
+        prepared_cache.prepared_dir(c, 32, seed=0)
     (folder,) = (tmp_path / "cache").iterdir()
     assert folder.name.startswith("prepared-")
     assert sorted(p.name for p in folder.glob("*.json")) == ["shard-00000-of-00002.json"]

@@ -4,7 +4,7 @@ held-out eval, masks on the device, bad input."""
 import numpy as np
 import pytest
 
-from bert_jax.data import records, sampler, sources, tokenization
+from bert_jax.data import prepared_cache, records, run_vocabulary, sampler, sources, tokenization
 from configs import defaults
 from tests.helpers.masking import mask_rows
 
@@ -50,7 +50,7 @@ def test_hosts_assemble_the_same_global_batches_and_resume_on_another_count(wiki
 
 
 def test_resume_is_positioned_not_replayed_and_crosses_epochs(wiki_config) -> None:
-    data = sources.open_prepared(wiki_config, "train", 64, 7)
+    data = prepared_cache.open_prepared(wiki_config, "train", 64, 7)
     batch = 256
     boundary = data.size // batch  # the batch that straddles epochs 0 and 1
     one = _take(_it(wiki_config, global_batch_size=batch, process_index=0, process_count=1), boundary + 2)
@@ -86,7 +86,7 @@ def test_dynamic_masking_changes_masks_between_epochs_static_does_not(wiki_confi
     assert not np.array_equal(a["masked_lm_positions"], b["masked_lm_positions"])
     static = wiki_config.copy_and_resolve_references()
     static.dynamic_masking = False
-    data = sources.open_prepared(static, "train", 64, 7)
+    data = prepared_cache.open_prepared(static, "train", 64, 7)
     far = next(_it(static, start_step=data.size, process_index=0, process_count=1))  # epoch 8
     assert (far["epoch"] == 0).all()  # the epoch never reaches the masks
 
@@ -97,8 +97,8 @@ def test_eval_split_is_held_out_finite_and_fixed(wiki_config) -> None:
     assert 1 <= len(first) == len(again)
     for x, y in zip(first, again, strict=True):
         assert all(np.array_equal(x[k], y[k]) for k in x)
-    train = sources.open_prepared(wiki_config, "train", 64, 7)
-    held = sources.open_prepared(wiki_config, "eval", 64, 7)
+    train = prepared_cache.open_prepared(wiki_config, "train", 64, 7)
+    held = prepared_cache.open_prepared(wiki_config, "eval", 64, 7)
     assert len(first) == held.size // 8 and held.size < train.size / 5
 
 
@@ -176,7 +176,7 @@ def test_bad_input_gives_clear_errors(tmp_path) -> None:
 
 
 def test_vocab_size_is_checked_against_the_model(wiki_config) -> None:
-    assert sources.vocab_size_of(wiki_config) == 30522
+    assert run_vocabulary.vocab_size_of(wiki_config) == 30522
     assert tokenization.load_tokenizer().vocab_size == 30522
 
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bert_jax.data import corpora, sources, tokenization, vocab_learning
+from bert_jax.data import corpora, run_vocabulary, sources, tokenization, vocab_learning
 from configs import defaults
 from tests.conftest import ROOT
 from tests.helpers.masking import mask_rows
@@ -65,4 +65,4 @@ def test_sentencepiece_tokenizer_feeds_the_pipeline(tmp_path) -> None:
     assert (batch["input_ids"][:, 0] == tok.special.cls).all()
     assert (batch["input_ids"] < tok.vocab_size).all()
     assert np.isin(tok.special.mask, batch["input_ids"])
-    assert sources.vocab_size_of(c) == 1000
+    assert run_vocabulary.vocab_size_of(c) == 1000

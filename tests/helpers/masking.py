@@ -6,7 +6,7 @@ import jax
 import ml_collections
 import numpy as np
 
-from bert_jax.data import masking, sources
+from bert_jax.data import masking, run_vocabulary
 
 
 @functools.cache
@@ -20,6 +20,6 @@ def mask_rows(
     """Unmasked host rows → masked rows, by the data config's rule (as training masks them)."""
     if "masked_lm_positions" in rows:
         return rows
-    spec, table = sources.masking_spec(data_config, max_predictions_per_seq)
+    spec, table = run_vocabulary.masking_spec(data_config, max_predictions_per_seq)
     out = _jitted_mask()({k: rows[k] for k in masking.RAW_KEYS}, spec=spec, is_continuation=table)
     return {k: np.asarray(v) for k, v in out.items()}

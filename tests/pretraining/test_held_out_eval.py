@@ -8,7 +8,7 @@ import jax
 import numpy as np
 import pytest
 
-from bert_jax.data import sources
+from bert_jax.data import prepared_cache, sources
 from bert_jax.pretraining import evaluation, pretrain
 from bert_jax.training import sharding
 from configs import pretrain as pretrain_config
@@ -25,7 +25,7 @@ def setup(tmp_path_factory):
     run = pretrain.Pretraining(c, sharding.make_mesh((1, 1, 1), jax.devices()[:1]))
     params = run.engine.init_state(0).params
     phase = pretrain.phases(c)[0]
-    held_out = sources.open_prepared(c.data, "eval", phase.max_seq_length, int(c.seed)).size
+    held_out = prepared_cache.open_prepared(c.data, "eval", phase.max_seq_length, int(c.seed)).size
     return run, params, phase, held_out // EVAL_BATCH
 
 
