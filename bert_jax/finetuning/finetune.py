@@ -45,7 +45,7 @@ from bert_jax.model.flops import model_flops_per_step
 from bert_jax.tasks.base import MODEL_INPUTS, Split, Task
 from bert_jax.tasks.registry import get_task
 from bert_jax.training import engine, run_config, sharding
-from bert_jax.training.loop import StopRequested, TrainingRun
+from bert_jax.training.loop import Hook, StopRequested, TrainingRun
 from bert_jax.training.settings import TrainingSettings
 
 
@@ -239,8 +239,9 @@ def mesh_for_batches(config: ml_collections.ConfigDict, batch_sizes: dict[str, i
 
 
 class EpochEnd:
-    """The `after_step` of fine-tuning: at each epoch's last step, the dev scores, the
-    epoch's mean training loss, the history and (when it is the best) the saved model."""
+    """Fine-tuning's hooks: each step's loss recorded (`record`), and at each epoch's last
+    step (`close`) the dev scores, the epoch's mean training loss, the history and (when it
+    is the best) the saved model."""
 
     def __init__(self, ft: Finetuning, loop: TrainingRun, history: EpochHistory, workdir: str) -> None:
         self.ft, self.loop, self.history, self.workdir = ft, loop, history, workdir
@@ -248,10 +249,13 @@ class EpochEnd:
         self.keep_best = bool(config.save_best_model or (config.predict_test and task.test_splits))
         self.start, self.losses = time.time(), []
 
-    def __call__(self, step: int, state: Any, metrics: dict[str, Any]) -> None:
+    def hooks(self) -> list[Hook]:
+        return [Hook(self.record), Hook(self.close, every=self.ft.steps_per_epoch)]
+
+    def record(self, step: int, state: Any, metrics: dict[str, Any]) -> None:
         self.losses.append(metrics["loss"])
-        if step % self.ft.steps_per_epoch:
-            return
+
+    def close(self, step: int, state: Any, metrics: dict[str, Any]) -> None:
         epoch, inputs = step // self.ft.steps_per_epoch, self.ft.inputs
         # Over the steps this process ran (a resumed epoch: those after the resume).
         train_loss = float(np.mean(jax.device_get(self.losses)))
@@ -296,7 +300,7 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
             history = EpochHistory(workdir, inputs.task.main_metric, fresh=fresh)
             batches = ft.batches(int(jax.device_get(state.step)))
             end_of_epoch = EpochEnd(ft, loop, history, workdir)
-            loop.steps(ft.engine, state, batches, end=total, flops=ft.flops, after_step=end_of_epoch)
+            loop.steps(ft.engine, state, batches, end=total, flops=ft.flops, hooks=end_of_epoch.hooks())
     except StopRequested as stop:
         return {"stopped_at": stop.step}
     best = {k: v for k, v in history.best().items() if k not in ("step", "seconds", "train_loss")}

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import jax
@@ -36,7 +36,7 @@ from bert_jax.pretraining.objective import (
 )
 from bert_jax.storage import files
 from bert_jax.training import engine, multihost, run_config, sharding
-from bert_jax.training.loop import StopRequested, TrainingRun
+from bert_jax.training.loop import Hook, StopRequested, TrainingRun
 from bert_jax.training.settings import TrainingSettings
 
 
@@ -74,7 +74,6 @@ class Pretraining:
         self.model_config = run_config.bert_config(config)
         self.numerics = self.settings.numerics.for_platform(engine.platform(mesh))
         self.nsp = bool(config.data.nsp)
-        self.held_out = True  # whether the data has a held-out split (`check_data` says)
         model = BertForPreTraining(self.model_config, self.numerics)
         self.objective = PretrainingObjective(model, self.nsp)
         tx, schedule = self.settings.optimizer.build(int(config.num_train_steps))
@@ -257,31 +256,32 @@ def keep_vocab(config: ml_collections.ConfigDict, workdir: str) -> None:
 
 
 class PeriodicEval:
-    """The `after_step` of pre-training: held-out metrics every ``eval_every_steps`` (and
-    at the last step), logged and kept as the best checkpoint when they are."""
+    """Pre-training's evaluation hook: held-out metrics every ``eval_every_steps`` and at
+    the last step (at the sequence length of the phase that step belongs to), logged and kept
+    as the best checkpoint when they are; `last` holds the latest."""
 
     def __init__(self, run: Pretraining, loop: TrainingRun) -> None:
-        self.run, self.loop, self.phase = run, loop, phases(run.config)[0]
-        self.every, self.total = int(run.config.eval_every_steps), int(run.config.num_train_steps)
+        self.run, self.loop, self.phases = run, loop, phases(run.config)
         self.last: dict[str, float] = {}
 
+    def hook(self) -> Hook:
+        every, total = int(self.run.config.eval_every_steps), int(self.run.config.num_train_steps)
+        return Hook(self, every=every, also_at=(total,) if every else ())
+
     def __call__(self, step: int, state: Any, metrics: Any) -> None:
-        if not self.run.held_out:
-            return
-        if self.every and (step % self.every == 0 or step == self.total):
-            self.last, _ = evaluation.evaluate_held_out(self.run, state.params, self.phase)
-            self.loop.logger.write(step, self.last, split="eval")
-            self.loop.ckpt.maybe_save_best(step, state, self.last)
+        phase = next(p for p in self.phases if p.start < step <= p.end)
+        self.last, _ = evaluation.evaluate_held_out(self.run, state.params, phase)
+        self.loop.logger.write(step, self.last, split="eval")
+        self.loop.ckpt.maybe_save_best(step, state, self.last)
 
 
-def train_phases(run: Pretraining, loop: TrainingRun, state: Any, periodic_eval: PeriodicEval) -> Any:
+def train_phases(run: Pretraining, loop: TrainingRun, state: Any, hooks: Sequence[Hook]) -> Any:
     """Trains every phase not yet done (each its own data and compiled shapes)."""
     batch = int(run.config.global_batch_size)
     for phase in phases(run.config):
         step = int(jax.device_get(state.step))
         if step >= phase.end:
             continue
-        periodic_eval.phase = phase
         # Phase 2's own remat policy / gradient accumulation (`phase_steps`), when set.
         step_config = phase_steps.step_config(run.config, 2 if phase.start else 1)
         step_engine = run.engine if step_config is run.config else Pretraining(step_config, run.mesh).engine
@@ -294,7 +294,7 @@ def train_phases(run: Pretraining, loop: TrainingRun, state: Any, periodic_eval:
             run.batches(phase, step),
             end=phase.end,
             flops=lambda _, flops=flops: flops,
-            after_step=periodic_eval,
+            hooks=hooks,
             extra_metrics={"max_seq_length": phase.max_seq_length},
         )
     return state
@@ -317,7 +317,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
     )
     run = Pretraining(config, mesh)
     model_file.check(workdir, run.model_config)
-    run.held_out = check_data(config)
+    held_out = check_data(config)  # whether the data has a held-out split
     final_phase = phases(config)[-1]
     keys = ("mlm_accuracy", "nsp_accuracy") if run.nsp else ("mlm_accuracy",)
     try:
@@ -335,9 +335,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
             model_file.write(workdir, run.model_config)
             keep_vocab(config, workdir)
             periodic_eval = PeriodicEval(run, loop)
-            state = train_phases(run, loop, state, periodic_eval)
+            state = train_phases(run, loop, state, [periodic_eval.hook()] if held_out else [])
             step = loop.finish(state)
-            if not run.held_out:
+            if not held_out:
                 evaluation.report_without_held_out(workdir, step)
                 return {"step": step, "held_out": False}
             final, eval_targets = evaluation.evaluate_held_out(run, state.params, final_phase)

@@ -14,12 +14,13 @@ choice, so the loop never waits for a step it does not log).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import signal
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import jax
@@ -126,6 +127,20 @@ class Preemption:
             signal.signal(signum, previous)
 
 
+@dataclasses.dataclass(frozen=True)
+class Hook:
+    """What a job runs between steps (levanter's ``trainer.add_hook(fn, every=N)``):
+    ``fn(step, state, metrics)`` after every `every`-th step (0: on no cadence) and after
+    each step listed in `also_at` (e.g. the run's last). Its time is not training time."""
+
+    fn: Callable[[int, TrainState, dict[str, Any]], None]
+    every: int = 1
+    also_at: tuple[int, ...] = ()
+
+    def due(self, step: int) -> bool:
+        return bool(self.every and step % self.every == 0) or step in self.also_at
+
+
 class TrainingRun:
     """Checkpoints, metrics and preemption of one job in `workdir` (a context manager).
 
@@ -227,7 +242,7 @@ class TrainingRun:
         *,
         end: int,
         flops: Callable[[Batch], float],
-        after_step: Callable[[int, TrainState, dict[str, Any]], None] | None = None,
+        hooks: Sequence[Hook] = (),
         extra_metrics: dict[str, Any] | None = None,
     ) -> TrainState:
         """Trains from ``state.step`` up to step `end` on `batches` (global batches).
@@ -235,7 +250,7 @@ class TrainingRun:
         Tokens/s counts the positions of ``input_ids`` of each batch as fed (batches of
         varying length count what they hold); MFU is `flops(batch)` (the model's training
         FLOPs for that batch) over the devices' peak. Both, and the ETA, are over training
-        time only: the time spent saving and in `after_step` (evaluations) is left out.
+        time only: the time spent saving and in `hooks` (evaluations) is left out.
         """
         assert self.logger is not None, "restore_or_init first"
         if self._peak is None:
@@ -270,8 +285,9 @@ class TrainingRun:
             paused = time.perf_counter()
             if self.checkpoint_every and step % self.checkpoint_every == 0:
                 self.save(step, state)
-            if after_step is not None:
-                after_step(step, state, metrics)
+            for hook in hooks:
+                if hook.due(step):
+                    hook.fn(step, state, metrics)
             window_start += time.perf_counter() - paused  # saving and evaluating are not training
             if step == self.stop_after or self.preemption.should_stop(step):
                 self._stop(step, state)

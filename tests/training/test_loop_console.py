@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import jax.numpy as jnp
 import numpy as np
 
-from bert_jax.training.loop import TrainingRun
+from bert_jax.training.loop import Hook, TrainingRun
 from bert_jax.training.metric_writer import MetricsLogger
 from bert_jax.training.settings import CheckpointSettings, TrainingSettings
 
@@ -36,7 +36,8 @@ def test_an_evaluation_does_not_count_as_training_time(tmp_path) -> None:
     with TrainingRun(str(tmp_path), settings, total_steps=20) as run:
         state = SimpleNamespace(step=jnp.int32(0))
         run.logger = MetricsLogger(str(tmp_path), 20)
-        run.steps(_SteadyEngine(), state, batches, end=20, flops=lambda b: 1.0, after_step=slow_evaluation)
+        hooks = [Hook(slow_evaluation)]
+        run.steps(_SteadyEngine(), state, batches, end=20, flops=lambda b: 1.0, hooks=hooks)
     rows = [json.loads(ln) for ln in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     rate = {r["step"]: r["tokens_per_sec"] for r in rows}
     # The window after the evaluation (steps 11-15) trains as fast as the others.
