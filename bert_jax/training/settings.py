@@ -43,18 +43,10 @@ class OptimizerSettings:
 
     def build(self, total_steps: int) -> tuple[optax.GradientTransformation, optax.Schedule]:
         """The optax transformation and its learning-rate schedule for a run's length."""
+        fields = dataclasses.asdict(self)
+        del fields["warmup_steps"], fields["warmup_proportion"]  # decided here, per run
         return optimizer.create_optimizer(
-            name=self.name,
-            learning_rate=self.learning_rate,
-            warmup_steps=self.warmup(int(total_steps)),
-            total_steps=int(total_steps),
-            weight_decay=self.weight_decay,
-            b1=self.b1,
-            b2=self.b2,
-            eps=self.eps,
-            clip_norm=self.clip_norm,
-            schedule=self.schedule,
-            decay_fraction=self.decay_fraction,
+            **fields, warmup_steps=self.warmup(int(total_steps)), total_steps=int(total_steps)
         )
 
 
