@@ -22,9 +22,12 @@ bert_jax has them, with the paper that motivated them:
   as theirs. Their unpadded attention is a kernel choice, not a change of the function.
 - `modernbert`: Warner et al. (2024), "ModernBERT": pre-LN, GeGLU, rotary positions, no
   biases, no dropout, FULL-SENTENCES rows without NSP, 30% masking, β2 0.98, and the
-  warm-up-stable-decay (trapezoidal) schedule. Theirs alternates local and global
-  attention and trains with StableAdamW at sequence 1024; bert_jax keeps global
-  attention, AdamW and the size's sequence length.
+  warm-up-stable-decay (trapezoidal) schedule. Theirs trains with StableAdamW at
+  sequence 1024; bert_jax keeps AdamW. At the sizes `base`, `demo`, ... the recipe keeps
+  their architecture (global attention, a segment embedding); the sizes `modernbert-base`
+  and `modernbert-large` are ModernBERT's architecture and shapes exactly
+  (`bert_jax.model.config.MODERNBERT`: alternating local/global attention, no segment
+  embedding, ...), at sequence 1,024.
 
 `SIZE+RECIPE` applies a recipe to a size: `demo+bert` is the demo with the paper's recipe,
 `base+modernbert` BERT-Base with ModernBERT's. The presets `cramming`, `mosaicbert` and
@@ -32,6 +35,10 @@ bert_jax has them, with the paper that motivated them:
 (for accelerators). `demo` is `demo+modernbert` with a WordPiece vocabulary of 8,192 learned on
 the corpus: the recipe that left the unigram stage fastest on this project's 2-core
 machine (held-out curves of every recipe in docs/pretraining.md, "Which recipe learns here").
+`demo-modernbert` is the same run in the ModernBERT family, so that it exports to a
+`transformers` ModernBERT folder: no segment embedding and no attention LayerNorm in layer
+0 (the two places where `demo` differs from what ModernBERT can hold), ModernBERT's
+pooling head; everything else as `demo` (docs/modernbert.md).
 
 Every key can be overridden from the command line, e.g. `--config.learning_rate=2e-4`;
 an unknown key fails at once with its name.
@@ -207,20 +214,51 @@ def _paper(preset: str) -> dict:
     )
 
 
+def _demo_modernbert() -> dict:
+    family = dict(type_vocab_size=0, first_layer_attention_norm=False, classifier_pooling="cls")
+    return {**_demo(), "model": model_config_dict("tiny", max_position_embeddings=128, **family)}
+
+
+# ModernBERT-base's step in micro-batches, so that it fits v5e:2x2 with the splash kernel
+# (8: 10.8 GiB of 16 per chip; 65 GiB at once; `bert-jax plan`, docs/modernbert.md).
+_MODERNBERT_ACCUM = {"modernbert-base": 8}
+
+
+def _modernbert(preset: str) -> dict:
+    # ModernBERT's architecture and shapes (`model.config.MODEL_PRESETS`) at its
+    # pre-training length, 1,024 (Warner et al., 2024, §2.2); scanned in groups of one
+    # global and two local layers (`model.layer_scan`).
+    return dict(
+        model=model_config_dict(preset, scan_layers=True),
+        compute_dtype="bfloat16",
+        global_batch_size=256,
+        max_seq_length=1024,
+        phase2_fraction=0.0,
+        grad_accum_steps=_MODERNBERT_ACCUM.get(preset, 1),
+        mesh_shape=(1, -1, 1),
+    )
+
+
 SIZES = {
     "tiny": _tiny,
     "demo": _demo,
+    "demo-modernbert": _demo_modernbert,
     "mini": _mini,
     "base": lambda: _paper("base"),
     "large": lambda: _paper("large"),
+    "modernbert-base": lambda: _modernbert("modernbert-base"),
+    "modernbert-large": lambda: _modernbert("modernbert-large"),
 }
 
 # Presets by name: (size, recipe).
 NAMED = {
     "demo": ("demo", "modernbert"),
+    "demo-modernbert": ("demo-modernbert", "modernbert"),
     "cramming": ("base", "cramming"),
     "mosaicbert": ("base", "mosaicbert"),
     "modernbert": ("base", "modernbert"),
+    "modernbert-base": ("modernbert-base", "modernbert"),
+    "modernbert-large": ("modernbert-large", "modernbert"),
 }
 
 # What a recipe changes at a given size beyond its switches.
@@ -231,8 +269,12 @@ SIZE_RECIPE: dict[tuple[str, str], dict[str, Any]] = {
         ("demo", r): {"data.learned_vocab_size": 8192, "model.vocab_size": 8192}
         for r in ("cramming", "mosaicbert", "modernbert")
     },
+    ("demo-modernbert", "modernbert"): {"data.learned_vocab_size": 8192, "model.vocab_size": 8192},
     # The published peak learning rates and lengths at BERT-Base size, one sequence length.
     ("base", "cramming"): {"learning_rate": 1e-3, "phase2_fraction": 0.0},
     ("base", "mosaicbert"): {"learning_rate": 5e-4, "warmup_proportion": 0.06, "phase2_fraction": 0.0},
     ("base", "modernbert"): {"learning_rate": 8e-4, "phase2_fraction": 0.0},
+    # ModernBERT's published peak learning rates (base 8e-4, large 5e-4).
+    ("modernbert-base", "modernbert"): {"learning_rate": 8e-4},
+    ("modernbert-large", "modernbert"): {"learning_rate": 5e-4},
 }

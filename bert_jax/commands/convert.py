@@ -43,6 +43,12 @@ def define_flags() -> None:
         "disk are never padded. 0 keeps the source's.",
         lower_bound=0,
     )
+    flags.DEFINE_bool(
+        "fold_segment_embedding",
+        False,
+        "For a ModernBERT export: fold row 0 of a segment embedding into the word embeddings "
+        "(exact only for a model trained on segment 0 alone, e.g. FULL-SENTENCES rows).",
+    )
     flags.DEFINE_bool("overwrite", False, "Replace an earlier conversion in --dst.")
     flags.mark_flags_as_required(["src", "dst"])
 
@@ -100,9 +106,13 @@ def main(argv: list[str]) -> None:
     )
     with user_paths.removed_if_failed(folder):
         user_paths.replace(earlier, "--dst")
-        folder = convert.save_checkpoint(FLAGS.dst, params, config, FLAGS.dst_format)
+        folder = convert.save_checkpoint(
+            FLAGS.dst, params, config, FLAGS.dst_format, fold_segment=FLAGS.fold_segment_embedding
+        )
         convert.write_tokenizer_files(folder, vocab, True if casing is None else casing, config)
-    heads = " with MLM/NSP heads" if "mlm" in params else ""
+    heads = ""
+    if "mlm" in params:
+        heads = " with MLM/NSP heads" if "nsp" in params else " with the MLM head"
     if FLAGS.dst_format == "bert_jax" and config.vocab_pad_multiple > 1:
         heads += f", vocabulary padded to {config.padded_vocab_size} on load"
     print(

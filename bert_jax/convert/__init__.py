@@ -8,7 +8,8 @@ unexpected one, or a shape from another model size fails naming it, and nothing 
 loaded in part.
 
 Formats on disk:
-- ``hf``: a folder with ``config.json`` and ``model.safetensors`` (or ``pytorch_model.bin``);
+- ``hf``: a folder with ``config.json`` and ``model.safetensors`` (or ``pytorch_model.bin``)
+  of a `transformers` BERT or ModernBERT (``model_type`` bert or modernbert);
 - ``tf``: an original TF checkpoint (``bert_model.ckpt.*``) with ``bert_config.json`` beside it;
 - ``bert_jax``: a folder with ``bert_config.json`` and an orbax checkpoint of the params
   under ``params/``; a pre-training workdir (``checkpoints/<step>/``) is read as well.
@@ -95,14 +96,24 @@ def load_checkpoint(
     return params, config
 
 
-def save_checkpoint(path: str, params: Params, config: BertConfig, fmt: str) -> str:
-    """Writes the checkpoint (the vocabulary unpadded); returns the folder it is in."""
+def save_checkpoint(
+    path: str, params: Params, config: BertConfig, fmt: str, fold_segment: bool = False
+) -> str:
+    """Writes the checkpoint (the vocabulary unpadded); returns the folder it is in.
+
+    ``hf`` writes a `transformers` BERT for the paper's architecture and a ModernBERT for a
+    model of that family; `fold_segment` lets a ModernBERT export fold row 0 of a segment
+    embedding that was trained on segment 0 only (FULL-SENTENCES rows) into the word
+    embeddings, which is exact (docs/modernbert.md)."""
     savers = {"hf": save_hf, "tf": save_tf, "bert_jax": save_bert_jax}
     if fmt not in savers:
         raise ValueError(f"unknown format {fmt!r}: bert_jax, hf or tf")
     if fmt != "bert_jax":
-        check_exportable(config, fmt)  # before anything is written
+        check_exportable(config, fmt, fold_segment)  # before anything is written
     if fmt == "tf" and "ckpt" not in os.path.basename(path.rstrip(os.sep)):
         path = os.path.join(path, "bert_model.ckpt")  # a folder, as the original release
-    savers[fmt](path, params, config)
+    if fmt == "hf":
+        save_hf(path, params, config, fold_segment)
+    else:
+        savers[fmt](path, params, config)
     return os.path.dirname(path) if fmt == "tf" else path

@@ -1,6 +1,8 @@
 """The Hugging Face format: a folder with ``config.json`` and ``model.safetensors`` (or
-``pytorch_model.bin``), encoder tensors with or without the ``bert.`` prefix, with or
-without the ``cls.*`` pre-training heads."""
+``pytorch_model.bin``). A BERT (``model_type: bert``): encoder tensors with or without the
+``bert.`` prefix, with or without the ``cls.*`` pre-training heads. A ModernBERT
+(``model_type: modernbert``): `modernbert_format`. An export writes a BERT for the paper's
+architecture and a ModernBERT for a model of that family (`layout.hf_family`)."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ from typing import Any
 import numpy as np
 from safetensors.numpy import load_file, save_file
 
-from bert_jax.convert import layout, names
+from bert_jax.convert import layout, modernbert_format, names
 from bert_jax.convert.layout import Params
 from bert_jax.model.config import BertConfig
 
@@ -58,6 +60,11 @@ def to_hf_state_dict(params: Params, config: BertConfig) -> dict[str, np.ndarray
     then reports no missing keys, and the tie makes them the same tensors again.
     """
     layout.check_exportable(config, "hf")
+    if layout.hf_family(config) != "bert":
+        raise ValueError(
+            f"the Hugging Face BertModel cannot represent {', '.join(config.switches_on())}: "
+            "a model of the ModernBERT family exports with save_hf"
+        )
     params = layout.canonical(params, config)
     layout.validate(params, config, "params to export")
     heads = "mlm" in params
@@ -113,14 +120,31 @@ def _read_state(folder: str) -> dict[str, np.ndarray]:
 
 
 def load_hf(folder: str, expected: BertConfig | None = None) -> tuple[Params, BertConfig]:
-    config = layout.read_config(os.path.join(folder, "config.json"), folder)
+    path = os.path.join(folder, "config.json")
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"{folder}: no config.json beside the weights")
+    with open(path) as f:
+        values = json.load(f)
+    if layout.check_model_type(values, path) == "modernbert":
+        config = modernbert_format.bert_config(values, path)
+        layout.check_expected(config, expected, folder)
+        state = _read_state(folder)
+        return modernbert_format.from_state_dict(state, config, folder, values.get("architectures")), config
+    config = layout.read_config(path, folder)
     layout.check_expected(config, expected, folder)
     return from_hf_state_dict(_read_state(folder), config, folder), config
 
 
-def save_hf(folder: str, params: Params, config: BertConfig) -> None:
+def save_hf(folder: str, params: Params, config: BertConfig, fold_segment: bool = False) -> None:
+    """A BERT folder, or a ModernBERT one for a model of that family (`fold_segment`: fold
+    row 0 of a segment embedding trained on segment 0 only; `modernbert_format`)."""
     os.makedirs(folder, exist_ok=True)
-    state = to_hf_state_dict(params, config)
+    if layout.hf_family(config) == "bert":
+        state, hf_config = to_hf_state_dict(params, config), hf_config_dict(config)
+    else:
+        state, architecture, held = modernbert_format.to_state_dict(params, config, fold_segment)
+        labels = np.shape(params["classifier"]["bias"])[0] if "classifier" in params else 0
+        hf_config = modernbert_format.hf_config(held, architecture, labels)
     # safetensors refuses shared memory: the tied decoder is written as its own copy.
     save_file(
         {k: np.array(v, copy=True) for k, v in state.items()},
@@ -128,4 +152,4 @@ def save_hf(folder: str, params: Params, config: BertConfig) -> None:
         metadata={"format": "pt"},
     )
     with open(os.path.join(folder, "config.json"), "w") as f:
-        json.dump(hf_config_dict(config), f, indent=2)
+        json.dump(hf_config, f, indent=2)

@@ -70,10 +70,22 @@ def expected_shapes(config: BertConfig, heads: bool) -> dict[tuple[str, ...], tu
 
 
 def validate(params: Params, config: BertConfig, source: str) -> None:
-    """Every tensor of the on-disk layout (`unpadded`) present with its shape, nothing else."""
+    """Every tensor of the on-disk layout (`unpadded`) present with its shape, nothing else
+    (the next-sentence head may be absent beside the MLM head: ModernBERT has none)."""
     heads = "mlm" in params or "nsp" in params
     expected = expected_tree(unpadded(config), heads)
+    if heads and "nsp" not in params:
+        expected = {k: v for k, v in expected.items() if k != "nsp"}
     param_shapes.check(expected, params, f"{source} ({describe(config)})")
+
+
+def _resize_decoder(params: Params, config: BertConfig, rows: int) -> Params:
+    """An untied MLM decoder ([V, H], ``mlm/decoder``) resized like the word embeddings."""
+    mlm = params.get("mlm")
+    if not isinstance(mlm, dict) or "decoder" not in mlm or np.shape(mlm["decoder"])[0] < config.vocab_size:
+        return params
+    decoder = vocab_padding.resize_rows(mlm["decoder"], config.vocab_size, rows)
+    return {**params, "mlm": {**mlm, "decoder": decoder}}
 
 
 def canonical(params: Params, config: BertConfig) -> Params:
@@ -85,11 +97,13 @@ def canonical(params: Params, config: BertConfig) -> Params:
     """
     params = unstack_layers(params, config.num_hidden_layers)
     params = nest({p: np.asarray(v) for p, v in flatten(params).items()})
+    params = _resize_decoder(params, config, config.vocab_size)
     return vocab_padding.resize_vocab(params, config.vocab_size, config.vocab_size)
 
 
 def for_config(params: Params, config: BertConfig) -> Params:
     """Validated on-disk params with the vocabulary padded for `config`."""
+    params = _resize_decoder(params, config, config.padded_vocab_size)
     return vocab_padding.resize_vocab(params, config.vocab_size, config.padded_vocab_size)
 
 
@@ -110,16 +124,35 @@ def check_expected(config: BertConfig, expected: BertConfig | None, source: str)
         raise ValueError(f"{source} is a different model: " + ", ".join(diffs))
 
 
-def check_exportable(config: BertConfig, fmt: str) -> None:
+def hf_family(config: BertConfig) -> str:
+    """The `transformers` model a ``--dst_format=hf`` export writes: "bert" for the paper's
+    architecture (no recipe switch on), else "modernbert"."""
+    return "modernbert" if config.switches_on() else "bert"
+
+
+def check_exportable(config: BertConfig, fmt: str, fold_segment: bool = False) -> None:
     """Hugging Face's `BertModel` and the original TF graph are the paper's architecture:
-    a model with a recipe switch on (pre-LN, GeGLU, rotary, sinusoidal or ALiBi positions, no biases) has no
-    faithful export to them, and is refused naming the switches."""
+    a model with a recipe switch on (pre-LN, GeGLU, rotary, sinusoidal or ALiBi positions,
+    no biases, ...) has no faithful export to them. To Hugging Face such a model goes as a
+    ModernBERT (`modernbert_format`) where that class can hold it; otherwise it is refused
+    in one line naming the switches and what ModernBERT cannot hold."""
+    from bert_jax.convert import modernbert_format  # (it imports this module)
+
     switches = config.switches_on()
-    if switches:
-        raise ValueError(
-            f"--dst_format={fmt}: the {'Hugging Face BertModel' if fmt == 'hf' else 'original TF BERT'} "
-            f"cannot represent {', '.join(switches)}; export with --dst_format=bert_jax"
-        )
+    if not switches:
+        return
+    if fmt == "hf":
+        reasons = modernbert_format.cannot_hold(config, fold_segment)
+        if reasons:
+            raise ValueError(
+                f"--dst_format=hf: the Hugging Face BertModel cannot represent {', '.join(switches)}; "
+                f"ModernBERT cannot represent {', '.join(reasons)}; export with --dst_format=bert_jax"
+            )
+        return
+    raise ValueError(
+        f"--dst_format={fmt}: the original TF BERT cannot represent {', '.join(switches)}; "
+        "export with --dst_format=bert_jax"
+    )
 
 
 def read_config(path: str, source: str) -> BertConfig:
@@ -128,10 +161,22 @@ def read_config(path: str, source: str) -> BertConfig:
         raise FileNotFoundError(f"{source}: no {os.path.basename(path)} beside the weights")
     with open(path) as f:
         values = json.load(f)
-    model_type = values.get("model_type", "bert")
-    if model_type != "bert":
-        raise ValueError(f"{path}: model_type {model_type!r} is not a BERT")
+    check_model_type(values, path, ("bert",))
     return BertConfig.from_dict(values)
+
+
+# The `model_type`s of Hugging Face configs that load (`hf_format.load_hf`).
+HF_MODEL_TYPES = ("bert", "modernbert")
+
+
+def check_model_type(values: dict, path: str, loadable: tuple[str, ...] = HF_MODEL_TYPES) -> str:
+    """The config's ``model_type`` (absent: "bert"), or one line naming it and the types that load."""
+    model_type = values.get("model_type", "bert")
+    if model_type not in loadable:
+        raise ValueError(
+            f"{path}: model_type {model_type!r} does not load; the types that load are {', '.join(loadable)}"
+        )
+    return model_type
 
 
 def relayout(

@@ -27,6 +27,7 @@ def source_casing(src: str) -> bool | None:
 def write_tokenizer_files(folder: str, vocab_file: str, do_lower_case: bool, config: BertConfig) -> None:
     """`vocab.txt` and a `tokenizer_config.json` that `transformers.AutoTokenizer` reads as
     a BertTokenizer; for a tokenizer.json, `write_tokenizer_json_files` (its casing is its own)."""
+    set_special_ids(folder, vocab_file)
     if tokenizer_json.is_tokenizer_json(vocab_file):
         write_tokenizer_json_files(
             vocab_file, folder, config.max_position_embeddings, token_types=config.type_vocab_size > 1
@@ -41,6 +42,8 @@ def write_tokenizer_files(folder: str, vocab_file: str, do_lower_case: bool, con
         "model_max_length": config.max_position_embeddings,
         **{f"{t}_token": f"[{t.upper()}]" for t in ("unk", "sep", "pad", "cls", "mask")},
     }
+    if config.type_vocab_size <= 1:  # no segment embedding to feed (ModernBERT takes none)
+        tokenizer_config["model_input_names"] = ["input_ids", "attention_mask"]
     with open(os.path.join(folder, "tokenizer_config.json"), "w") as f:
         json.dump(tokenizer_config, f, indent=2)
 
@@ -66,3 +69,23 @@ def write_tokenizer_json_files(
         written.append(os.path.join(folder, name))
         atomic_files.write_text(written[-1], text)
     return written
+
+
+def set_special_ids(folder: str, vocab_file: str) -> None:
+    """A ModernBERT ``config.json`` in `folder` gets the special token ids of the tokenizer
+    it is written with (``pad``/``cls``/``sep``, and ``bos``/``eos`` as [CLS]/[SEP], as
+    ModernBERT's own); any other folder is left alone."""
+    path = os.path.join(folder, "config.json")
+    if not os.path.exists(path):
+        return
+    with open(path) as f:
+        values = json.load(f)
+    if values.get("model_type") != "modernbert":
+        return
+    from bert_jax.data import tokenization  # deferred: loads TensorFlow for WordPiece
+
+    kind = "sentencepiece" if vocab_file.endswith(".model") else "wordpiece"
+    special = tokenization.load_tokenizer(vocab_file, kind=kind).special
+    ids = {"pad": special.pad, "cls": special.cls, "sep": special.sep, "bos": special.cls, "eos": special.sep}
+    values.update({f"{role}_token_id": int(i) for role, i in ids.items()})
+    atomic_files.write_text(path, json.dumps(values, indent=2) + "\n")

@@ -33,8 +33,26 @@ SHAPE_KEYS = (
 # Fields that change the parameter tree or the function beyond the shape keys: the modern
 # small-compute switches (off by default: the paper's BERT). A checkpoint's config must
 # agree on them too; a config file written before they existed means the defaults.
-ARCHITECTURE_KEYS = ("pre_layer_norm", "gated_ffn", "position_embedding_type", "rotary_base", "use_bias")
+ARCHITECTURE_KEYS = (
+    "pre_layer_norm",
+    "gated_ffn",
+    "position_embedding_type",
+    "rotary_base",
+    "use_bias",
+    "first_layer_attention_norm",
+    "norm_bias",
+    "global_attn_every_n_layers",
+    "local_attention",
+    "local_rotary_base",
+    "tie_word_embeddings",
+    "classifier_pooling",
+)
+# Keys that mean nothing unless some layers are local (`global_attn_every_n_layers` > 1).
+_LOCAL_KEYS = ("local_attention", "local_rotary_base")
 POSITION_EMBEDDINGS = ("absolute", "rotary", "sinusoidal", "alibi")
+# "bert": the paper's pooler (dense + tanh at [CLS]); "cls" / "mean": ModernBERT's head
+# (the [CLS] vector or the mean of the real tokens → dense → activation → LayerNorm).
+CLASSIFIER_POOLINGS = ("bert", "cls", "mean")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,6 +109,26 @@ class BertConfig:
     # False: no biases in the encoder's dense layers and the MLM transform (Cramming;
     # ModernBERT); LayerNorms, the MLM output bias and task heads keep theirs.
     use_bias: bool = True
+    # -- The ModernBERT family (Warner et al., 2024; `transformers`' modeling_modernbert.py),
+    # all off by default. With pre_layer_norm, False leaves layer 0 without an attention
+    # LayerNorm: its attention reads the embedding LayerNorm's output (ModernBERT's
+    # ``attn_norm = Identity`` in layer 0).
+    first_layer_attention_norm: bool = True
+    # False: LayerNorms with a scale only (ModernBERT's ``norm_bias=False``).
+    norm_bias: bool = True
+    # type_vocab_size (above) = 0: no segment embedding at all (ModernBERT has none).
+    # Every n-th layer (layer 0 included) attends globally, the others within a sliding
+    # window of `local_attention` tokens (query i sees key j when |i - j| <= window // 2)
+    # with rotary base `local_rotary_base` (`rotary_base` is the global layers'). 1: every
+    # layer global (the paper's).
+    global_attn_every_n_layers: int = 1
+    local_attention: int = 128
+    local_rotary_base: float = 10_000.0
+    # False: the MLM decoder has its own [V, H] matrix instead of the word embeddings.
+    tie_word_embeddings: bool = True
+    # The sentence-level representation (`CLASSIFIER_POOLINGS`): "bert" the paper's tanh
+    # pooler at [CLS]; "cls"/"mean" ModernBERT's classification head before its classifier.
+    classifier_pooling: str = "bert"
 
     def __post_init__(self) -> None:
         if self.hidden_size % self.num_attention_heads:
@@ -110,6 +148,24 @@ class BertConfig:
             raise ValueError(f"rotary position embeddings need an even head size, not {self.head_dim}")
         if self.position_embedding_type == "sinusoidal" and self.hidden_size % 2:
             raise ValueError(f"sinusoidal positions need an even hidden size, not {self.hidden_size}")
+        self._check_family()
+
+    def _check_family(self) -> None:
+        """The ModernBERT-family switches' own ranges (one line each, naming the key)."""
+        if not isinstance(self.type_vocab_size, int) or self.type_vocab_size < 0:
+            raise ValueError(f"type_vocab_size={self.type_vocab_size!r} must be an integer >= 0")
+        n = self.global_attn_every_n_layers
+        if not isinstance(n, int) or n < 1:
+            raise ValueError(f"global_attn_every_n_layers={n!r} must be an integer >= 1")
+        if not isinstance(self.local_attention, int) or self.local_attention < 1:
+            raise ValueError(f"local_attention={self.local_attention!r} must be a positive number of tokens")
+        if self.classifier_pooling not in CLASSIFIER_POOLINGS:
+            raise ValueError(f"classifier_pooling={self.classifier_pooling!r} not in {CLASSIFIER_POOLINGS}")
+        if not self.first_layer_attention_norm and not self.pre_layer_norm:
+            raise ValueError(
+                "first_layer_attention_norm=False needs pre_layer_norm=True (a post-LN layer's "
+                "attention LayerNorm normalises its output)"
+            )
 
     @property
     def rotary(self) -> bool:
@@ -120,11 +176,24 @@ class BertConfig:
         return self.position_embedding_type == "alibi"
 
     def switches_on(self) -> list[str]:
-        """The recipe switches set away from the paper's BERT, as ``key=value``."""
+        """The recipe switches set away from the paper's BERT, as ``key=value`` (the local
+        window's keys only where some layers are local), then ``type_vocab_size=0``."""
         default = BertConfig()
-        return [
-            f"{k}={getattr(self, k)}" for k in ARCHITECTURE_KEYS if getattr(self, k) != getattr(default, k)
-        ]
+        keys = [k for k in ARCHITECTURE_KEYS if self.has_local_layers or k not in _LOCAL_KEYS]
+        on = [f"{k}={getattr(self, k)}" for k in keys if getattr(self, k) != getattr(default, k)]
+        return on + (["type_vocab_size=0"] if self.type_vocab_size == 0 else [])
+
+    @property
+    def has_local_layers(self) -> bool:
+        return self.global_attn_every_n_layers > 1 and self.num_hidden_layers > 1
+
+    def layer_window(self, index: int) -> int | None:
+        """The attention window of layer `index` (None: global), as ModernBERT: layers
+        0, n, 2n, ... global, the others local."""
+        return None if index % self.global_attn_every_n_layers == 0 else self.local_attention
+
+    def layer_rotary_base(self, index: int) -> float:
+        return self.rotary_base if self.layer_window(index) is None else self.local_rotary_base
 
     @property
     def head_dim(self) -> int:
@@ -193,8 +262,35 @@ def _preset(layers: int, hidden: int, heads: int, **kw: Any) -> BertConfig:
     )
 
 
+# ModernBERT's architecture as `BertConfig` switches (Warner et al., 2024, Table 4;
+# `transformers.ModernBertConfig`'s defaults): pre-LN without layer 0's attention norm,
+# bias-free GeGLU and LayerNorms (eps 1e-5), rotary positions (global base 160,000, local
+# 10,000), every third layer global and the others within ±64 tokens, no segment
+# embedding, the MLM decoder tied to the embeddings, its classification head at [CLS].
+MODERNBERT = dict(
+    vocab_size=50_368,
+    hidden_act="gelu",
+    hidden_dropout_prob=0.0,
+    attention_probs_dropout_prob=0.0,
+    max_position_embeddings=8192,
+    type_vocab_size=0,
+    layer_norm_eps=1e-5,
+    pre_layer_norm=True,
+    gated_ffn=True,
+    position_embedding_type="rotary",
+    rotary_base=160_000.0,
+    use_bias=False,
+    first_layer_attention_norm=False,
+    norm_bias=False,
+    global_attn_every_n_layers=3,
+    local_attention=128,
+    local_rotary_base=10_000.0,
+    classifier_pooling="cls",
+)
+
 # BERT-Base and BERT-Large are the paper's; mini/small are the Turc et al. (2019) compact
-# models; tiny is for tests and the CPU demo.
+# models; tiny is for tests and the CPU demo; modernbert-base/-large are ModernBERT's
+# released shapes (GeGLU widths 1152 and 2624 per half).
 MODEL_PRESETS: dict[str, BertConfig] = {
     "tiny": _preset(2, 128, 2),
     "mini": _preset(4, 256, 4),
@@ -202,6 +298,12 @@ MODEL_PRESETS: dict[str, BertConfig] = {
     "medium": _preset(8, 512, 8),
     "base": _preset(12, 768, 12),
     "large": _preset(24, 1024, 16),
+    "modernbert-base": BertConfig(
+        num_hidden_layers=22, hidden_size=768, num_attention_heads=12, intermediate_size=1152, **MODERNBERT
+    ),
+    "modernbert-large": BertConfig(
+        num_hidden_layers=28, hidden_size=1024, num_attention_heads=16, intermediate_size=2624, **MODERNBERT
+    ),
 }
 
 

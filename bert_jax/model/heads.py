@@ -14,9 +14,10 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from bert_jax.model import ops
 from bert_jax.model.config import BertConfig
 from bert_jax.model.encoder import BertModel
-from bert_jax.model.layers import activation, dense, dropout, layer_norm, zeros_init
+from bert_jax.model.layers import activation, dense, dropout, layer_norm, normal_init, zeros_init
 from bert_jax.model.numerics import DEFAULT, Numerics
 
 Array = jax.Array
@@ -28,7 +29,9 @@ def gather_positions(sequence_output: Array, positions: Array) -> Array:
 
 
 class MaskedLMHead(nn.Module):
-    """Dense + GELU + LayerNorm transform, decoder tied to the word embeddings, own bias."""
+    """Dense + GELU + LayerNorm transform, decoder tied to the word embeddings, own bias
+    (ModernBERT's ``head`` + ``decoder`` too). With ``tie_word_embeddings=False`` the
+    decoder is its own [V, H] matrix, ``mlm/decoder``."""
 
     config: BertConfig
     numerics: Numerics = DEFAULT
@@ -40,7 +43,13 @@ class MaskedLMHead(nn.Module):
         h = activation(c.hidden_act)(h)
         h = layer_norm(c, num, "transform_LayerNorm")(h)
         bias = self.param("bias", zeros_init(("vocab",)), (c.padded_vocab_size,), num.params)
-        logits = bert.attend(h.astype(num.dtype), bias)  # [..., V] float32
+        if c.tie_word_embeddings:
+            logits = bert.attend(h.astype(num.dtype), bias)  # [..., V] float32
+        else:
+            shape = (c.padded_vocab_size, c.hidden_size)
+            table = self.param("decoder", normal_init(c, ("vocab", "embed")), shape, num.params)
+            how = num.weight_grad(*table.shape)
+            logits = ops.tied_logits(h.astype(num.dtype), table.astype(num.dtype), bias, how)
         return nn.with_logical_constraint(
             mask_padded_vocab(logits, c), ("activation_batch", "activation_length", "activation_vocab")
         )
@@ -88,9 +97,38 @@ class BertForPreTraining(nn.Module):
         return self.mlm(sequence_output, self.bert), self.nsp(pooled).astype(jnp.float32)
 
 
+class BertForMaskedLM(nn.Module):
+    """Encoder + masked-LM head only (`transformers`' ModernBertForMaskedLM; a BERT's
+    ``cls.predictions``): MLM logits [B, P, V] at ``masked_lm_positions``, or [B, S, V] at
+    every position without them. Reads ``bert`` and ``mlm`` of pre-training params."""
+
+    config: BertConfig
+    numerics: Numerics = DEFAULT
+
+    def setup(self) -> None:
+        self.bert = BertModel(self.config, self.numerics, add_pooler=False)
+        self.mlm = MaskedLMHead(self.config, self.numerics)
+
+    def __call__(
+        self,
+        input_ids: Array,
+        input_mask: Array | None = None,
+        segment_ids: Array | None = None,
+        masked_lm_positions: Array | None = None,
+        *,
+        deterministic: bool = True,
+    ) -> Array:
+        sequence_output, _, _ = self.bert(input_ids, input_mask, segment_ids, deterministic=deterministic)
+        if masked_lm_positions is not None:
+            sequence_output = gather_positions(sequence_output, masked_lm_positions)
+        return self.mlm(sequence_output, self.bert)
+
+
 class BertForSequenceClassification(nn.Module):
     """Pooled [CLS] → dropout → dense: [B, num_labels]. ``num_labels == 1`` is regression
-    (STS-B). Packed rows (`bert_jax.finetuning.packing`: `position_ids`, `cls_positions` [B, K]) give
+    (STS-B). With ModernBERT's pooling (`BertConfig.classifier_pooling` "cls" or "mean")
+    this is `transformers`' ModernBertForSequenceClassification: head → dropout → classifier.
+    Packed rows (`bert_jax.finetuning.packing`: `position_ids`, `cls_positions` [B, K]) give
     [B, K, num_labels], one per example slot."""
 
     config: BertConfig

@@ -68,9 +68,11 @@ def dropout(numerics: Numerics, rate: float, name: str | None = None) -> Dropout
 
 
 def layer_norm(config: BertConfig, numerics: Numerics, name: str) -> nn.LayerNorm:
-    """LayerNorm with the config's eps (1e-12) and float32 statistics."""
+    """LayerNorm with the config's eps (1e-12; ModernBERT's 1e-5) and float32 statistics;
+    with ``norm_bias=False`` a scale only (flax's ``use_bias=False``: no ``bias`` leaf)."""
     return nn.LayerNorm(
         epsilon=config.layer_norm_eps,
+        use_bias=config.norm_bias,
         dtype=numerics.dtype,
         param_dtype=numerics.params,
         scale_init=ones_init(("norm",)),

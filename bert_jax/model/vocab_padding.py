@@ -20,7 +20,7 @@ import numpy as np
 from bert_jax.model.param_shapes import path_str
 
 # Path suffixes of the parameters whose axis 0 is the vocabulary.
-VOCAB_PARAMS = ("embeddings/word_embeddings/embedding", "mlm/bias")
+VOCAB_PARAMS = ("embeddings/word_embeddings/embedding", "mlm/bias", "mlm/decoder")
 
 
 def is_vocab_param(path: str) -> bool:

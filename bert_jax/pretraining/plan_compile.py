@@ -21,6 +21,8 @@ import ml_collections
 import numpy as np
 from jax.experimental import topologies
 
+from bert_jax.model import flops
+from bert_jax.model.config import BertConfig
 from bert_jax.pretraining import pretrain
 from bert_jax.training import hardware, sharding
 
@@ -193,13 +195,17 @@ def step_flops(config: ml_collections.ConfigDict) -> float:
     no gradient accumulation (the same FLOPs): XLA's analysis of a loop (a scan over
     layers or micro-batches) counts its body once, and the TPU compiler's own figure is
     per chip after partitioning. Rematerialisation's recomputation is counted. Lowering
-    takes seconds.
+    takes seconds. Attention is lowered on the XLA path (a Pallas kernel is a custom call
+    whose FLOPs XLA does not count), which scores every (query, key) pair; the pairs
+    outside local layers' windows are masked there, not model FLOPs, and are taken off
+    (`flops.model_flops_per_step`'s count of them, forward and backward).
     """
     config = config.copy_and_resolve_references()
     with config.unlocked():
         config.model.scan_layers = False
         config.mesh_shape = (1, 1, 1)
         config.grad_accum_steps = 1
+        config.attention_kernel = "xla"
     mesh = sharding.make_mesh((1, 1, 1), jax.devices("cpu")[:1])
     setup = pretrain.Pretraining(config, mesh)
     batch = setup.abstract_batch(*_batch_shape(config))
@@ -207,4 +213,9 @@ def step_flops(config: ml_collections.ConfigDict) -> float:
         cost = setup.train_step.lower(setup.abstract_state, batch).cost_analysis()
     if isinstance(cost, list):
         cost = cost[0]
-    return float(cost["flops"])
+    model = BertConfig.from_dict(config.model)
+    rows, seq, _ = _batch_shape(config)
+    masked = flops.model_flops_per_step(
+        model.replace(global_attn_every_n_layers=1), rows, seq, 0, nsp=False
+    ) - flops.model_flops_per_step(model, rows, seq, 0, nsp=False)
+    return float(cost["flops"]) - masked

@@ -1,0 +1,83 @@
+"""One Transformer encoder layer (Devlin et al., 2019, §3; Vaswani et al., 2017, §3.1):
+self-attention and a feed-forward block, each with a residual connection and LayerNorm.
+
+Post-LayerNorm, ``LN(x + f(x))``, is the paper's; ``pre_layer_norm`` gives ``x + f(LN(x))``
+(Xiong et al., 2020). A layer built with ``attention_norm=False`` has no attention
+LayerNorm (ModernBERT's layer 0, whose attention reads the embedding LayerNorm's output,
+Warner et al., 2024), and one with a ``window`` attends only to keys within ``window // 2``
+positions (ModernBERT's local layers). The feed-forward block is ``act(x W_in) W_out`` or,
+with ``gated_ffn``, GeGLU ``(act(x W_gate) * x W_in) W_out`` (Shazeer, 2020).
+
+Parameter names are the same in both LayerNorm placements (each LayerNorm named by the
+sub-layer it belongs to).
+"""
+
+from __future__ import annotations
+
+import flax.linen as nn
+import jax
+
+from bert_jax.model.attention import AttentionMask
+from bert_jax.model.config import BertConfig
+from bert_jax.model.layers import activation, dense, dropout, layer_norm
+from bert_jax.model.numerics import DEFAULT, Numerics
+from bert_jax.model.self_attention import BertSelfAttention, as_mask
+
+Array = jax.Array
+
+
+class BertLayer(nn.Module):
+    """One encoder layer. `window`: this layer's local attention window (None: global);
+    `attention_norm`: whether it has an attention LayerNorm (pre-LN only may lack one)."""
+
+    config: BertConfig
+    numerics: Numerics = DEFAULT
+    window: int | None = None
+    attention_norm: bool = True
+
+    @nn.compact
+    def __call__(
+        self,
+        x: Array,
+        mask: AttentionMask | Array,
+        deterministic: bool,
+        rope: tuple[Array, Array] | None = None,
+    ) -> Array:
+        c, num = self.config, self.numerics
+        mask = as_mask(mask, x)
+        if self.window is not None:
+            mask = mask.replace(window=self.window)
+        attention = BertSelfAttention(c, num, name="attention")
+        output_norm = layer_norm(c, num, "output_LayerNorm")
+        if c.pre_layer_norm:  # x + f(LN(x)): the residual stream is never normalised
+            h = layer_norm(c, num, "attention_LayerNorm")(x) if self.attention_norm else x
+            attn = attention(h, mask, deterministic, rope)
+            x = x + dropout(num, c.hidden_dropout_prob)(attn, deterministic)
+            h = dropout(num, c.hidden_dropout_prob)(self.feed_forward(output_norm(x)), deterministic)
+            x = x + h
+        else:  # LN(x + f(x))
+            attn = attention(x, mask, deterministic, rope)
+            attn = dropout(num, c.hidden_dropout_prob)(attn, deterministic)
+            x = layer_norm(c, num, "attention_LayerNorm")(x + attn)
+            h = dropout(num, c.hidden_dropout_prob)(self.feed_forward(x), deterministic)
+            x = output_norm(x + h)
+        return nn.with_logical_constraint(x, ("activation_batch", "activation_length", "activation_embed"))
+
+    def feed_forward(self, x: Array) -> Array:
+        """[B, S, H] → [B, S, H]: act(x W_in) W_out, or act(x W_gate) * (x W_in) W_out
+        (`gated_ffn`: GeGLU with gelu). The two GeGLU halves are separate kernels, so
+        which half of a fused matrix is activated (ModernBERT's ``Wi``: the first) is a
+        matter of conversion (`convert.modernbert_names`), not of the model."""
+        c, num = self.config, self.numerics
+        h = dense(c, num, c.intermediate_size, ("embed", "mlp"), "intermediate", use_bias=c.use_bias)(
+            x
+        )  # [B, S, F]
+        h = nn.with_logical_constraint(h, ("activation_batch", "activation_length", "activation_mlp"))
+        if c.gated_ffn:
+            gate = dense(
+                c, num, c.intermediate_size, ("embed", "mlp"), "intermediate_gate", use_bias=c.use_bias
+            )
+            h = activation(c.hidden_act)(gate(x)) * h
+        else:
+            h = activation(c.hidden_act)(h)
+        return dense(c, num, c.hidden_size, ("mlp", "embed"), "output", copy="copy_g", use_bias=c.use_bias)(h)

@@ -1,0 +1,111 @@
+"""Multi-head self-attention of an encoder layer (Vaswani et al., 2017, §3.2): the query,
+key, value and output projections, rotary positions on queries and keys, and the
+attention itself through `attention.attend`, whose kernel (XLA, Pallas splash, cuDNN) the
+run's `Numerics.attention_kernel` chooses.
+
+Kernels are stored with the head axis apart ([H, N, D] in, [N, D, H] out), so the head
+axis can be sharded over the tensor mesh axis without reshapes. Shapes: B batch, S
+sequence, H hidden, N heads, D head size.
+"""
+
+from __future__ import annotations
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from bert_jax.model import attention, ops
+from bert_jax.model.attention import AttentionMask
+from bert_jax.model.config import BertConfig
+from bert_jax.model.layers import apply_rotary, dropout, normal_init, zeros_init
+from bert_jax.model.numerics import DEFAULT, Numerics
+
+Array = jax.Array
+
+
+class _HeadsDense(nn.Module):
+    """A dense layer whose kernel is stored in its 3-D shape, to/from the head axes.
+
+    `nn.DenseGeneral` initialises a flattened 2-D kernel and reshapes it, which applies
+    the 3-name logical-axis constraint to a 2-D array; declaring the final shape avoids
+    that. ``to_heads``: [.., H] → [.., N, D] (kernel [H, N, D]); else [.., N, D] → [.., H].
+    """
+
+    config: BertConfig
+    numerics: Numerics
+    to_heads: bool
+
+    @nn.compact
+    def __call__(self, x: Array) -> Array:
+        c, num = self.config, self.numerics
+        n, d, h = c.num_attention_heads, c.head_dim, c.hidden_size
+        dt = num.dtype
+        if self.to_heads:
+            shape, axes, bias_axes = (h, n, d), ("embed", "heads", "kv"), ("heads", "kv")
+        else:
+            shape, axes, bias_axes = (n, d, h), ("heads", "kv", "embed"), ("embed",)
+        kernel = self.param("kernel", normal_init(c, axes), shape, num.params)
+        bias = None
+        if c.use_bias:
+            bias_shape = shape[1:] if self.to_heads else (h,)
+            bias = self.param("bias", zeros_init(bias_axes), bias_shape, num.params).reshape(-1).astype(dt)
+        # The product as a plain 2-D matmul on reshaped views (free bitcasts): written as
+        # a 3-D einsum, XLA's CPU backend copies every kernel into transposed layouts for
+        # the backward pass (~4% of a BERT-Base step).
+        lead = x.shape[: x.ndim - (1 if self.to_heads else 2)]
+        x2 = x.reshape(-1, h if self.to_heads else n * d).astype(dt)
+        k2 = kernel.reshape((h, n * d) if self.to_heads else (n * d, h)).astype(dt)
+        # The bias too is added to the 2-D product: its gradient is then a mat-vec on the
+        # 2-D gradient the kernel gradient uses, not on one more transposed copy.
+        y = ops.dense(x2, k2, bias, num.weight_grad(*k2.shape))
+        return y.reshape(*lead, n, d) if self.to_heads else y.reshape(*lead, h)
+
+
+def as_mask(mask: AttentionMask | Array, x: Array) -> AttentionMask:
+    """An `AttentionMask`; a plain additive bias array (the encoder's older interface,
+    broadcastable to [B, N, S, S]) becomes one that sees every key plus that bias, which
+    adds it to the scores exactly as before."""
+    if isinstance(mask, AttentionMask):
+        return mask
+    return AttentionMask(jnp.ones(x.shape[:2], jnp.int32), extra_bias=mask)
+
+
+class BertSelfAttention(nn.Module):
+    """Multi-head scaled dot-product self-attention under an `AttentionMask` (padding,
+    packed rows, causal, a local window, ALiBi); `rope`, the (sin, cos) tables of
+    `layers.rotary_tables`, rotates queries and keys."""
+
+    config: BertConfig
+    numerics: Numerics = DEFAULT
+
+    @nn.compact
+    def __call__(
+        self,
+        x: Array,
+        mask: AttentionMask | Array,
+        deterministic: bool,
+        rope: tuple[Array, Array] | None = None,
+    ) -> Array:
+        c, num = self.config, self.numerics
+        q = _HeadsDense(c, num, to_heads=True, name="query")(x)  # [B, S, N, D]
+        k = _HeadsDense(c, num, to_heads=True, name="key")(x)
+        v = _HeadsDense(c, num, to_heads=True, name="value")(x)
+        if rope is not None:
+            q, k = apply_rotary(q, *rope), apply_rotary(k, *rope)
+        q = nn.with_logical_constraint(
+            q, ("activation_batch", "activation_length", "activation_heads", "activation_kv")
+        )
+        rate = c.attention_probs_dropout_prob
+        # Initialisation needs shapes only: the XLA path (no kernel choice, no warning line).
+        kernel = "xla" if self.is_initializing() else num.attention_kernel
+        ctx = attention.attend(
+            q,
+            k,
+            v,
+            as_mask(mask, x),
+            kernel,
+            dropout_rate=0.0 if deterministic else rate,
+            dropout_fn=lambda p: dropout(num, rate)(p, deterministic),
+            dtype=num.dtype,
+        )  # [B, S, N, D]
+        return _HeadsDense(c, num, to_heads=False, name="output")(ctx)  # [B, S, H]
