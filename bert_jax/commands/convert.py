@@ -9,6 +9,7 @@ written before the source and the vocabulary are read.
 
 from __future__ import annotations
 
+import json
 import os
 
 from absl import flags, logging
@@ -111,11 +112,17 @@ def main(argv: list[str]) -> None:
         )
         convert.write_tokenizer_files(folder, vocab, True if casing is None else casing, config)
     heads = ""
-    if "mlm" in params:
-        heads = " with MLM/NSP heads" if "nsp" in params else " with the MLM head"
+    if "mlm" in params:  # a ModernBERT export has no NSP head (`ModernBertForMaskedLM`)
+        modern = FLAGS.dst_format == "hf" and _model_type(folder) == "modernbert"
+        heads = " with MLM/NSP heads" if "nsp" in params and not modern else " with the MLM head"
     if FLAGS.dst_format == "bert_jax" and config.vocab_pad_multiple > 1:
         heads += f", vocabulary padded to {config.padded_vocab_size} on load"
     print(
         f"{convert.detect_format(FLAGS.src)} {FLAGS.src} → {FLAGS.dst_format} {FLAGS.dst} "
         f"(L={config.num_hidden_layers} H={config.hidden_size}{heads})"
     )
+
+
+def _model_type(folder: str) -> str:
+    with open(os.path.join(folder, "config.json")) as f:
+        return json.load(f).get("model_type", "")
