@@ -10,19 +10,28 @@ published numbers.
 - ``row_settings.<row>``: for every row, whose pre-trained model it uses (``model_from``:
   itself, or another row's, as "+ BiLSTM" uses the LTR model) and how it is fine-tuned
   (``head``: "" or "bilstm"; ``approach``: "" for the column's, or "features";
-  ``layers``/``combine`` of the feature-based approach);
-- ``columns.<column>``: what a column measures: ``approach`` "finetune" (the fine-tuning
-  config under ``finetune`` and the dev ``metric`` of its results), "features" (a BiLSTM
-  trained on frozen features of ``layers``, combined by ``combine``, with the task data of
-  ``finetune``: NER tags, or a sentence(-pair) class) or "lm_ppl" (exp of the held-out LM
-  loss of pre-training);
+  ``layers``/``combine`` of the feature-based approach; ``random_init``: fine-tuned from
+  fresh weights of that model's shape, the ``random_init`` baseline row);
+- ``columns.<column>``: what a column measures (`configs/ablation_columns.py`):
+  ``approach`` "finetune" (the fine-tuning config under ``finetune``, the dev ``metric``
+  of its results and the ``report_metric`` reported; a ``grid`` of hyper-parameters
+  chosen on dev), "features" (a BiLSTM trained on frozen features of ``layers``, combined
+  by ``combine``, with the task data of ``finetune``: NER tags, or a sentence(-pair)
+  class) or "lm_ppl" (exp of the held-out LM loss of pre-training); ``stands_for``: the
+  paper's column an offline column stands in for;
 - ``feature_bilstm``: the size and training of the feature-based approach's BiLSTM;
-- ``finetune_seeds``: fine-tuning restarts per cell (seeds 0..n-1; mean, std and each kept);
+- ``finetune_seeds``: fine-tuning restarts per cell (seeds 0..n-1; mean, std and each
+  kept); ``grid_seeds``: the seeds each grid point runs before the best is chosen;
+- ``processes``: runs at once (pre-training rows and fine-tuning seeds), one process per
+  core (default 1: one after another on every core; `bert_jax.ablations.parallel`);
+- ``compilation_cache``: JAX's persistent compilation cache for the table's runs (""
+  ``WORKDIR/xla_cache``, "none" off, or a folder);
 - ``paper.<row>.<column>``: the published dev figure (absent where the paper has none);
 - ``data_dirs``: task data per family, used where a column's own ``finetune.data_dir`` is
   empty: ``glue``, ``squad``, ``conll2003``: "tfds" (default; ``tfds:<dir>`` for a TFDS
   data folder: glue/<task>, squad/v1.1, conll2003) or the original files' folder;
-  ``swag``: the release's folder; ``bbc``: "" (bundled).
+  ``swag``: the release's folder; ``bbc``: "" (bundled); ``downstream``: "" (the cache
+  of `bash scripts/setup_env.sh downstream`) or a folder of that layout.
 
 PRESET is the scale (default ``base``, the paper's): ``tiny`` (tests), ``demo`` (a CPU
 in minutes per row), ``cpu`` (26 min to under 2 h per table on a 2-core machine, offline: see
@@ -42,7 +51,11 @@ counterpart of its feature-based NER column, where the paper's mixes differ most
 columns stay in the report; those whose task data needs a network have ``skip`` set (a
 reason, shown in the report) and are not run: ``--config.columns.mnli_m.skip=''`` runs one
 where TFDS can download.
-``+COLUMN`` adds a column from `COLUMNS` (e.g. ``table5.demo+bbc`` adds BBC News topics).
+``+COLUMN`` adds a column from `COLUMNS` (e.g. ``table5.demo+bbc`` adds BBC News topics),
+``+SET`` a set of them: ``+qa``, ``+pairs``, ``+sentiment``, ``+offline`` (the offline
+downstream suite, scored on test at hyper-parameters chosen on dev). Tables 5, 6 and 8
+have a ``random_init`` row at ``tiny``/``demo``/``cpu`` (``+random_init`` at ``base``):
+the first row's model (Table 6: BERT-Base's shape) fine-tuned from fresh weights.
 
 Tables: ``table5`` (pre-training tasks), ``table6`` (model size), ``table7`` (feature-based
 vs fine-tuning, CoNLL-2003 NER), ``table8`` (masking mixes), ``figure5`` (MNLI-m against
@@ -58,36 +71,8 @@ import ml_collections
 from bert_jax.training import run_config
 from bert_jax.training.run_config import set_keys
 
-
-def _features(config: tuple[str, str | None], metric: str, label: str, layers: str) -> dict[str, Any]:
-    """A feature-based column: a BiLSTM on the frozen, concatenated `layers`."""
-    return dict(
-        config=config, metric=metric, label=label, approach="features", layers=layers, combine="concat"
-    )
-
-
-# A known column: (config file and argument, dev metric in its results, label, approach).
-COLUMNS: dict[str, dict[str, Any]] = {
-    "mnli_m": dict(config=("glue", "mnli"), metric="accuracy", label="MNLI-m acc"),
-    "qnli": dict(config=("glue", "qnli"), metric="accuracy", label="QNLI acc"),
-    "mrpc": dict(config=("glue", "mrpc"), metric="accuracy", label="MRPC acc"),
-    "sst2": dict(config=("glue", "sst2"), metric="accuracy", label="SST-2 acc"),
-    "cola": dict(config=("glue", "cola"), metric="matthews_corr", label="CoLA MCC"),
-    "rte": dict(config=("glue", "rte"), metric="accuracy", label="RTE acc"),
-    "qqp": dict(config=("glue", "qqp"), metric="f1", label="QQP F1"),
-    "stsb": dict(config=("glue", "stsb"), metric="spearman", label="STS-B Spearman"),
-    "squad_f1": dict(config=("squad", "1.1"), metric="f1", label="SQuAD v1.1 F1"),
-    "squad2_f1": dict(config=("squad", "2.0"), metric="best_f1", label="SQuAD v2.0 F1"),
-    "swag": dict(config=("swag", None), metric="accuracy", label="SWAG acc"),
-    "bbc": dict(config=("bbc", None), metric="accuracy", label="BBC topics acc"),
-    # Feature-based BBC topics: a BiLSTM on the concatenated last two layers (all of an L2
-    # model's), frozen.
-    "bbc_features": _features(("bbc", None), "accuracy", "BBC feature-based acc", "-1,-2"),
-    "ner_f1": dict(config=("ner", None), metric="f1", label="CoNLL-2003 NER F1"),
-    "ner_finetune_f1": dict(config=("ner", None), metric="f1", label="NER fine-tune F1"),
-    "ner_feature_f1": _features(("ner", None), "f1", "NER feature-based F1", "-1,-2,-3,-4"),
-    "lm_ppl": dict(config=None, metric="perplexity", label="LM ppl", approach="lm_ppl", scale=1.0),
-}
+columns = run_config.sibling(__file__, "ablation_columns")
+COLUMNS, COLUMN_SETS, OFFLINE_COLUMNS = columns.COLUMNS, columns.COLUMN_SETS, columns.OFFLINE_COLUMNS
 
 _TABLE6_SIZES = ((3, 768, 12), (6, 768, 3), (6, 768, 12), (12, 768, 12), (12, 1024, 16), (24, 1024, 16))
 _TABLE8_MIXES = ((0.8, 0.1), (1.0, 0.0), (0.8, 0.2), (0.8, 0.0), (0.0, 0.8), (0.0, 1.0))
@@ -115,6 +100,7 @@ TABLES: dict[str, dict[str, Any]] = {
         columns=("mnli_m", "qnli", "mrpc", "sst2", "squad_f1"),
         rows={"bert_base": {}, "no_nsp": {"data.nsp": False}, "ltr_no_nsp": _LTR, "plus_bilstm": None},
         settings={"plus_bilstm": dict(model_from="ltr_no_nsp", head="bilstm")},
+        baseline_from="bert_base",
         paper={
             "bert_base": (84.4, 88.4, 86.7, 92.7, 88.5),
             "no_nsp": (83.9, 84.9, 86.5, 92.6, 87.9),
@@ -128,6 +114,7 @@ TABLES: dict[str, dict[str, Any]] = {
         rows={f"L{a}_H{b}_A{c}": _size(a, b, c) for a, b, c in _TABLE6_SIZES},
         scaled_sizes=True,
         finetune_seeds=5,
+        baseline_from="L12_H768_A12",
         paper={
             f"L{a}_H{b}_A{c}": v
             for (a, b, c), v in zip(
@@ -183,6 +170,7 @@ TABLES: dict[str, dict[str, Any]] = {
     "table8": dict(
         title="Table 8: ablation over the masking mixes (MASK/SAME/RND of the chosen 15%)",
         columns=("mnli_m", "ner_finetune_f1", "ner_feature_f1"),
+        baseline_from=_mix_name(0.8, 0.1),
         rows={
             _mix_name(m, r): {"data.mask_token_prob": m, "data.random_token_prob": r}
             for m, r in _TABLE8_MIXES
@@ -232,30 +220,6 @@ CPU_PRETRAIN: dict[str, Any] = {
     "checkpoint_every_steps": 400,
     "baseline_batches": 0,
 }
-# Columns whose data is on every machine; at `cpu` the others are skipped (no network).
-OFFLINE_COLUMNS = ("bbc", "bbc_features", "lm_ppl")
-
-# Fine-tuning at each scale: changes to every column's task config (base: the task file's).
-FINETUNE_PRESETS: dict[str, dict[str, Any]] = {
-    "tiny": dict(
-        max_seq_length=64,
-        batch_size=8,
-        eval_batch_size=16,
-        num_epochs=1,
-        max_train_examples=48,
-        max_eval_examples=32,
-        length_buckets=(32, 64),
-    ),
-    "demo": dict(
-        max_seq_length=128, batch_size=16, num_epochs=2, max_train_examples=2000, max_eval_examples=1000
-    ),
-    # Small models from a short pre-training learn BBC topics at a high rate only (5e-5:
-    # chance after 2 epochs; 2e-3: ~68% for the smallest Table 6 row).
-    "cpu": dict(max_seq_length=128, batch_size=16, num_epochs=3, learning_rate=2e-3),
-    "base": {},
-}
-FINETUNE_SEEDS = {"tiny": 1, "demo": 3, "cpu": 3, "base": 5}
-
 # The BiLSTM of the feature-based approach (§5.3: two layers of 768 per direction).
 FEATURE_BILSTM = {
     "tiny": dict(lstm_size=16, lstm_layers=2, learning_rate=1e-2, num_epochs=2, batch_size=8),
@@ -273,6 +237,9 @@ FEATURE_BILSTM = {
 # The paper's recipe at these scales: the presets `demo_paper` and `cpu_paper`.
 ABLATION_BASE: dict[str, Any] = {"data.full_sentences": False, "data.nsp": True}
 PAPER_SUFFIX = "_paper"
+# The baseline row of Tables 5, 6 and 8 (at tiny/demo/cpu, or `+random_init`): a model of
+# the table's first (Table 6: BERT-Base's) shape, fine-tuned from fresh weights.
+RANDOM_INIT = "random_init"
 
 
 def _pretrain_config(preset: str) -> ml_collections.ConfigDict:
@@ -287,37 +254,6 @@ def _pretrain_config(preset: str) -> ml_collections.ConfigDict:
 def _scale(preset: str) -> str:
     """The scale of a preset (``cpu_paper`` is the ``cpu`` scale with the paper's recipe)."""
     return preset.removesuffix(PAPER_SUFFIX)
-
-
-def _finetune_config(file_and_arg: tuple[str, str | None], preset: str) -> ml_collections.ConfigDict:
-    name, arg = file_and_arg
-    module = run_config.sibling(__file__, name)
-    c = module.get_config() if arg is None else module.get_config(arg)
-    for key, value in FINETUNE_PRESETS[_scale(preset)].items():
-        c[key] = min(value, c[key]) if key == "max_seq_length" else value
-    if "doc_stride" in c:  # SQuAD windows at a shorter length
-        c.doc_stride = min(c.doc_stride, c.max_seq_length // 2)
-        c.max_query_length = min(c.max_query_length, c.max_seq_length // 4)
-    return c
-
-
-def _column(name: str, preset: str) -> ml_collections.ConfigDict:
-    if name not in COLUMNS:
-        raise ValueError(f"unknown column {name!r}; known: {', '.join(COLUMNS)}")
-    spec = COLUMNS[name]
-    c = ml_collections.ConfigDict()
-    c.label = spec["label"]
-    c.approach = spec.get("approach", "finetune")
-    c.metric = spec["metric"]
-    c.scale = float(spec.get("scale", 100.0))  # ours in the paper's units (percent)
-    c.layers = spec.get("layers", "-1,-2,-3,-4")
-    c.combine = spec.get("combine", "concat")
-    c.skip = ""  # a reason not to run the column (kept in the report, empty)
-    if _scale(preset) == "cpu" and name not in OFFLINE_COLUMNS:
-        c.skip = "task data needs a network: TFDS or the original files"
-    if spec["config"] is not None:
-        c.finetune = _finetune_config(spec["config"], preset)
-    return c
 
 
 def _scale_down(changes: dict[str, Any], preset: str) -> dict[str, Any]:
@@ -347,8 +283,8 @@ def get_config(spec: str = "table5") -> ml_collections.ConfigDict:
         raise ValueError(f"unknown ablation table {table!r}; choose from {', '.join(TABLES)}")
     preset = preset or "base"
     scale = _scale(preset)
-    if scale not in FINETUNE_PRESETS or (scale != preset and scale not in ("cpu", "demo")):
-        known = [*FINETUNE_PRESETS, "demo_paper", "cpu_paper"]
+    if scale not in columns.FINETUNE_PRESETS or (scale != preset and scale not in ("cpu", "demo")):
+        known = [*columns.FINETUNE_PRESETS, "demo_paper", "cpu_paper"]
         raise ValueError(f"unknown ablation preset {preset!r}; choose from {', '.join(known)}")
     t = TABLES[table]
     c = ml_collections.ConfigDict()
@@ -356,8 +292,14 @@ def get_config(spec: str = "table5") -> ml_collections.ConfigDict:
     c.title = t["title"]
     c.preset = preset
     c.row_order = tuple(t["rows"])  # the paper's order (ConfigDict keys iterate sorted)
+    baseline = RANDOM_INIT in extra or (scale != "base" and "baseline_from" in t)
+    if baseline and "baseline_from" not in t:
+        with_one = ", ".join(n for n, x in TABLES.items() if "baseline_from" in x)
+        raise ValueError(f"{table} has no {RANDOM_INIT} row; tables with one: {with_one}")
+    extra = columns.expand([x for x in extra if x != RANDOM_INIT])
     if scale == "cpu" and "bbc" not in extra:  # the offline column: BBC News topics
         extra.insert(0, "bbc")
+    c.row_order = c.row_order + ((RANDOM_INIT,) if baseline else ())
     c.column_order = tuple(t["columns"]) + tuple(x for x in extra if x not in t["columns"])
     scaled = t.get("scaled_sizes") and scale in ("tiny", "demo", "cpu")
     c.rows = ml_collections.ConfigDict(
@@ -367,21 +309,29 @@ def get_config(spec: str = "table5") -> ml_collections.ConfigDict:
             if changes is not None
         }
     )
-    settings = t.get("settings", {})
+    settings = dict(t.get("settings", {}))
+    if baseline:  # the first row's architecture, freshly initialised
+        settings[RANDOM_INIT] = dict(model_from=t["baseline_from"], random_init=True)
     c.row_settings = ml_collections.ConfigDict(
         {
             row: {
-                **dict(model_from=row, head="", approach="", layers="", combine=""),
+                **dict(model_from=row, head="", approach="", layers="", combine="", random_init=False),
                 **settings.get(row, {}),
             }
-            for row in t["rows"]
+            for row in c.row_order
         }
     )
-    c.columns = ml_collections.ConfigDict({col: _column(col, preset) for col in c.column_order})
-    c.finetune_seeds = FINETUNE_SEEDS[scale] if scale != "base" else t.get("finetune_seeds", 5)
+    c.columns = ml_collections.ConfigDict({col: columns.column(col, scale) for col in c.column_order})
+    c.finetune_seeds = columns.FINETUNE_SEEDS[scale] if scale != "base" else t.get("finetune_seeds", 5)
+    c.grid_seeds = min(columns.GRID_SEEDS[scale], int(c.finetune_seeds))
+    # Fine-tuning runs at once, each in its own process on one core (`ablations.parallel`);
+    # 1: one after another in this process, on every core.
+    c.processes = 1
+    # JAX's persistent compilation cache shared by the runs: "" WORKDIR/xla_cache, "none" off.
+    c.compilation_cache = ""
     c.feature_bilstm = ml_collections.ConfigDict(FEATURE_BILSTM[scale])
     c.data_dirs = ml_collections.ConfigDict(
-        dict(glue="tfds", squad="tfds", conll2003="tfds", swag="", bbc="")
+        dict(glue="tfds", squad="tfds", conll2003="tfds", swag="", bbc="", downstream="")
     )
     c.paper = ml_collections.ConfigDict(
         {row: dict(zip(t["columns"], values, strict=True)) for row, values in t["paper"].items()}

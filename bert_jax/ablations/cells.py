@@ -1,7 +1,9 @@
-"""The cells of an ablation table: how a cell is made (`cell_plan`), filled (`fill_cell`:
-fine-tuned, feature-based, or the LM perplexity), read back (`cell_values`, `cell_done`),
-and what the report says of each row's pre-training (`row_config`, `pretraining_summary`).
-Shared by the runner and Figure 5.
+"""The cells of an ablation table: how a cell is made (`cell_plan`), its runs (`pending_runs`,
+`run_one`: fine-tuned or feature-based, one seed each; a column with a ``grid`` first
+chooses its hyper-parameters on dev, `grid`), filled (`fill_cell`), read back
+(`cell_values`, `cell_done`), and what the report says of each row's pre-training
+(`row_config`, `pretraining_summary`). Shared by the runner, its parallel workers and
+Figure 5.
 """
 
 from __future__ import annotations
@@ -13,15 +15,23 @@ from typing import Any
 
 import ml_collections
 
-from bert_jax.ablations import task_data
+from bert_jax.ablations import grid, task_data
 from bert_jax.finetuning import feature_based, finetune
 from bert_jax.model.flops import model_flops_per_step
 from bert_jax.pretraining.pretrain import phases
 from bert_jax.storage import atomic_files
+from bert_jax.tasks import downstream_classification, downstream_qa
 from bert_jax.training import run_config
 
-# Task name → the family whose data folder ``data_dirs`` gives.
-_FAMILY = {"squad1.1": "squad", "squad2.0": "squad", "conll2003": "conll2003", "swag": "swag", "bbc": "bbc"}
+# Task name → the family whose data folder ``data_dirs`` gives (others: "glue").
+_FAMILY = {
+    "squad1.1": "squad",
+    "squad2.0": "squad",
+    "conll2003": "conll2003",
+    "swag": "swag",
+    "bbc": "bbc",
+    **{t: "downstream" for t in (*downstream_qa.VERSIONS, *downstream_classification.TASKS)},
+}
 
 
 def cell_plan(table: ml_collections.ConfigDict, row: str, column: str) -> dict[str, Any]:
@@ -32,12 +42,19 @@ def cell_plan(table: ml_collections.ConfigDict, row: str, column: str) -> dict[s
     plan: dict[str, Any] = {"approach": approach, "model_from": settings.model_from, "metric": col.metric}
     if col.get("skip"):
         return {**plan, "approach": "n/a", "reason": col.skip}
+    random_init = bool(settings.get("random_init", False))
+    if random_init and approach != "finetune":
+        return {**plan, "approach": "n/a", "reason": "a random-init row is fine-tuned only (not pre-trained)"}
     if approach == "lm_ppl":
         return plan
     config = ml_collections.ConfigDict(col.finetune.to_dict())
     config.init_checkpoint = settings.model_from  # resolved to its folder at run time
     config.do_lower_case = bool(table.rows[settings.model_from].data.do_lower_case)
     config.save_best_model = False  # one model per cell and seed would fill the disk
+    if random_init:
+        if "random_init" not in config:
+            return {**plan, "approach": "n/a", "reason": "this fine-tuning has no random_init setting"}
+        config.random_init = True
     if not config.data_dir:
         family = _FAMILY.get(config.task, "glue")
         config.data_dir = table.data_dirs.get(family, "")
@@ -49,12 +66,17 @@ def cell_plan(table: ml_collections.ConfigDict, row: str, column: str) -> dict[s
     elif settings.head:
         config.task = f"{config.task}+{settings.head}"
     plan["config"] = config
+    if approach == "finetune" and grid.points(col):  # hyper-parameters chosen on dev
+        plan["grid"] = [grid.point_name(p) for p in grid.points(col)]
     return plan
 
 
 def paper_values(table: ml_collections.ConfigDict, row: str, cols: list[str]) -> dict[str, float | None]:
+    """The paper's figure of each column (an offline column: that of the paper's column it
+    stands in for), None where the paper has none."""
     published = table.paper.get(row, {})
-    return {c: (float(published[c]) if c in published else None) for c in cols}
+    keys = {c: table.columns[c].get("stands_for") or c for c in cols}
+    return {c: (float(published[keys[c]]) if keys[c] in published else None) for c in cols}
 
 
 def row_config(table: ml_collections.ConfigDict, row: str, cols: list[str]) -> dict[str, Any]:
@@ -154,32 +176,92 @@ def _seed_dirs(table: ml_collections.ConfigDict, cell_dir: str) -> list[str]:
     return [os.path.join(cell_dir, f"seed{k}") for k in range(int(table.finetune_seeds))]
 
 
+def _has_grid(table: ml_collections.ConfigDict, row: str, column: str) -> bool:
+    return "grid" in cell_plan(table, row, column)
+
+
 def cell_values(
     table: ml_collections.ConfigDict, row: str, column: str, pretraining: dict[str, Any] | None, cell_dir: str
 ) -> list[float]:
-    """The cell's figures in the paper's units, one per finished seed."""
+    """The cell's figures in the paper's units, one per finished seed (a grid cell: those
+    of the point chosen on dev, none until it is chosen)."""
     col = table.columns[column]
     if col.approach == "lm_ppl":
+        if cell_plan(table, row, column)["approach"] == "n/a":
+            return []
         loss = (pretraining or {}).get("final", {}).get("mlm_loss")
         return [] if loss is None else [math.exp(float(loss))]
-    values = []
-    for seed_dir in _seed_dirs(table, cell_dir):
-        path = os.path.join(seed_dir, "results.json")
-        if os.path.exists(path):
-            with open(path) as f:
-                results = json.load(f)
-            if col.metric not in results["best"]:
-                raise KeyError(f"{path}: no dev metric {col.metric!r} (has {sorted(results['best'])})")
-            values.append(float(results["best"][col.metric]) * float(col.scale))
-    return values
+    metric = col.get("report_metric", col.metric)
+    if _has_grid(table, row, column):
+        raw = grid.chosen_values(col, cell_dir, int(table.grid_seeds), int(table.finetune_seeds))
+    else:
+        raw = []
+        for seed_dir in _seed_dirs(table, cell_dir):
+            results = grid.read_results(seed_dir)
+            if results is not None:
+                raw.append(grid.metric_of(results, metric, seed_dir))
+    return [v * float(col.scale) for v in raw]
+
+
+def cell_selection(table: ml_collections.ConfigDict, row: str, column: str, cell_dir: str) -> dict | None:
+    """A grid cell's dev figures per point and the point chosen (None: no grid)."""
+    if not _has_grid(table, row, column):
+        return None
+    col = table.columns[column]
+    return {**grid.selection(col, cell_dir, int(table.grid_seeds)), "scale": float(col.scale)}
+
+
+def pending_runs(
+    table: ml_collections.ConfigDict, row: str, column: str, cell_dir: str
+) -> list[tuple[int, str, dict[str, Any]]]:
+    """The cell's runs that can start now: (seed, folder, config changes). A grid cell's
+    chosen point's seeds become pending once every point has its grid seeds."""
+    if cell_plan(table, row, column)["approach"] in ("lm_ppl", "n/a"):
+        return []
+    if _has_grid(table, row, column):
+        col = table.columns[column]
+        return grid.pending(col, cell_dir, int(table.grid_seeds), int(table.finetune_seeds))
+    return [
+        (seed, seed_dir, {})
+        for seed, seed_dir in enumerate(_seed_dirs(table, cell_dir))
+        if not os.path.exists(os.path.join(seed_dir, "results.json"))
+    ]
 
 
 def cell_done(table: ml_collections.ConfigDict, row: str, column: str, cell_dir: str) -> bool:
-    """Whether the cell has nothing left to train: every seed finished, or nothing to run
-    (a skipped column, one the row's approach does not serve, or perplexity)."""
+    """Whether the cell has nothing left to train: every seed finished (a grid cell: at
+    the chosen point), or nothing to run (a skipped column, one the row's approach does
+    not serve, or perplexity)."""
     if cell_plan(table, row, column)["approach"] in ("lm_ppl", "n/a"):
         return True
     return len(cell_values(table, row, column, None, cell_dir)) == int(table.finetune_seeds)
+
+
+def run_one(
+    table: ml_collections.ConfigDict,
+    row: str,
+    column: str,
+    model_dir: str,
+    run: tuple[int, str, dict[str, Any]],
+    data_cache: str,
+) -> None:
+    """One seed of one cell (`pending_runs`' entry `run`) from the model in `model_dir`
+    (task data given by a TFDS name that the task reads only from files is exported once
+    under `data_cache`)."""
+    plan = cell_plan(table, row, column)
+    seed, seed_dir, changes = run
+    config = ml_collections.ConfigDict(plan["config"].to_dict())
+    config.init_checkpoint, config.seed = model_dir, seed
+    for key, value in changes.items():
+        config[key] = value
+    config.data_dir = task_data.resolve(config.task, config.data_dir, data_cache)
+    print(f"== {table.table} / {row} / {column}: {plan['approach']}, seed {seed} in {seed_dir}", flush=True)
+    if plan["approach"] == "features":
+        feature_based.train(config, table.feature_bilstm, plan["layers"], plan["combine"], seed_dir)
+    else:
+        result = finetune.finetune(config, seed_dir)
+        if "stopped_at" in result:
+            raise SystemExit(f"fine-tuning stopped at step {result['stopped_at']}; rerun to continue")
 
 
 def fill_cell(
@@ -190,26 +272,11 @@ def fill_cell(
     cell_dir: str,
     data_cache: str,
 ) -> None:
-    """Runs the seeds of one cell that have no ``results.json`` yet (task data given by a
-    TFDS name that the task reads only from files is exported once under `data_cache`)."""
-    plan = cell_plan(table, row, column)
-    if plan["approach"] in ("lm_ppl", "n/a"):
-        return
-    for seed, seed_dir in enumerate(_seed_dirs(table, cell_dir)):
-        if os.path.exists(os.path.join(seed_dir, "results.json")):
-            continue
-        config = ml_collections.ConfigDict(plan["config"].to_dict())
-        config.init_checkpoint, config.seed = model_dir, seed
-        config.data_dir = task_data.resolve(config.task, config.data_dir, data_cache)
-        print(
-            f"== {table.table} / {row} / {column}: {plan['approach']}, seed {seed} in {seed_dir}", flush=True
-        )
-        if plan["approach"] == "features":
-            feature_based.train(config, table.feature_bilstm, plan["layers"], plan["combine"], seed_dir)
-        else:
-            result = finetune.finetune(config, seed_dir)
-            if "stopped_at" in result:
-                raise SystemExit(f"fine-tuning stopped at step {result['stopped_at']}; rerun to continue")
+    """Runs the cell's seeds that have no ``results.json`` yet, one after another (a grid
+    cell: its grid seeds at every point, then the chosen point's other seeds)."""
+    while runs := pending_runs(table, row, column, cell_dir):
+        for run in runs:
+            run_one(table, row, column, model_dir, run, data_cache)
 
 
 def _plain(metrics: dict[str, Any]) -> dict[str, Any]:

@@ -3,10 +3,12 @@
 Pre-training: each row's training FLOPs (`cells.pretraining_flops`: every phase at its
 own length) at ``mfu`` of the slice's peak, or, with ``compile=True``, `bert_jax.pretraining.plan`'s
 estimate from the row's step compiled for the slice (also its memory per chip and
-whether it fits; minutes per row). Fine-tuning: per cell and seed, the steps of the
-column's task (``TRAIN_ROWS``, the paper's training sets, or ``max_train_examples``) times
-the encoder's FLOPs per step at the task's length (the BiLSTM and the output layers are
-not counted); the feature-based approach runs the encoder forward only (a third of it).
+whether it fits; minutes per row). Fine-tuning: per cell, every run it makes (its
+seeds; a column with a ``grid``: each point's grid seeds, then the chosen point's other
+seeds), each the steps of the column's task (``TRAIN_ROWS``, the paper's training sets
+and the offline suite's, or ``max_train_examples``) times the encoder's FLOPs per step
+at the task's length (the BiLSTM and the output layers are not counted; evaluation
+neither); the feature-based approach runs the encoder forward only (a third of it).
 Small fine-tuning batches use a large slice poorly, so its figure at the same ``mfu`` is
 a lower bound. Cost: chip-hours times ``chip_hour_usd`` (0: not priced).
 """
@@ -19,12 +21,14 @@ from typing import Any
 
 import ml_collections
 
-from bert_jax.ablations import cells
+from bert_jax.ablations import cells, grid
 from bert_jax.model.flops import model_flops_per_step
 from bert_jax.pretraining import plan
 from bert_jax.storage import atomic_files
 from bert_jax.training import hardware, run_config
 
+# Windows per question (QA tasks' ``max_train_examples`` counts questions), where known.
+QA_WINDOWS_PER_QUESTION = {"disfl_qa": 2.89, "cpkc": 2.18}
 # Training rows (examples; SQuAD: windows of 384 pieces every 128) of the paper's tasks.
 TRAIN_ROWS = {
     "mnli": 392_702,
@@ -40,6 +44,14 @@ TRAIN_ROWS = {
     "conll2003": 14_041,
     "swag": 73_546,
     "bbc": 1_771,
+    # The offline downstream suite's train splits (docs/downstream_tasks.md); QA: windows of
+    # 128 pieces every 64 (configs/downstream.py) with the demo's vocabulary: disfl_qa's
+    # 6,464 questions give 18,681 (counted), cpkc's 14,069 about 30,700 (4,000 gave 8,722).
+    "disfl_qa": 18_681,
+    "cpkc": 30_680,
+    "dialog_pairs": 40_105,
+    "vitaminc": 44_234,
+    "rotten_tomatoes": 9_918,
 }
 
 
@@ -47,8 +59,25 @@ def _hours(seconds: float) -> float:
     return seconds / 3600.0
 
 
+def run_epochs(table: ml_collections.ConfigDict, row: str, column: str) -> list[int]:
+    """The epoch count of each run a cell makes: its seeds, or for a grid cell every
+    point's grid seeds and the chosen point's other seeds (counted at the grid's most
+    epochs); [] for cells that train nothing."""
+    plan = cells.cell_plan(table, row, column)
+    if plan["approach"] in ("lm_ppl", "n/a"):
+        return []
+    seeds, epochs = int(table.finetune_seeds), int(plan["config"].num_epochs)
+    if "grid" not in plan:
+        return [epochs] * seeds
+    points = grid.points(table.columns[column])
+    counts = [int(p.get("num_epochs", epochs)) for p in points]
+    grid_seeds = int(table.grid_seeds)
+    return [n for n in counts for _ in range(grid_seeds)] + [max(counts)] * (seeds - grid_seeds)
+
+
 def finetune_flops(table: ml_collections.ConfigDict, row: str, column: str) -> float:
-    """FLOPs of one seed of one cell (0 for ``lm_ppl`` and cells that do not apply)."""
+    """FLOPs of one epoch of one seed of one cell (0 for ``lm_ppl`` and cells that do not
+    apply); `run_epochs` says how many epochs a cell runs in all."""
     plan = cells.cell_plan(table, row, column)
     if plan["approach"] in ("lm_ppl", "n/a"):
         return 0.0
@@ -58,18 +87,24 @@ def finetune_flops(table: ml_collections.ConfigDict, row: str, column: str) -> f
     if rows is None:
         raise ValueError(f"column {column}: no training-set size known for task {task!r}")
     if int(config.max_train_examples):
-        rows = min(rows, int(config.max_train_examples))
+        rows = min(rows, round(int(config.max_train_examples) * QA_WINDOWS_PER_QUESTION.get(task, 1)))
     model = run_config.bert_config(table.rows[plan["model_from"]])
     if plan["approach"] == "features":
-        batch, epochs, share = (
-            int(table.feature_bilstm.batch_size),
-            int(table.feature_bilstm.num_epochs),
-            1 / 3,
-        )
+        batch, share = int(table.feature_bilstm.batch_size), 1 / 3
     else:
-        batch, epochs, share = int(config.batch_size), int(config.num_epochs), 1.0
-    steps = math.ceil(rows / batch) * epochs
+        batch, share = int(config.batch_size), 1.0
+    steps = math.ceil(rows / batch)
     return steps * share * model_flops_per_step(model, batch, int(config.max_seq_length), 0, nsp=False)
+
+
+def cell_flops(table: ml_collections.ConfigDict, row: str, column: str) -> float:
+    """FLOPs of every run of one cell (see `run_epochs`)."""
+    plan = cells.cell_plan(table, row, column)
+    if plan["approach"] == "features":
+        epochs = [int(table.feature_bilstm.num_epochs)] * int(table.finetune_seeds)
+    else:
+        epochs = run_epochs(table, row, column)
+    return finetune_flops(table, row, column) * sum(epochs)
 
 
 def estimate(
@@ -102,7 +137,7 @@ def estimate(
     finetuning = []
     for row in names:
         for column in cols:
-            flops = finetune_flops(table, row, column) * seeds * stages
+            flops = cell_flops(table, row, column) * stages
             finetuning.append({"row": row, "column": column, "flops": flops, "seconds": flops / sustained})
     seconds = sum(e["seconds"] for e in pretraining) + sum(e["seconds"] for e in finetuning)
     chip_hours = _hours(seconds) * chips

@@ -11,7 +11,11 @@ the rank agreement (Kendall's tau-b) of our row order with the paper's.
 
 Figures are in the paper's units: accuracy and F1 in percent, perplexity as it is.
 ``report.md`` is the same as a table, "ours ± std (restarts) | paper" per column, the tau
-in the last line, then the pre-training details of each row.
+in the last line; then each row's difference from the first row per column, marked where
+it is larger than the spread (the two rows' standard deviations summed); the
+hyper-parameters chosen on dev where a column has a grid (``selection`` of each row); the
+pre-training details of each row; and the notes (columns not run, what an offline
+column stands in for and how it is scored, the baseline row).
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import math
 import os
 from typing import Any
 
+from bert_jax.ablations import cells
 from bert_jax.storage import atomic_files
 
 
@@ -105,6 +110,95 @@ def _cell(value: float | None, std: float | None, n: int) -> str:
     return text + (f" ({n})" if n > 1 else "")
 
 
+def differences(report: dict[str, Any]) -> list[str]:
+    """Each row's mean minus the first row's, per column, with "> spread" where the
+    difference is larger than the two rows' standard deviations summed (a difference
+    inside it cannot be told from the restarts' own scatter)."""
+    rows, cols = report["rows"], report["columns"]
+    if len(rows) < 2:
+        return []
+    first = rows[0]
+    cols = [c for c in cols if first["ours"][c] is not None and first["std"][c] is not None]
+    if not cols:
+        return []
+    lines = [
+        "",
+        f"## Differences from {first['row']} (ours; * marks a difference larger than the spread, std + std)",
+        "",
+        "| row | " + " | ".join(report["labels"][c] for c in cols) + " |",
+        "|---|" + "---:|" * len(cols),
+    ]
+    for r in rows[1:]:
+        cells = []
+        for c in cols:
+            if r["ours"][c] is None or r["std"][c] is None:
+                cells.append("—")
+                continue
+            delta, spread = r["ours"][c] - first["ours"][c], r["std"][c] + first["std"][c]
+            cells.append(f"{delta:+.2f}{' *' if abs(delta) > spread else ''} (spread {spread:.2f})")
+        lines.append(f"| {r['row']} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def selections(report: dict[str, Any]) -> list[str]:
+    """The grid points chosen on dev, per row and column, with each point's mean dev figure."""
+    lines = []
+    for r in report["rows"]:
+        for c, sel in (r.get("selection") or {}).items():
+            if not any(p["dev"] for p in sel["points"].values()):
+                continue
+            means = ", ".join(
+                f"{name} {sel['scale'] * sum(p['dev']) / len(p['dev']):.2f}" if p["dev"] else f"{name} —"
+                for name, p in sel["points"].items()
+            )
+            chosen = sel["chosen"] or "not yet chosen"
+            lines.append(f"| {r['row']} | {report['labels'][c]} | {chosen} | {means} |")
+    if not lines:
+        return []
+    head = [
+        "",
+        "## Hyper-parameters chosen on dev",
+        "",
+        "| row | column | chosen | mean dev figure per point (its grid seeds) |",
+        "|---|---|---|---|",
+    ]
+    return head + lines
+
+
+def column_notes(table: Any, rows: list[str], cols: list[str]) -> list[str]:
+    """What the report's notes say of its rows and columns (`table`: the table config)."""
+    notes, reasons, labels = [], {}, {c: table.columns[c].label for c in cols}
+    for c in cols:
+        if table.columns[c].get("skip"):
+            reasons.setdefault(table.columns[c].skip, []).append(labels[c])
+    notes += [f"Not run ({why}): {', '.join(names)}." for why, names in reasons.items()]
+    for c in cols:
+        col = table.columns[c]
+        grid = {k: tuple(v) for k, v in (col.get("grid") or {}).items() if len(v)}
+        if not grid:
+            continue
+        stands = table.columns[col.stands_for].label if col.get("stands_for") in table.columns else ""
+        grid_text = ", ".join(f"{k} {' / '.join(f'{x:g}' for x in v)}" for k, v in grid.items())
+        notes.append(
+            f"{labels[c]}: `{col.report_metric}` at the grid point with the best mean dev "
+            f"`{col.metric}` ({grid_text}; the epoch also chosen on dev within each run; "
+            f"{int(table.grid_seeds)} seed(s) per point, then {int(table.finetune_seeds)} at the chosen one)"
+            + (f"; the paper's figure beside it is its {stands}." if stands else ".")
+        )
+    for row in rows:
+        s = table.row_settings[row]
+        if s.get("random_init"):
+            why = {cells.cell_plan(table, row, c).get("reason") for c in cols if not table.columns[c].skip}
+            why.discard(None)
+            notes.append(
+                f"{row}: the {s.model_from} row's model shape and vocabulary, fine-tuned from freshly "
+                "initialised weights (no pre-training): the baseline a pre-trained row has to beat"
+                + (f" (cells not run: {'; '.join(sorted(why))})." if why else ".")
+            )
+    notes.append("ours: mean ± sample standard deviation over the restarts (their number in brackets).")
+    return notes
+
+
 def markdown(report: dict[str, Any]) -> str:
     cols = report["columns"]
     head = "| row | " + " | ".join(f"{report['labels'][c]} ours | paper" for c in cols) + " |"
@@ -124,6 +218,7 @@ def markdown(report: dict[str, Any]) -> str:
         tau = report["rank_agreement"][c]
         cells += ["—" if tau is None else f"{tau:+.2f}", ""]
     lines.append("| Kendall's τ (ours vs paper) | " + " | ".join(cells) + " |")
+    lines += differences(report) + selections(report)
     details = [r for r in report["rows"] if r.get("pretraining")]
     if details:
         lines += [

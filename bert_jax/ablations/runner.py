@@ -31,7 +31,7 @@ from typing import Any
 
 import ml_collections
 
-from bert_jax.ablations import cells, figure5, reports
+from bert_jax.ablations import cells, compile_cache, figure5, parallel, reports
 from bert_jax.finetuning import feature_based
 from bert_jax.pretraining import pretrain
 
@@ -87,12 +87,21 @@ def run_table(
     check_table(table)
     names = _select("row", rows, list(table.row_order), table.table)
     cols = _select("column", columns, list(table.column_order), table.table)
+    with compile_cache.use(table, workdir):
+        return _run(table, workdir, names, cols, dry_run)
+
+
+def _run(
+    table: ml_collections.ConfigDict, workdir: str, names: list[str], cols: list[str], dry_run: bool
+) -> dict[str, Any]:
     if table.table == "figure5":
         return figure5.run(table, workdir, names, cols, dry_run)
     state = _Report(table, workdir, names, cols)
     state.write()
     if dry_run:
         return state.write()
+    if int(table.get("processes", 1)) > 1:
+        return parallel.run(table, workdir, names, cols, state.write)
     pretrained: dict[str, dict[str, Any] | None] = {}
     for row in names:
         source = table.row_settings[row].model_from
@@ -116,17 +125,20 @@ class _Report:
     def rows(self) -> list[dict[str, Any]]:
         out = []
         for row in self.names:
-            source = self.table.row_settings[row].model_from
-            final = cells.read_pretraining(os.path.join(self.workdir, source))
+            settings = self.table.row_settings[row]
+            final = cells.read_pretraining(os.path.join(self.workdir, settings.model_from))
+            folder = lambda c, row=row: os.path.join(self.workdir, row, c)
+            selections = {c: cells.cell_selection(self.table, row, c, folder(c)) for c in self.cols}
             out.append(
                 {
                     "row": row,
-                    "seeds": {
-                        c: cells.cell_values(self.table, row, c, final, os.path.join(self.workdir, row, c))
-                        for c in self.cols
-                    },
+                    "seeds": {c: cells.cell_values(self.table, row, c, final, folder(c)) for c in self.cols},
                     "paper": cells.paper_values(self.table, row, self.cols),
-                    "pretraining": cells.pretraining_summary(self.table, source, final),
+                    # A random-init row has no pre-training of its own to describe.
+                    "pretraining": {}
+                    if settings.get("random_init")
+                    else cells.pretraining_summary(self.table, settings.model_from, final),
+                    "selection": {c: v for c, v in selections.items() if v is not None},
                     "config": cells.row_config(self.table, row, self.cols),
                 }
             )
@@ -135,12 +147,7 @@ class _Report:
     def write(self) -> dict[str, Any]:
         labels = {c: self.table.columns[c].label for c in self.cols}
         report = reports.build(self.table.table, self.table.title, self.cols, labels, self.rows())
-        reasons: dict[str, list[str]] = {}
-        for c in self.cols:
-            if self.table.columns[c].get("skip"):
-                reasons.setdefault(self.table.columns[c].skip, []).append(labels[c])
-        if reasons:
-            report["notes"] = [f"Not run ({why}): {', '.join(cols)}." for why, cols in reasons.items()]
+        report["notes"] = reports.column_notes(self.table, self.names, self.cols)
         reports.write(report, self.workdir)
         return report
 
