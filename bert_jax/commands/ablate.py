@@ -10,7 +10,10 @@ the report then has the paper's figures, every row's config and whatever cells a
 `--plan=v5e:4x4` runs nothing either: DIR/plan.md and plan.json estimate the table's time
 on that slice, its chip-hours and (with `--chip_hour_usd`) its cost; `--plan_compile`
 compiles each pre-training row's step for the slice (`bert-jax plan`) instead of
-assuming `--mfu`.
+assuming `--mfu`. Column sets follow the table's name: ``+qa``, ``+pairs``, ``+sentiment``,
+``+offline`` (the offline downstream suite), ``+bbc_features`` or one column (``+cpkc``);
+``--config.processes=2`` runs cells in two worker processes and compiled programs are
+shared through ``--config.compilation_cache`` (default DIR/xla_cache).
 """
 
 from __future__ import annotations

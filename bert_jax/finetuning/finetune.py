@@ -308,6 +308,7 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
     results = {
         "task": inputs.task.name,
         "checkpoint": inputs.checkpoint,
+        "random_init": bool(config.random_init),
         "seed": int(config.seed),
         "batch_size": ft.batch_size,
         "learning_rate": float(config.learning_rate),
