@@ -56,13 +56,7 @@ def selection(column: ml_collections.ConfigDict, cell_dir: str, grid_seeds: int)
     table: dict[str, Any] = {}
     for point in points(column):
         name = point_name(point)
-        dev = []
-        for k in range(grid_seeds):
-            seed_dir = os.path.join(cell_dir, name, f"seed{k}")
-            results = read_results(seed_dir)
-            if results is not None:
-                dev.append(metric_of(results, column.metric, seed_dir))
-        table[name] = {"params": point, "dev": dev}
+        table[name] = {"params": point, "dev": _finished(cell_dir, name, grid_seeds, column.metric)}
     complete = all(len(p["dev"]) == grid_seeds for p in table.values())
     chosen = None
     if complete and table:
@@ -95,10 +89,15 @@ def chosen_values(
     chosen = selection(column, cell_dir, grid_seeds)["chosen"]
     if chosen is None:
         return []
+    return _finished(cell_dir, chosen, seeds, column.report_metric)
+
+
+def _finished(cell_dir: str, point: str, seeds: int, metric: str) -> list[float]:
+    """`metric` of each of a point's first `seeds` seeds that has finished (raw)."""
     values = []
     for k in range(seeds):
-        seed_dir = os.path.join(cell_dir, chosen, f"seed{k}")
+        seed_dir = os.path.join(cell_dir, point, f"seed{k}")
         results = read_results(seed_dir)
         if results is not None:
-            values.append(metric_of(results, column.report_metric, seed_dir))
+            values.append(metric_of(results, metric, seed_dir))
     return values
