@@ -104,11 +104,13 @@ def prepare_data(path: str, steps: int, buckets: str | None) -> None:
     c = _config(buckets)
     texts, labels = sentences(bbc.read(c.data_dir, "train"))
     checkpoint = c.init_checkpoint or finetune.default_checkpoint()
-    tok = tokenization.load_tokenizer(c.vocab_file or tokenization.vocab_beside(checkpoint), c.do_lower_case)
+    tok = tokenization.load_tokenizer(
+        c.data.vocab_file or tokenization.vocab_beside(checkpoint), c.data.do_lower_case
+    )
     arrays = tok.encode_pairs(texts, None, int(c.max_seq_length))
     arrays["labels"] = np.asarray(labels, np.int32)
-    rows = step_rows(len(texts), int(c.seed), int(c.batch_size), steps)
-    mask, batch, max_len = arrays["input_mask"], int(c.batch_size), int(c.max_seq_length)
+    rows = step_rows(len(texts), int(c.seed), int(c.global_batch_size), steps)
+    mask, batch, max_len = arrays["input_mask"], int(c.global_batch_size), int(c.max_seq_length)
     if c.pack_examples:  # as `Finetuning.rows` packs them on one device
         pack = lambda r: packing.pack({k: v[r] for k, v in arrays.items()}, max_len)
         shapes = [pack(r)["input_ids"].shape for r in rows]
@@ -142,11 +144,12 @@ def _bert_jax(data: dict[str, np.ndarray], steps: int, buckets: str | None) -> d
 
     c = _config(buckets)
     c.max_eval_examples = 1  # the dev split is not used here
-    inputs = finetune.load_inputs(c)
+    settings = finetune.resolve(c)
+    inputs = finetune.load_inputs(settings)
     arrays = {k: data[k] for k in ("input_ids", "input_mask", "segment_ids", "labels")}
     inputs = dataclasses.replace(inputs, train=Split("train", arrays))
-    total = finetune.steps_per_epoch(c, inputs) * int(c.num_epochs)
-    ft = finetune.Finetuning(c, inputs, total_steps=total)
+    total = finetune.steps_per_epoch(settings, inputs) * settings.num_epochs
+    ft = finetune.Finetuning(settings, inputs, total_steps=total)
     for step, idx in enumerate(data["rows"]):  # the same sentences as the peer's
         got, (r, length) = ft.rows(step), data["step_shapes"][step]
         rows = {k: v[idx] for k, v in arrays.items()}
@@ -193,7 +196,7 @@ def _torch(data: dict[str, np.ndarray], steps: int) -> dict:
 
     c = _config(None)
     n = len(data["input_ids"])
-    total = n // int(c.batch_size) * int(c.num_epochs)
+    total = n // int(c.global_batch_size) * int(c.num_epochs)
     step_fn = peers.torch_classification_step(
         finetune.default_checkpoint(),
         len(bbc.LABELS),
@@ -227,7 +230,7 @@ def _torch(data: dict[str, np.ndarray], steps: int) -> dict:
     for features_of_step in batches[:steps]:
         step_fn.collate(features_of_step)
     host = time.perf_counter() - start
-    padded = sum(int(lengths[idx].max()) for idx in data["rows"][:steps]) * int(c.batch_size)
+    padded = sum(int(lengths[idx].max()) for idx in data["rows"][:steps]) * int(c.global_batch_size)
     return {
         "seconds": seconds,
         "warmup_seconds": warmup,

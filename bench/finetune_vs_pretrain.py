@@ -90,11 +90,12 @@ def _finetuning(preset: str, task: str, checkpoint: str):
     table = _table(preset, task)
     config = cells.cell_plan(table, "bert_base", task)["config"]
     config.init_checkpoint = checkpoint
+    settings = finetune.resolve(config)
     start = time.perf_counter()
-    inputs = finetune.load_inputs(config)
+    inputs = finetune.load_inputs(settings)
     load = time.perf_counter() - start
-    total = finetune.steps_per_epoch(config, inputs) * int(config.num_epochs)
-    return config, finetune.Finetuning(config, inputs, total_steps=total), load
+    total = finetune.steps_per_epoch(settings, inputs) * settings.num_epochs
+    return settings, finetune.Finetuning(settings, inputs, total_steps=total), load
 
 
 def finetune_worker(preset: str, task: str, steps: int, checkpoint: str) -> dict:
@@ -124,7 +125,7 @@ def finetune_worker(preset: str, task: str, steps: int, checkpoint: str) -> dict
         jax.block_until_ready(ft.engine.place(ft.rows(s), process_local=False))
     host = time.perf_counter() - start
     dev = ft.inputs.evals[0]
-    batch = int(config.eval_batch_size)
+    batch = config.eval_batch_size
     ft.predict(state.params, dev, batch)  # compiles
     start = time.perf_counter()
     ft.predict(state.params, dev, batch)
@@ -150,7 +151,7 @@ def finetune_worker(preset: str, task: str, steps: int, checkpoint: str) -> dict
         "eval_rows": len(dev),
         "eval_splits": len(ft.inputs.evals),
         "train_rows": len(ft.inputs.train),
-        "batch_size": ft.batch_size,
+        "global_batch_size": ft.batch_size,
         "max_seq_length": int(config.max_seq_length),
         "mean_row_tokens": float(np.mean([(ft.inputs.train.arrays["input_mask"] > 0).sum(-1)])),
     }
@@ -220,7 +221,7 @@ def main() -> None:
     how = "packed rows" if f["packed"] else "length buckets"
     print(
         f"fine-tuning {args.task} ({f['train_rows']:,} rows, {f['mean_row_tokens']:.1f} tokens each; batch "
-        f"{f['batch_size']}, max_seq_length {f['max_seq_length']}, {how}):\n"
+        f"{f['global_batch_size']}, max_seq_length {f['max_seq_length']}, {how}):\n"
         f"  training {f['examples_per_sec']:,.0f} examples/s, {f['tokens_per_sec']:,.0f} tokens/s "
         f"({f['padded_tokens_per_sec']:,.0f} padded), {f['ms_per_step']:.0f} ms/step, host "
         f"{f['host_ms_per_step']:.1f} ms/step\n"

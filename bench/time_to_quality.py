@@ -50,11 +50,12 @@ CONTENDERS = ("bert_jax", "transformers", "lean_torch")
 
 
 def _config(preset: str):
+    from bert_jax.pretraining import model_vocab
     from configs import pretrain as pretrain_config
 
     c = pretrain_config.get_config(preset)
     c.eval_batch_size = c.global_batch_size
-    return c
+    return model_vocab.resolved(c)
 
 
 def export_data(preset: str, max_steps: int, out: Path) -> dict:

@@ -222,10 +222,10 @@ CPU_PRETRAIN: dict[str, Any] = {
 }
 # The BiLSTM of the feature-based approach (§5.3: two layers of 768 per direction).
 FEATURE_BILSTM = {
-    "tiny": dict(lstm_size=16, lstm_layers=2, learning_rate=1e-2, num_epochs=2, batch_size=8),
-    "demo": dict(lstm_size=128, lstm_layers=2, learning_rate=1e-3, num_epochs=4, batch_size=32),
-    "cpu": dict(lstm_size=128, lstm_layers=2, learning_rate=1e-3, num_epochs=4, batch_size=32),
-    "base": dict(lstm_size=768, lstm_layers=2, learning_rate=1e-3, num_epochs=4, batch_size=32),
+    "tiny": dict(lstm_size=16, lstm_layers=2, learning_rate=1e-2, num_epochs=2, global_batch_size=8),
+    "demo": dict(lstm_size=128, lstm_layers=2, learning_rate=1e-3, num_epochs=4, global_batch_size=32),
+    "cpu": dict(lstm_size=128, lstm_layers=2, learning_rate=1e-3, num_epochs=4, global_batch_size=32),
+    "base": dict(lstm_size=768, lstm_layers=2, learning_rate=1e-3, num_epochs=4, global_batch_size=32),
 }
 
 

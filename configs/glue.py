@@ -24,7 +24,7 @@ def get_config(task: str = "sst2") -> ml_collections.ConfigDict:
     c = defaults.finetuning()
     c.task = task
     c.max_seq_length = 128
-    c.batch_size = 32
+    c.global_batch_size = 32
     c.learning_rate = 2e-5
     c.num_epochs = 3
     return c

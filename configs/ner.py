@@ -19,9 +19,9 @@ def get_config() -> ml_collections.ConfigDict:
     c.task = "conll2003"
     # The paper uses a cased model for NER; set True for uncased checkpoints (the bundled
     # MiniLM's vocabulary is uncased: capitalised words would become [UNK]).
-    c.do_lower_case = False
+    c.data.do_lower_case = False
     c.max_seq_length = 128
-    c.batch_size = 32
+    c.global_batch_size = 32
     c.learning_rate = 5e-5
     c.num_epochs = 3
     return c

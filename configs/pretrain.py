@@ -40,6 +40,10 @@ machine (held-out curves of every recipe in docs/pretraining.md, "Which recipe l
 0 (the two places where `demo` differs from what ModernBERT can hold), ModernBERT's
 pooling head; everything else as `demo` (docs/modernbert.md).
 
+`model.vocab_size=0` (the presets that learn a vocabulary) is the run's tokenizer's size,
+padded to a multiple of `model.vocab_pad_multiple`: `--config.data.learned_vocab_size=N`
+alone changes both. A size given explicitly must hold the tokenizer's ids.
+
 Every key can be overridden from the command line, e.g. `--config.learning_rate=2e-4`;
 an unknown key fails at once with its name.
 """
@@ -261,15 +265,15 @@ NAMED = {
     "modernbert-large": ("modernbert-large", "modernbert"),
 }
 
+# The demo learns its vocabulary from the corpus (8,192 WordPieces: a small corpus spreads
+# too few examples over bert-base-uncased's 30,522); the model takes the tokenizer's size
+# (model.vocab_size=0: `bert_jax.pretraining.model_vocab`), so the size is written here only.
+_LEARNED_VOCAB = {"data.learned_vocab_size": 8192, "model.vocab_size": 0}
+
 # What a recipe changes at a given size beyond its switches.
 SIZE_RECIPE: dict[tuple[str, str], dict[str, Any]] = {
-    # The demo learns its vocabulary from the corpus (8,192 WordPieces: a small corpus
-    # spreads too few examples over bert-base-uncased's 30,522).
-    **{
-        ("demo", r): {"data.learned_vocab_size": 8192, "model.vocab_size": 8192}
-        for r in ("cramming", "mosaicbert", "modernbert")
-    },
-    ("demo-modernbert", "modernbert"): {"data.learned_vocab_size": 8192, "model.vocab_size": 8192},
+    **{("demo", r): _LEARNED_VOCAB for r in ("cramming", "mosaicbert", "modernbert")},
+    ("demo-modernbert", "modernbert"): _LEARNED_VOCAB,
     # The published peak learning rates and lengths at BERT-Base size, one sequence length.
     ("base", "cramming"): {"learning_rate": 1e-3, "phase2_fraction": 0.0},
     ("base", "mosaicbert"): {"learning_rate": 5e-4, "warmup_proportion": 0.06, "phase2_fraction": 0.0},

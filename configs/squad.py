@@ -30,7 +30,7 @@ def get_config(version: str = "1.1") -> ml_collections.ConfigDict:
     c.n_best_size = 20
     c.max_answer_length = 30
     c.null_score_diff_threshold = 0.0  # v2.0; the tuned value is reported as best_f1_thresh
-    c.batch_size = 32 if version == "1.1" else 48
+    c.global_batch_size = 32 if version == "1.1" else 48
     c.eval_batch_size = 32
     c.learning_rate = 5e-5
     c.num_epochs = 3 if version == "1.1" else 2

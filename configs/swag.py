@@ -17,7 +17,7 @@ def get_config() -> ml_collections.ConfigDict:
     c = defaults.finetuning()
     c.task = "swag"
     c.max_seq_length = 128
-    c.batch_size = 16
+    c.global_batch_size = 16
     c.eval_batch_size = 16
     c.learning_rate = 2e-5
     c.num_epochs = 3

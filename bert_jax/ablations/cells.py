@@ -18,10 +18,10 @@ import ml_collections
 from bert_jax.ablations import grid, task_data
 from bert_jax.finetuning import feature_based, finetune
 from bert_jax.model.flops import model_flops_per_step
+from bert_jax.pretraining import model_vocab
 from bert_jax.pretraining.pretrain import phases
 from bert_jax.storage import atomic_files
 from bert_jax.tasks import downstream_classification, downstream_qa
-from bert_jax.training import run_config
 
 # Task name → the family whose data folder ``data_dirs`` gives (others: "glue").
 _FAMILY = {
@@ -49,7 +49,7 @@ def cell_plan(table: ml_collections.ConfigDict, row: str, column: str) -> dict[s
         return plan
     config = ml_collections.ConfigDict(col.finetune.to_dict())
     config.init_checkpoint = settings.model_from  # resolved to its folder at run time
-    config.do_lower_case = bool(table.rows[settings.model_from].data.do_lower_case)
+    config.data.do_lower_case = bool(table.rows[settings.model_from].data.do_lower_case)
     config.save_best_model = False  # one model per cell and seed would fill the disk
     if random_init:
         if "random_init" not in config:
@@ -139,7 +139,7 @@ def recipe_summary(config: ml_collections.ConfigDict) -> str:
     """The pre-training recipe of a row in one line: its model switches, masking rate,
     schedule, dropout, batch and vocabulary (what a report names as its base recipe)."""
 
-    model = run_config.bert_config(config)
+    model = model_vocab.model_config(config)
     switches = ", ".join(model.switches_on()) or "the paper's architecture (post-LN, learned positions)"
     vocab = (
         f"a WordPiece vocabulary of {int(config.data.learned_vocab_size):,} learned on the corpus"
@@ -157,7 +157,7 @@ def pretraining_flops(config: ml_collections.ConfigDict) -> float:
     """Training FLOPs of the whole pre-training run (matmuls, as `bert-jax plan` counts
     them; each phase at its own length): divided by a slice's sustained FLOP/s, its time."""
 
-    model, batch = run_config.bert_config(config), int(config.global_batch_size)
+    model, batch = model_vocab.model_config(config), int(config.global_batch_size)
     return float(
         sum(
             (p.end - p.start)

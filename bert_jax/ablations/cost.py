@@ -23,9 +23,9 @@ import ml_collections
 
 from bert_jax.ablations import cells, grid
 from bert_jax.model.flops import model_flops_per_step
-from bert_jax.pretraining import plan
+from bert_jax.pretraining import model_vocab, plan
 from bert_jax.storage import atomic_files
-from bert_jax.training import hardware, run_config
+from bert_jax.training import hardware
 
 # Windows per question (QA tasks' ``max_train_examples`` counts questions), where known.
 QA_WINDOWS_PER_QUESTION = {"disfl_qa": 2.89, "cpkc": 2.18}
@@ -88,11 +88,11 @@ def finetune_flops(table: ml_collections.ConfigDict, row: str, column: str) -> f
         raise ValueError(f"column {column}: no training-set size known for task {task!r}")
     if int(config.max_train_examples):
         rows = min(rows, round(int(config.max_train_examples) * QA_WINDOWS_PER_QUESTION.get(task, 1)))
-    model = run_config.bert_config(table.rows[plan["model_from"]])
+    model = model_vocab.model_config(table.rows[plan["model_from"]])
     if plan["approach"] == "features":
-        batch, share = int(table.feature_bilstm.batch_size), 1 / 3
+        batch, share = int(table.feature_bilstm.global_batch_size), 1 / 3
     else:
-        batch, share = int(config.batch_size), 1.0
+        batch, share = int(config.global_batch_size), 1.0
     steps = math.ceil(rows / batch)
     return steps * share * model_flops_per_step(model, batch, int(config.max_seq_length), 0, nsp=False)
 
@@ -125,7 +125,7 @@ def estimate(
     sources = list(dict.fromkeys(table.row_settings[r].model_from for r in names))
     pretraining = []
     for source in sources:
-        flops = cells.pretraining_flops(table.rows[source])
+        flops = cells.pretraining_flops(model_vocab.planned(table.rows[source]))  # vocab_size=0: its size
         entry = {"row": source, "flops": flops, "seconds": flops / sustained}
         if compile:
             report = plan.plan(table.rows[source], topology, mfu_assumed=mfu)

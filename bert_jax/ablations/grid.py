@@ -20,7 +20,7 @@ from typing import Any
 import ml_collections
 
 # Short names of grid keys in a point's folder name.
-_SHORT = {"learning_rate": "lr", "num_epochs": "ep", "batch_size": "bs"}
+_SHORT = {"learning_rate": "lr", "num_epochs": "ep", "global_batch_size": "bs"}
 
 
 def points(column: ml_collections.ConfigDict) -> list[dict[str, Any]]:

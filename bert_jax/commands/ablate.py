@@ -43,7 +43,7 @@ def define_flags() -> None:
     flags.DEFINE_list(
         "finetune_set",
         None,
-        "Overrides for every column's fine-tuning config, e.g. num_epochs=2,batch_size=16.",
+        "Overrides for every column's fine-tuning config, e.g. num_epochs=2,global_batch_size=16.",
     )
     flags.DEFINE_bool(
         "dry_run", False, "Write the report (paper's figures, configs, cells done); run nothing."

@@ -28,6 +28,7 @@ import optax
 from bert_jax import convert
 from bert_jax.data import tokenization
 from bert_jax.finetuning.batches import bucket_length, cut_to_length, epoch_batch
+from bert_jax.finetuning.settings import FinetuneSettings
 from bert_jax.model import features
 from bert_jax.model.bilstm import FeatureBiLSTM
 from bert_jax.model.encoder import BertModel
@@ -97,28 +98,29 @@ def train(
     combine: str,
     workdir: str,
 ) -> dict[str, Any]:
-    """Trains the BiLSTM on the features of ``config.init_checkpoint`` for ``config.task``
+    """Trains the BiLSTM on the features of the config's ``init_checkpoint`` for its ``task``
     (the task's fine-tuning config: data, lengths, casing, seed, subsets); returns the best
     epoch's scores and writes ``results.json``."""
     os.makedirs(workdir, exist_ok=True)
-    checkpoint = config.init_checkpoint
+    run = FinetuneSettings.from_config(config)
+    checkpoint = run.init_checkpoint
     loaded, bert_config = convert.load_checkpoint(checkpoint)
     tok = tokenization.load_tokenizer(
-        config.vocab_file or tokenization.vocab_beside(checkpoint), config.do_lower_case
+        run.vocab_file or tokenization.vocab_beside(checkpoint), run.do_lower_case
     )
-    task = get_task(config.task)
+    task = get_task(run.task)
     model = _model(task, settings, combine)
-    train_split, dev = task.load(config, tok, "train"), task.load(config, tok, "dev")
+    train_split, dev = task.load(run.data, tok, "train"), task.load(run.data, tok, "dev")
     index = layer_indices(layers, bert_config.num_hidden_layers)
     tx = optax.adam(float(settings.learning_rate))
     states, step, predict = _functions(BertModel(bert_config, add_pooler=False), model, task, index, tx)
     bert_params = jax.device_put(loaded["bert"])
     sample = {k: jnp.asarray(v[:1]) for k, v in train_split.arrays.items()}
     feats = states(bert_params, sample["input_ids"], sample["input_mask"], sample["segment_ids"])
-    params = model.init(jax.random.key(int(config.seed)), feats, sample["input_mask"])["params"]
+    params = model.init(jax.random.key(run.seed), feats, sample["input_mask"])["params"]
     opt_state = tx.init(params)
-    buckets, max_len = tuple(config.length_buckets), int(config.max_seq_length)
-    batch_size, seed = min(int(settings.batch_size), len(train_split)), int(config.seed)
+    buckets, max_len = run.length_buckets, run.max_seq_length
+    batch_size, seed = min(int(settings.global_batch_size), len(train_split)), run.seed
     epochs, best, num_epochs, t0 = [], None, int(settings.num_epochs), time.time()
     for epoch in range(1, num_epochs + 1):
         start, losses, tokens = time.time(), [], 0
@@ -128,7 +130,7 @@ def train(
             params, opt_state, loss = step(params, opt_state, bert_params, rows)
             losses.append(loss)
             tokens += int(rows["input_mask"].sum())
-        outputs = _predict(lambda p, b: predict(p, bert_params, b), params, dev, int(config.eval_batch_size))
+        outputs = _predict(lambda p, b: predict(p, bert_params, b), params, dev, run.eval_batch_size)
         scores = task.score(outputs, dev, os.path.join(workdir, "eval", f"epoch{epoch}", "dev"))
         entry = {"epoch": epoch, "train_loss": float(np.mean(jax.device_get(losses))),
                  "seconds": time.time() - start, **scores}  # fmt: skip
@@ -149,7 +151,7 @@ def train(
         "checkpoint": checkpoint,
         "layers": layers,
         "combine": combine,
-        "seed": int(config.seed),
+        "seed": run.seed,
         "bilstm": settings.to_dict(),
         "train_rows": len(train_split),
         "eval_rows": {"dev": len(dev)},

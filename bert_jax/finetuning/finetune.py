@@ -40,13 +40,19 @@ from bert_jax.data import tokenization, vocab_fit
 from bert_jax.finetuning import packing
 from bert_jax.finetuning.batches import bucket_length, cut_to_length, epoch_batch
 from bert_jax.finetuning.outputs import EpochHistory, load_saved_params, save_model, write_json
+from bert_jax.finetuning.settings import FinetuneSettings
 from bert_jax.model import param_shapes
 from bert_jax.model.flops import model_flops_per_step
 from bert_jax.tasks.base import MODEL_INPUTS, Split, Task
 from bert_jax.tasks.registry import get_task
-from bert_jax.training import engine, run_config, sharding
+from bert_jax.training import engine, sharding
 from bert_jax.training.loop import Hook, StopRequested, TrainingRun
 from bert_jax.training.settings import TrainingSettings
+
+
+def resolve(config: ml_collections.ConfigDict | FinetuneSettings) -> FinetuneSettings:
+    """The typed settings of a run config (checked); settings pass through."""
+    return config if isinstance(config, FinetuneSettings) else FinetuneSettings.from_config(config)
 
 
 def default_checkpoint() -> str:
@@ -100,26 +106,26 @@ class FinetuningInputs:
     pooler: Any = None  # the checkpoint's pooler, kept for heads that do not use it (saving)
 
 
-def load_inputs(config: ml_collections.ConfigDict) -> FinetuningInputs:
+def load_inputs(settings: FinetuneSettings) -> FinetuningInputs:
     """Loads the checkpoint and the task's splits; the head is fresh, the encoder loaded."""
-    run_config.check(config, "finetune")
-    task = get_task(config.task)
-    checkpoint = config.init_checkpoint or default_checkpoint()
+    task = get_task(settings.task)
+    checkpoint = settings.init_checkpoint or default_checkpoint()
     loaded, bert_config = convert.load_checkpoint(
-        checkpoint, vocab_pad_multiple=int(config.vocab_pad_multiple) or None
+        checkpoint, vocab_pad_multiple=settings.vocab_pad_multiple or None
     )
     bert_config = bert_config.replace(
-        hidden_dropout_prob=config.dropout, attention_probs_dropout_prob=config.dropout
+        hidden_dropout_prob=settings.hidden_dropout_prob,
+        attention_probs_dropout_prob=settings.attention_probs_dropout_prob,
     )
     tok = tokenization.load_tokenizer(
-        config.vocab_file or tokenization.vocab_beside(checkpoint), config.do_lower_case
+        settings.vocab_file or tokenization.vocab_beside(checkpoint), settings.do_lower_case
     )
     vocab_fit.check_vocab_fits(tok, bert_config.vocab_size, checkpoint, exact=True)
-    train = task.load(config, tok, "train")
-    evals = [task.load(config, tok, s) for s in task.eval_splits]
+    train = task.load(settings.data, tok, "train")
+    evals = [task.load(settings.data, tok, s) for s in task.eval_splits]
     model = task.model(bert_config)
-    init = jax.device_get(nn.meta.unbox(model.init(jax.random.key(config.seed), *_sample(train)))["params"])
-    if config.random_init:  # the baseline a pre-trained encoder is measured against
+    init = jax.device_get(nn.meta.unbox(model.init(jax.random.key(settings.seed), *_sample(train)))["params"])
+    if settings.random_init:  # the baseline a pre-trained encoder is measured against
         print("random_init: the checkpoint's architecture and vocabulary, freshly initialised weights")
         return FinetuningInputs(
             task, checkpoint, tok, train, evals, bert_config, init, init["bert"].get("pooler")
@@ -133,29 +139,28 @@ def _sample(split: Split) -> list[jax.Array]:
     return [jnp.asarray(split.arrays[k][:1]) for k in MODEL_INPUTS]
 
 
-def steps_per_epoch(config: ml_collections.ConfigDict, inputs: FinetuningInputs) -> int:
+def steps_per_epoch(settings: FinetuneSettings, inputs: FinetuningInputs) -> int:
     """Full batches per epoch (the last partial batch is dropped, as the original)."""
-    return max(1, len(inputs.train) // min(int(config.batch_size), len(inputs.train)))
+    return max(1, len(inputs.train) // min(settings.global_batch_size, len(inputs.train)))
 
 
 class Finetuning:
     """The task model, objective, engine and batches of one fine-tuning run on a mesh."""
 
-    def __init__(
-        self, config: ml_collections.ConfigDict, inputs: FinetuningInputs, *, total_steps: int
-    ) -> None:
-        self.config, self.inputs = config, inputs
-        self.batch_size = min(int(config.batch_size), len(inputs.train))
-        self.steps_per_epoch = steps_per_epoch(config, inputs)
+    def __init__(self, settings: FinetuneSettings, inputs: FinetuningInputs, *, total_steps: int) -> None:
+        self.config, self.inputs = settings, inputs
+        self.batch_size = min(settings.global_batch_size, len(inputs.train))
+        self.steps_per_epoch = steps_per_epoch(settings, inputs)
         self.mesh = mesh_for_batches(
-            config, {"batch_size": self.batch_size, "eval_batch_size": config.eval_batch_size}
+            settings.training,
+            {"global_batch_size": self.batch_size, "eval_batch_size": settings.eval_batch_size},
         )
         # Packed training rows: their count is rounded to what the mesh and accumulation split.
         # (Not for a left-to-right model: its pooled output is each row's last token.)
         causal = inputs.bert_config.causal_attention
-        self.packed = bool(config.pack_examples) and inputs.task.packable and not causal
-        self.row_multiple = self.mesh.shape["data"] * self.mesh.shape["fsdp"] * int(config.grad_accum_steps)
-        self.settings = TrainingSettings.from_config(config)
+        self.packed = settings.pack_examples and inputs.task.packable and not causal
+        self.settings = settings.training
+        self.row_multiple = self.mesh.shape["data"] * self.mesh.shape["fsdp"] * self.settings.grad_accum_steps
         self.model_config = inputs.bert_config
         self.numerics = self.settings.numerics.for_platform(engine.platform(self.mesh))
         # Every head module takes the run's numerics beside the model config.
@@ -177,15 +182,13 @@ class Finetuning:
         """The training rows of global step `step` (0-based): epoch e's batches are a
         permutation by (seed, e), so any step's batch is known without replaying."""
         epoch, s = divmod(step, self.steps_per_epoch)
-        rows = epoch_batch(self.inputs.train, seed=int(self.config.seed), epoch=epoch + 1, index=s,
+        rows = epoch_batch(self.inputs.train, seed=self.config.seed, epoch=epoch + 1, index=s,
                            batch_size=self.batch_size)  # fmt: skip
         if self.packed:
-            packed = packing.pack(rows, int(self.config.max_seq_length), self.row_multiple)
+            packed = packing.pack(rows, self.config.max_seq_length, self.row_multiple)
             del packed["example_index"]
             return packed
-        length = bucket_length(
-            rows["input_mask"], tuple(self.config.length_buckets), int(self.config.max_seq_length)
-        )
+        length = bucket_length(rows["input_mask"], self.config.length_buckets, self.config.max_seq_length)
         return cut_to_length(rows, length)
 
     def batches(self, start: int) -> Iterator[dict[str, jax.Array]]:
@@ -215,7 +218,7 @@ class Finetuning:
         the task's prediction files go to ``out_dir/<split>/``."""
         per_split = {}
         for split in self.inputs.evals:
-            outputs = self.predict(params, split, int(self.config.eval_batch_size))
+            outputs = self.predict(params, split, self.config.eval_batch_size)
             per_split[split.name] = self.inputs.task.score(outputs, split, os.path.join(out_dir, split.name))
         first = self.inputs.evals[0].name
         out = dict(per_split[first])
@@ -230,11 +233,11 @@ class Finetuning:
         return model_flops_per_step(self.model_config, batch["input_ids"].size // seq, seq, 0, nsp=False)
 
 
-def mesh_for_batches(config: ml_collections.ConfigDict, batch_sizes: dict[str, int]) -> Any:
-    """The config's (data, fsdp, tensor) mesh; the batch sizes must divide over its batch
+def mesh_for_batches(settings: TrainingSettings, batch_sizes: dict[str, int]) -> Any:
+    """The run's (data, fsdp, tensor) mesh; the batch sizes must divide over its batch
     axes (and each micro-batch of ``grad_accum_steps``: `sharding.check_batches`)."""
-    mesh = sharding.make_mesh(tuple(config.mesh_shape))
-    sharding.check_batches(mesh, batch_sizes, {"batch_size": (int(config.grad_accum_steps),)})
+    mesh = sharding.make_mesh(settings.mesh_shape)
+    sharding.check_batches(mesh, batch_sizes, {"global_batch_size": (settings.grad_accum_steps,)})
     return mesh
 
 
@@ -271,11 +274,11 @@ class EpochEnd:
         entry = {"epoch": epoch, "step": step, "train_loss": train_loss, "seconds": seconds, **scores}
         if self.history.add(entry) and self.keep_best and jax.process_index() == 0:
             folder = os.path.join(self.workdir, "best_model")
-            save_model(folder, jax.device_get(state.params), inputs, self.ft.config, scores)
+            save_model(folder, jax.device_get(state.params), inputs, self.ft.config.config, scores)
         self.start, self.losses = time.time(), []
 
 
-def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
+def finetune(config: ml_collections.ConfigDict | FinetuneSettings, workdir: str) -> dict[str, Any]:
     """Trains `config.task` from `config.init_checkpoint` (or resumes); returns the best
     dev metrics.
 
@@ -286,8 +289,9 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
     exist while the run does (a rerun resumes from them) and are removed at its end.
     """
     workdir = os.path.abspath(workdir)
+    config = resolve(config)
     inputs = load_inputs(config)
-    total = steps_per_epoch(config, inputs) * int(config.num_epochs)
+    total = steps_per_epoch(config, inputs) * config.num_epochs
     ft = Finetuning(config, inputs, total_steps=total)
     try:
         with TrainingRun(workdir, ft.settings, total_steps=total) as loop:
@@ -295,7 +299,7 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
             if fresh and jax.process_index() == 0 and os.path.exists(os.path.join(workdir, "metrics.jsonl")):
                 os.remove(os.path.join(workdir, "metrics.jsonl"))  # a fresh run, not an appended one
             state, _ = loop.restore_or_init(
-                ft.engine, lambda: ft.engine.init_state(int(config.seed), inputs.params)
+                ft.engine, lambda: ft.engine.init_state(config.seed, inputs.params)
             )
             history = EpochHistory(workdir, inputs.task.main_metric, fresh=fresh)
             batches = ft.batches(int(jax.device_get(state.step)))
@@ -308,11 +312,11 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
     results = {
         "task": inputs.task.name,
         "checkpoint": inputs.checkpoint,
-        "random_init": bool(config.random_init),
-        "seed": int(config.seed),
-        "batch_size": ft.batch_size,
-        "learning_rate": float(config.learning_rate),
-        "num_epochs": int(config.num_epochs),
+        "random_init": config.random_init,
+        "seed": config.seed,
+        "global_batch_size": ft.batch_size,
+        "learning_rate": config.learning_rate,
+        "num_epochs": config.num_epochs,
         "train_rows": len(inputs.train),
         "eval_rows": {s.name: len(s) for s in inputs.evals},
         "main_metric": inputs.task.main_metric,
@@ -326,23 +330,24 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
     return best
 
 
-def predict_test(ft: Finetuning, workdir: str, config: ml_collections.ConfigDict) -> list[str]:
+def predict_test(ft: Finetuning, workdir: str, config: FinetuneSettings) -> list[str]:
     """Test-split predictions of the best epoch's model (read back from ``best_model/``)."""
     params = load_saved_params(os.path.join(workdir, "best_model"), ft.inputs)
     placed = engine.place_tree(params, ft.engine.state_shardings.params)
     files = []
     for name in ft.inputs.task.test_splits:
-        split = ft.inputs.task.load(config, ft.inputs.tokenizer, name)
-        outputs = ft.predict(placed, split, int(config.eval_batch_size))
+        split = ft.inputs.task.load(config.data, ft.inputs.tokenizer, name)
+        outputs = ft.predict(placed, split, config.eval_batch_size)
         files.append(ft.inputs.task.write_test(outputs, split, os.path.join(workdir, "test")))
     return files
 
 
-def evaluate_saved(config: ml_collections.ConfigDict, folder: str, out_dir: str) -> dict[str, float]:
+def evaluate_saved(
+    config: ml_collections.ConfigDict | FinetuneSettings, folder: str, out_dir: str
+) -> dict[str, float]:
     """Dev scores of a model saved by `save_model` (its encoder and head), on `config`'s data."""
-    config = ml_collections.ConfigDict(config.to_dict())
-    config.init_checkpoint = folder
-    inputs = load_inputs(config)
-    ft = Finetuning(config, inputs, total_steps=1)
+    settings = dataclasses.replace(resolve(config), init_checkpoint=folder)
+    inputs = load_inputs(settings)
+    ft = Finetuning(settings, inputs, total_steps=1)
     params = engine.place_tree(load_saved_params(folder, inputs), ft.engine.state_shardings.params)
     return ft.evaluate(params, out_dir)

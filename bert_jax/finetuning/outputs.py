@@ -10,7 +10,6 @@ import shutil
 from typing import Any
 
 import jax
-import ml_collections
 import numpy as np
 from flax import serialization
 
@@ -50,7 +49,7 @@ def write_json(path: str, value: Any) -> None:
     atomic_files.write_json(path, value, indent=2, default=str)
 
 
-def save_model(folder: str, params: Any, inputs: Any, config: ml_collections.ConfigDict, best: dict) -> None:
+def save_model(folder: str, params: Any, inputs: Any, config: dict[str, Any], best: dict) -> None:
     """A fine-tuned model as a complete checkpoint: the encoder in the bert_jax export
     format (so `finetune`, `features` and `convert` read it), the task head
     (``head.msgpack``), the vocabulary and ``task.json`` (task, config, dev scores).
@@ -66,9 +65,7 @@ def save_model(folder: str, params: Any, inputs: Any, config: ml_collections.Con
         f.write(serialization.msgpack_serialize(jax.tree.map(np.asarray, head)))
     vocab = inputs.tokenizer.vocab_file
     shutil.copyfile(vocab, os.path.join(tmp, tokenization.saved_name(vocab)))
-    write_json(
-        os.path.join(tmp, "task.json"), {"task": inputs.task.name, "best": best, "config": config.to_dict()}
-    )
+    write_json(os.path.join(tmp, "task.json"), {"task": inputs.task.name, "best": best, "config": config})
     shutil.rmtree(folder, ignore_errors=True)
     os.replace(tmp, folder)
 

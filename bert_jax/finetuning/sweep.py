@@ -29,11 +29,11 @@ def sweep(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
     grid = config.sweep
     rows = []
     for bs, lr, epochs, seed in itertools.product(
-        grid.batch_sizes, grid.learning_rates, grid.epochs, grid.seeds
+        grid.global_batch_sizes, grid.learning_rates, grid.epochs, grid.seeds
     ):
         run = ml_collections.ConfigDict(config.to_dict())
         run.save_best_model = False  # one model per grid point would fill the disk
-        run.batch_size, run.learning_rate, run.num_epochs, run.seed = (
+        run.global_batch_size, run.learning_rate, run.num_epochs, run.seed = (
             int(bs),
             float(lr),
             int(epochs),
@@ -48,7 +48,7 @@ def sweep(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
         else:
             best = finetune(run, run_dir)
             main = get_task(config.task).main_metric
-        rows.append({"batch_size": bs, "learning_rate": lr, "epochs": epochs, "seed": seed,
+        rows.append({"global_batch_size": bs, "learning_rate": lr, "epochs": epochs, "seed": seed,
                      "score": best[main], "best_epoch": best["epoch"], "dir": run_dir})  # fmt: skip
     return write_sweep_tables(rows, main, workdir)
 
@@ -57,15 +57,15 @@ def write_sweep_tables(rows: list[dict[str, Any]], metric: str, workdir: str) ->
     """The per-run TSV, the per-point markdown table and the best run (see `sweep`)."""
     os.makedirs(workdir, exist_ok=True)
     with open(os.path.join(workdir, "sweep_runs.tsv"), "w") as f:
-        f.write(f"batch_size\tlearning_rate\tepochs\tseed\t{metric}\tbest_epoch\tdir\n")
+        f.write(f"global_batch_size\tlearning_rate\tepochs\tseed\t{metric}\tbest_epoch\tdir\n")
         for r in rows:
             f.write(
-                f"{r['batch_size']}\t{r['learning_rate']:g}\t{r['epochs']}\t{r['seed']}\t"
+                f"{r['global_batch_size']}\t{r['learning_rate']:g}\t{r['epochs']}\t{r['seed']}\t"
                 f"{r['score']:.4f}\t{r['best_epoch']}\t{r['dir']}\n"
             )
     points: dict[tuple[Any, ...], list[float]] = {}
     for r in rows:
-        points.setdefault((r["batch_size"], r["learning_rate"], r["epochs"]), []).append(r["score"])
+        points.setdefault((r["global_batch_size"], r["learning_rate"], r["epochs"]), []).append(r["score"])
     lines = [
         f"| batch | lr | epochs | seeds | mean {metric} | std | max |",
         "|---:|---:|---:|---:|---:|---:|---:|",

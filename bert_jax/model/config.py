@@ -138,6 +138,11 @@ class BertConfig:
             )
         if self.hidden_act not in ACTIVATIONS:
             raise ValueError(f"hidden_act={self.hidden_act!r} not in {ACTIVATIONS}")
+        if not isinstance(self.vocab_size, int) or self.vocab_size < 1:
+            raise ValueError(
+                f"vocab_size={self.vocab_size!r} must be an integer >= 1 (a run config's 0, the "
+                "tokenizer's size, is resolved by `bert_jax.pretraining.model_vocab`)"
+            )
         if not isinstance(self.vocab_pad_multiple, int) or self.vocab_pad_multiple < 1:
             raise ValueError(f"vocab_pad_multiple={self.vocab_pad_multiple!r} must be an integer >= 1")
         if self.position_embedding_type not in POSITION_EMBEDDINGS:

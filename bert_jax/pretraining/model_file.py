@@ -3,7 +3,8 @@ is accepted, checked before any restore, and the source of the restore transform
 checkpoints saved with other vocabulary padding (`model.vocab_padding.RowResize`).
 
 The model alone goes to disk (`BertConfig`: shapes and architecture); how the run computes
-it (`model.numerics.Numerics`) never does.
+it (`model.numerics.Numerics`) never does. Its `vocab_size` is the run's resolved one
+(`model_vocab.resolved`: ``model.vocab_size=0`` becomes the tokenizer's size first), never 0.
 """
 
 from __future__ import annotations
@@ -22,11 +23,20 @@ def _saved(workdir: str) -> dict | None:
     return files.read_json_if_exists(files.join(workdir, NAME))
 
 
+def _require_vocab_size(config: BertConfig) -> None:
+    if config.vocab_size < 1:
+        raise ValueError(
+            f"{NAME} takes the run's vocabulary size, not vocab_size={config.vocab_size}: "
+            "resolve model.vocab_size=0 to the tokenizer's size first (`model_vocab.resolved`)"
+        )
+
+
 def check(workdir: str, config: BertConfig) -> None:
     """Requires the model shape of the workdir's `bert_config.json`, if there is one.
 
     Only reads: a refused run leaves the workdir as it was (`write` follows once the run is
     accepted)."""
+    _require_vocab_size(config)
     saved = _saved(workdir)
     if saved is None:
         return
@@ -47,6 +57,7 @@ def check(workdir: str, config: BertConfig) -> None:
 
 def write(workdir: str, config: BertConfig) -> None:
     """Writes `bert_config.json` (whole; process 0) unless the workdir has one."""
+    _require_vocab_size(config)
     path = files.join(workdir, NAME)
     if jax.process_index() != 0 or files.exists(path):
         return

@@ -21,7 +21,7 @@ from typing import Any
 
 import ml_collections
 
-from bert_jax.pretraining import phase_steps, plan_compile, plan_fit, pretrain
+from bert_jax.pretraining import model_vocab, phase_steps, plan_compile, plan_fit, pretrain
 from bert_jax.training import hardware
 
 GIB = hardware.GIB
@@ -237,8 +237,10 @@ def plan(
 ) -> PlanReport:
     """Compiles every phase's pre-training step of `config` for `topology_name` and
     estimates the run's cost; with `find_fit`, a phase that does not fit gets
-    `plan_fit`'s search for a setting that does."""
+    `plan_fit`'s search for a setting that does. ``model.vocab_size=0`` is planned at
+    `model_vocab.planned_size` (``data.learned_vocab_size``: no vocabulary is learned)."""
     phase_steps.check(config)
+    config = model_vocab.planned(config)
     planner = _Planner(config, plan_compile.placement(config, topology_name), mfu_assumed)
     phases = [planner.phase_plan(i, p, find_fit) for i, p in enumerate(pretrain.phases(config), start=1)]
     return _report(planner, phases)

@@ -27,7 +27,7 @@ from jax.sharding import Mesh
 from bert_jax.data import masking, records, run_vocabulary, sources, tokenization
 from bert_jax.model.flops import model_flops_per_step
 from bert_jax.model.heads import BertForPreTraining
-from bert_jax.pretraining import evaluation, model_file, phase_steps
+from bert_jax.pretraining import evaluation, model_file, model_vocab, phase_steps
 from bert_jax.pretraining.objective import (
     BATCH_KEYS,
     Batch,
@@ -65,10 +65,12 @@ class Pretraining:
     """The model, objective, engine and batch placement of one pre-training run on a mesh.
 
     Everything is derived from (config, mesh); works on real devices and on a TPU
-    topology description (`plan`) alike.
+    topology description (`plan`) alike. ``model.vocab_size=0`` is read as
+    `model_vocab.planned_size` (a run passes its `model_vocab.resolved` config).
     """
 
     def __init__(self, config: ml_collections.ConfigDict, mesh: Mesh) -> None:
+        config = model_vocab.planned(config)
         self.config, self.mesh = config, mesh
         self.settings = TrainingSettings.from_config(config)
         self.model_config = run_config.bert_config(config)
@@ -173,8 +175,8 @@ def data_iterator(
 def check_config(config: ml_collections.ConfigDict) -> None:
     """Refuses, with one line naming the keys, a recipe that cannot work (switches that
     contradict each other, a model whose embedding table is smaller than the vocabulary:
-    it would index past it); warns when the prediction budget caps the masking rate, as
-    the original's `max_predictions_per_seq` silently does."""
+    it would index past it, `model_vocab.run_size`); warns when the prediction budget caps
+    the masking rate, as the original's `max_predictions_per_seq` silently does."""
     phase_steps.check(config)
     if config.data.objective == "ltr" and not config.model.causal_attention:
         raise ValueError(
@@ -199,14 +201,7 @@ def check_config(config: ml_collections.ConfigDict) -> None:
                 f"(set --config.{key}={wanted} for the full rate)",
                 flush=True,
             )
-    if config.data.source == "synthetic":
-        return
-    vocab = run_vocabulary.vocab_size_of(config.data)
-    if vocab > config.model.vocab_size:
-        raise ValueError(
-            f"the vocabulary has {vocab} tokens but config.model.vocab_size is "
-            f"{config.model.vocab_size}: set --config.model.vocab_size={vocab}"
-        )
+    model_vocab.run_size(config)
 
 
 def eval_batch_size(config: ml_collections.ConfigDict) -> int:
@@ -306,6 +301,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
     # Everything that can refuse the run comes before anything is written to the workdir.
     run_config.check(config, "pretrain")
     check_config(config)
+    config = model_vocab.resolved(config)  # model.vocab_size=0: the tokenizer's size, from here on
     multihost.check_same_run(config)
     files.check_reachable(workdir, "--workdir", writable=True)
     mesh = sharding.make_mesh(tuple(config.mesh_shape))

@@ -22,6 +22,68 @@ MODEL_INPUTS = ("input_ids", "input_mask", "segment_ids")
 
 
 @dataclasses.dataclass(frozen=True)
+class QAWindows:
+    """How extractive QA (SQuAD-style tasks) cuts contexts into windows and reads answers
+    (the original `run_squad.py` flags of the same names)."""
+
+    doc_stride: int = 128
+    max_query_length: int = 64
+    n_best_size: int = 20
+    max_answer_length: int = 30
+    null_score_diff_threshold: float = 0.0  # v2.0: a null answer when its score wins by this
+    train_file: str = ""  # empty: the official name in data_dir
+    dev_file: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskData:
+    """What a task's `Task.load` reads, resolved once from the run config (`from_config`):
+    where the data is, how long a row may be, the quick-run subsets and their seed, the
+    casing (for answers read back from text) and, for QA tasks, `qa`."""
+
+    data_dir: str = ""
+    max_seq_length: int = 128
+    max_train_examples: int = 0  # 0 = all
+    max_eval_examples: int = 0
+    seed: int = 0
+    do_lower_case: bool = True
+    qa: QAWindows | None = None
+
+    @classmethod
+    def from_config(cls, config: Any) -> TaskData:
+        """From a fine-tuning config (`configs/defaults.py: finetuning()`; QA settings when
+        the task's file sets ``doc_stride``)."""
+        qa = None
+        if "doc_stride" in config:
+            qa = QAWindows(
+                doc_stride=int(config.doc_stride),
+                max_query_length=int(config.max_query_length),
+                n_best_size=int(config.n_best_size),
+                max_answer_length=int(config.max_answer_length),
+                null_score_diff_threshold=float(config.null_score_diff_threshold),
+                train_file=str(config.get("train_file", "")),
+                dev_file=str(config.get("dev_file", "")),
+            )
+        return cls(
+            data_dir=str(config.data_dir),
+            max_seq_length=int(config.max_seq_length),
+            max_train_examples=int(config.max_train_examples),
+            max_eval_examples=int(config.max_eval_examples),
+            seed=int(config.seed),
+            do_lower_case=bool(config.data.do_lower_case),
+            qa=qa,
+        )
+
+    def windows(self, task: str) -> QAWindows:
+        """The QA settings, which a QA task cannot do without."""
+        if self.qa is None:
+            raise ValueError(
+                f"task {task} needs the QA settings (config.doc_stride, ...): start from configs/squad.py"
+            )
+        return self.qa
+
+
+@dataclasses.dataclass(frozen=True)
 class Example:
     """One sentence or sentence pair with its label (None on unlabelled test sets)."""
 
@@ -81,7 +143,7 @@ class Task:
         """The flax module (a head of `bert_jax.model.heads`) with the encoder under ``bert``."""
         raise NotImplementedError
 
-    def load(self, config: Any, tokenizer: Any, split: str) -> Split:
+    def load(self, data: TaskData, tokenizer: Any, split: str) -> Split:
         raise NotImplementedError
 
     def loss(self, outputs: Any, batch: dict[str, Any]) -> Any:
@@ -103,16 +165,16 @@ class Task:
         raise NotImplementedError(f"task {self.name} writes no test predictions")
 
 
-def subset(items: list[Any], config: Any, split: str, labels: Sequence[Any] | None = None) -> list[Any]:
-    """A smaller split for quick runs, drawn by ``config.seed`` (so the same rows in every
+def subset(items: list[Any], data: TaskData, split: str, labels: Sequence[Any] | None = None) -> list[Any]:
+    """A smaller split for quick runs, drawn by ``data.seed`` (so the same rows in every
     evaluation of a run, whatever order the file has) and kept in the split's order:
     ``max_train_examples`` of train, ``max_eval_examples`` of any other split. With
     `labels` (one per item: a classification task's labelled split) the draw is
     stratified, each label keeping its share of the split; otherwise it is uniform."""
-    n = int(config.max_train_examples if split == "train" else config.max_eval_examples)
+    n = data.max_train_examples if split == "train" else data.max_eval_examples
     if not n or n >= len(items):
         return items
-    rng = np.random.default_rng(int(config.seed))
+    rng = np.random.default_rng(data.seed)
     if labels is None or split == "train":  # train: uniform, as max_train_examples says
         chosen = rng.permutation(len(items))[:n]
     else:

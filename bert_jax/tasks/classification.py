@@ -11,7 +11,7 @@ import optax
 
 from bert_jax.model.heads import BertForSequenceClassification
 from bert_jax.tasks import glue
-from bert_jax.tasks.base import Split, Task, TaskSpec, subset
+from bert_jax.tasks.base import Split, Task, TaskData, TaskSpec, subset
 
 
 class ClassificationTask(Task):
@@ -28,15 +28,15 @@ class ClassificationTask(Task):
     def model(self, bert_config: Any) -> Any:
         return BertForSequenceClassification(bert_config, num_labels=self.spec.num_labels)
 
-    def load(self, config: Any, tokenizer: Any, split: str) -> Split:
-        examples = self.spec.read(config.data_dir, split)
+    def load(self, data: TaskData, tokenizer: Any, split: str) -> Split:
+        examples = self.spec.read(data.data_dir, split)
         labelled = not self.regression and all(e.label is not None for e in examples)
-        examples = subset(examples, config, split, [e.label for e in examples] if labelled else None)
+        examples = subset(examples, data, split, [e.label for e in examples] if labelled else None)
         pairs = any(e.text_b is not None for e in examples)
         arrays = tokenizer.encode_pairs(
             [e.text_a for e in examples],
             [e.text_b or "" for e in examples] if pairs else None,
-            config.max_seq_length,
+            data.max_seq_length,
         )
         if all(e.label is not None for e in examples):
             dtype = np.float32 if self.regression else np.int32

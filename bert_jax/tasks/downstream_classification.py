@@ -11,7 +11,7 @@ for `ClassificationTask` (``[CLS] A [SEP] B [SEP]``, paper §4.1):
 
 Each file is read once per process (`downstream_readers`, its warnings printed once) and
 split by group (`downstream_splits`); ``dev`` and ``test`` are both scored each epoch. The
-data folder is ``config.data_dir`` or, when empty, the cache of `downstream_data`.
+data folder is ``TaskData.data_dir`` or, when empty, the cache of `downstream_data`.
 """
 
 from __future__ import annotations

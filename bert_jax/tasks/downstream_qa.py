@@ -22,7 +22,7 @@ from typing import Any
 
 from bert_jax.storage import atomic_files
 from bert_jax.tasks import downstream_data, downstream_splits, scorers
-from bert_jax.tasks.base import Split
+from bert_jax.tasks.base import Split, TaskData
 from bert_jax.tasks.downstream_examples import Record
 from bert_jax.tasks.downstream_readers import FILES, READERS
 from bert_jax.tasks.squad import SquadTask, write_json
@@ -102,9 +102,9 @@ class DownstreamSquadTask(SquadTask):
         self.eval_splits = ("dev", "test")
         self.dev_threshold: float | None = None
 
-    def path(self, config: Any, split: str) -> str:
+    def path(self, data: TaskData, split: str) -> str:
         version = VERSIONS[self.name]
-        return os.path.join(convert(self.name, config.data_dir), f"{split}-v{version}.json")
+        return os.path.join(convert(self.name, data.data_dir), f"{split}-v{version}.json")
 
     def score(self, outputs: Any, split: Split, out_dir: str) -> dict[str, float]:
         scores = super().score(outputs, split, out_dir)
@@ -117,7 +117,7 @@ class DownstreamSquadTask(SquadTask):
 
     def _at_dev_threshold(self, split: Split, out_dir: str) -> dict[str, float]:
         """Official v2.0 scores of the answers at dev's tuned no-answer threshold (the
-        config's ``null_score_diff_threshold`` before any dev split was scored)."""
+        run's ``null_score_diff_threshold`` before any dev split was scored)."""
         threshold = self.dev_threshold
         if threshold is None:
             threshold = float(split.meta.options["null_score_diff_threshold"])

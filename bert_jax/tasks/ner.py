@@ -22,7 +22,7 @@ import optax
 
 from bert_jax.model.heads import BertForTokenClassification
 from bert_jax.tasks import scorers
-from bert_jax.tasks.base import Split, Task, subset
+from bert_jax.tasks.base import Split, Task, TaskData, subset
 
 TAGS = ("O", "B-PER", "I-PER", "B-ORG", "I-ORG", "B-LOC", "I-LOC", "B-MISC", "I-MISC")
 IGNORE = -1  # target of pieces that are not a word's first piece (and of padding)
@@ -132,9 +132,9 @@ class NerTask(Task):
     def model(self, bert_config: Any) -> Any:
         return BertForTokenClassification(bert_config, num_labels=len(TAGS))
 
-    def load(self, config: Any, tokenizer: Any, split: str) -> Split:
-        sentences = subset(read_conll(split_path(config.data_dir, split)), config, split)
-        arrays, first = featurize(sentences, tokenizer, config.max_seq_length)
+    def load(self, data: TaskData, tokenizer: Any, split: str) -> Split:
+        sentences = subset(read_conll(split_path(data.data_dir, split)), data, split)
+        arrays, first = featurize(sentences, tokenizer, data.max_seq_length)
         return Split(split, arrays, NerMeta(sentences, first))
 
     def loss(self, outputs: Any, batch: dict[str, Any]) -> Any:

@@ -25,7 +25,7 @@ import numpy as np
 from bert_jax.model.heads import BertForQuestionAnswering
 from bert_jax.storage import atomic_files
 from bert_jax.tasks import scorers
-from bert_jax.tasks.base import Split, Task, subset
+from bert_jax.tasks.base import Split, Task, TaskData, subset
 from bert_jax.tasks.squad_answers import predict_answers
 from bert_jax.tasks.squad_examples import SquadExample, load_json, read_examples, restrict, split_words
 from bert_jax.tasks.squad_windows import Windows, featurize
@@ -61,7 +61,7 @@ def _cross_entropy(logits: Any, positions: Any) -> Any:
 
 class SquadTask(Task):
     """SQuAD as a fine-tuning task; data files ``<data_dir>/{train,dev}-v{1.1,2.0}.json``
-    (the official names) unless `config.train_file` / `config.dev_file` name them."""
+    (the official names) unless ``train_file`` / ``dev_file`` (`QAWindows`) name them."""
 
     def __init__(self, version_2: bool) -> None:
         self.version_2 = version_2
@@ -71,34 +71,32 @@ class SquadTask(Task):
     def model(self, bert_config: Any) -> Any:
         return BertForQuestionAnswering(bert_config)
 
-    def path(self, config: Any, split: str) -> str:
-        explicit = config[f"{split}_file"]
+    def path(self, data: TaskData, split: str) -> str:
+        explicit = {"train": data.windows(self.name).train_file, "dev": data.windows(self.name).dev_file}.get(
+            split
+        )
         if explicit:
             return explicit
         version = "2.0" if self.version_2 else "1.1"
-        return os.path.join(config.data_dir, f"{split}-v{version}.json")
+        return os.path.join(data.data_dir, f"{split}-v{version}.json")
 
-    def load(self, config: Any, tokenizer: Any, split: str) -> Split:
-        data, examples = read_examples(self.path(config, split), self.version_2)
-        kept = subset(examples, config, split)
+    def load(self, data: TaskData, tokenizer: Any, split: str) -> Split:
+        qa = data.windows(self.name)
+        dataset, examples = read_examples(self.path(data, split), self.version_2)
+        kept = subset(examples, data, split)
         if len(kept) < len(examples):  # score only the questions kept
-            data, examples = restrict(data, {e.qas_id for e in kept}), kept
+            dataset, examples = restrict(dataset, {e.qas_id for e in kept}), kept
         training = split == "train"
         arrays, windows = featurize(
-            examples,
-            tokenizer,
-            config.max_seq_length,
-            config.doc_stride,
-            config.max_query_length,
-            training,
+            examples, tokenizer, data.max_seq_length, qa.doc_stride, qa.max_query_length, training
         )
         options = {
-            "do_lower_case": config.do_lower_case,
-            "n_best_size": config.n_best_size,
-            "max_answer_length": config.max_answer_length,
-            "null_score_diff_threshold": config.null_score_diff_threshold,
+            "do_lower_case": data.do_lower_case,
+            "n_best_size": qa.n_best_size,
+            "max_answer_length": qa.max_answer_length,
+            "null_score_diff_threshold": qa.null_score_diff_threshold,
         }
-        return Split(split, arrays, SquadMeta(data, examples, windows, tokenizer.vocab, options))
+        return Split(split, arrays, SquadMeta(dataset, examples, windows, tokenizer.vocab, options))
 
     def loss(self, outputs: Any, batch: dict[str, Any]) -> Any:
         start, end = outputs

@@ -19,7 +19,7 @@ import optax
 
 from bert_jax.model.heads import BertForMultipleChoice
 from bert_jax.tasks import scorers
-from bert_jax.tasks.base import Split, Task, subset
+from bert_jax.tasks.base import Split, Task, TaskData, subset
 
 NUM_CHOICES = 4
 _FILES = {"train": "train.csv", "dev": "val.csv", "test": "test.csv"}
@@ -89,10 +89,10 @@ class SwagTask(Task):
     def model(self, bert_config: Any) -> Any:
         return BertForMultipleChoice(bert_config)
 
-    def load(self, config: Any, tokenizer: Any, split: str) -> Split:
-        path = os.path.join(config.data_dir, _FILES.get(split, f"{split}.csv"))
-        examples = subset(read_swag(path, labelled=split != "test"), config, split)
-        return Split(split, featurize(examples, tokenizer, config.max_seq_length), examples)
+    def load(self, data: TaskData, tokenizer: Any, split: str) -> Split:
+        path = os.path.join(data.data_dir, _FILES.get(split, f"{split}.csv"))
+        examples = subset(read_swag(path, labelled=split != "test"), data, split)
+        return Split(split, featurize(examples, tokenizer, data.max_seq_length), examples)
 
     def loss(self, outputs: Any, batch: dict[str, Any]) -> Any:
         return jnp.mean(optax.softmax_cross_entropy_with_integer_labels(outputs, batch["labels"]))

@@ -37,8 +37,8 @@ class BiLSTMTask(Task):
             return bilstm.BertBiLSTMForMultipleChoice(bert_config, **size)
         raise ValueError(f"task {self.inner.name}: no BiLSTM variant of {type(base).__name__}")
 
-    def load(self, config: Any, tokenizer: Any, split: str) -> Any:
-        return self.inner.load(config, tokenizer, split)
+    def load(self, data: Any, tokenizer: Any, split: str) -> Any:
+        return self.inner.load(data, tokenizer, split)
 
     def loss(self, outputs: Any, batch: dict[str, Any]) -> Any:
         return self.inner.loss(outputs, batch)

@@ -13,12 +13,19 @@ import ml_collections
 from bert_jax.model.config import BertConfig
 from bert_jax.training import value_ranges
 
-# Settings that had a second name; the config must use the one on the right.
+# Settings that had another name; the config must use the one on the right. The run's
+# numerics left the model (they apply to the whole run, never saved with the model);
+# fine-tuning took pre-training's names for the settings the two jobs share.
 REMOVED_KEYS = {
     "model.dtype": "compute_dtype",
     "model.remat_policy": "remat_policy",
     "model.weight_grad_matmul": "weight_grad_matmul",
     "model.dropout_rng": "dropout_rng",
+    "batch_size": "global_batch_size",
+    "dropout": "model.hidden_dropout_prob and --config.model.attention_probs_dropout_prob",
+    "vocab_file": "data.vocab_file",
+    "do_lower_case": "data.do_lower_case",
+    "vocab_pad_multiple": "model.vocab_pad_multiple",
 }
 
 
@@ -31,9 +38,9 @@ def _has(config: ml_collections.ConfigDict, dotted: str) -> bool:
     return True
 
 
-# What marks each job's config: pre-training configs have `data` and `model`, fine-tuning
-# configs a `task`.
-_JOB_MARKS = {"pretrain": ("data", "model"), "finetune": ("task",)}
+# What marks each job's config: pre-training configs have a data source and a model
+# shape, fine-tuning configs a `task`.
+_JOB_MARKS = {"pretrain": ("data.source", "model.hidden_size"), "finetune": ("task",)}
 
 
 def check(config: ml_collections.ConfigDict, job: str | None = None) -> None:
@@ -48,9 +55,7 @@ def check(config: ml_collections.ConfigDict, job: str | None = None) -> None:
         )
     for old, new in REMOVED_KEYS.items():
         if _has(config, old):
-            raise ValueError(
-                f"config.{old} was removed: set --config.{new} instead (it applies to the whole run)"
-            )
+            raise ValueError(f"config.{old} was removed: set --config.{new} instead")
     value_ranges.check(config)
 
 
@@ -80,7 +85,8 @@ def set_keys(config: ml_collections.ConfigDict, changes: dict[str, Any]) -> ml_c
                 raise KeyError(f"{dotted!r}: the config has no {p!r}")
             node = node[p]
         if leaf not in node:
-            raise KeyError(f"{dotted!r}: the config has no such key")
+            renamed = f": it is now {REMOVED_KEYS[dotted]!r}" if dotted in REMOVED_KEYS else ""
+            raise KeyError(f"{dotted!r}: the config has no such key{renamed}")
         node[leaf] = value
     return config
 

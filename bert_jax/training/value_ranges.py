@@ -29,7 +29,6 @@ _FRACTION: Rule = (lambda v: 0.0 <= v < 1.0, "a number in [0, 1)")
 
 RULES: dict[str, Rule] = {
     "global_batch_size": _POSITIVE_INT,
-    "batch_size": _POSITIVE_INT,
     "eval_batch_size": _NON_NEGATIVE_INT,
     "num_train_steps": _POSITIVE_INT,
     "num_epochs": _POSITIVE_INT,
@@ -48,7 +47,6 @@ RULES: dict[str, Rule] = {
     "adam_b2": _FRACTION,
     "adam_eps": _POSITIVE,
     "lr_decay_fraction": _PROBABILITY,
-    "dropout": _FRACTION,
     "log_every_steps": _POSITIVE_INT,
     "checkpoint_every_steps": _NON_NEGATIVE_INT,
     "keep_checkpoints": _POSITIVE_INT,
@@ -65,6 +63,7 @@ RULES: dict[str, Rule] = {
     "data.dupe_factor": _POSITIVE_INT,
     "model.hidden_dropout_prob": _FRACTION,
     "model.attention_probs_dropout_prob": _FRACTION,
+    "model.vocab_pad_multiple": _NON_NEGATIVE_INT,
 }
 
 # key -> the values it may take (the run's numerics: `bert_jax.model.numerics`).
@@ -135,9 +134,9 @@ def _check_positions(config: ml_collections.ConfigDict) -> None:
 
 def _check_accumulation(config: ml_collections.ConfigDict) -> None:
     present, accum = _get(config, "grad_accum_steps")
-    batch_key = "global_batch_size" if _get(config, "global_batch_size")[0] else "batch_size"
-    _, batch = _get(config, batch_key)
+    _, batch = _get(config, "global_batch_size")
     if present and batch and batch % accum:
         raise ValueError(
-            f"config.{batch_key}={batch} does not split into config.grad_accum_steps={accum} micro-batches"
+            f"config.global_batch_size={batch} does not split into "
+            f"config.grad_accum_steps={accum} micro-batches"
         )

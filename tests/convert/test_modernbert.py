@@ -271,7 +271,7 @@ def test_finetune_from_an_hf_modernbert_folder(tmp_path) -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "bert_jax", "finetune", "--config=configs/bbc.py",
          f"--workdir={tmp_path / 'ft'}", f"--config.init_checkpoint={folder}",
-         "--config.max_seq_length=32", "--config.batch_size=8",
+         "--config.max_seq_length=32", "--config.global_batch_size=8",
          "--config.max_train_examples=32", "--config.max_eval_examples=16", "--config.num_epochs=1"],
         capture_output=True, text=True, cwd=ROOT, timeout=300,
         env=dict(os.environ, JAX_PLATFORMS="cpu", TF_CPP_MIN_LOG_LEVEL="3"),

@@ -216,7 +216,9 @@ def test_finetuning_and_features_use_it_and_refuse_another_size(cased, tmp_path)
     assert tokenization.vocab_beside(checkpoint) == os.path.join(checkpoint, "tokenizer.json")
     c = bbc_config.get_config()
     c.init_checkpoint, c.max_seq_length, c.max_train_examples, c.max_eval_examples = checkpoint, 64, 16, 8
-    inputs = finetune.load_inputs(c)  # the task's featurizer, the vocabulary beside the checkpoint
+    inputs = finetune.load_inputs(
+        finetune.resolve(c)
+    )  # the task's featurizer, the vocabulary beside the checkpoint
     ref = transformers.AutoTokenizer.from_pretrained(checkpoint)
     examples = inputs.train.meta
     want = ref(
@@ -227,9 +229,9 @@ def test_finetuning_and_features_use_it_and_refuse_another_size(cased, tmp_path)
     np.testing.assert_array_equal(inputs.train.arrays["segment_ids"], want["token_type_ids"])
     # Another checkpoint's vocabulary size: one line with both sizes.
     other = _tiny_checkpoint(tmp_path / "other", VOCAB_SIZE + 64)
-    c.init_checkpoint, c.vocab_file = other, str(cased / "tokenizer.json")
+    c.init_checkpoint, c.data.vocab_file = other, str(cased / "tokenizer.json")
     with pytest.raises(ValueError) as e:
-        finetune.load_inputs(c)
+        finetune.load_inputs(finetune.resolve(c))
     assert f"has {VOCAB_SIZE} tokens but {other} was trained with {VOCAB_SIZE + 64}" in str(e.value)
     # `features` from the checkpoint folder alone (its tokenizer.json found beside it).
     text = tmp_path / "in.txt"

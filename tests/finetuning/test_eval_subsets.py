@@ -1,7 +1,7 @@
 """`max_eval_examples` draws a seeded, label-stratified subset, the same in every evaluation."""
 
 import collections
-import types
+import dataclasses
 
 import numpy as np
 
@@ -18,7 +18,10 @@ def test_bbc_dev_subset_covers_every_topic_and_repeats() -> None:
     config.max_seq_length = 16
     task = registry.get_task("bbc")
     tok = tokenization.cached_tokenizer("", True)
-    first, second = task.load(config, tok, "dev"), task.load(config, tok, "dev")
+    first, second = (
+        task.load(base.TaskData.from_config(config), tok, "dev"),
+        task.load(base.TaskData.from_config(config), tok, "dev"),
+    )
     labels = first.arrays["labels"]
     assert len(labels) == 32 and len(set(labels.tolist())) > 1
     assert set(labels.tolist()) == set(range(len(bbc.LABELS)))  # stratified: all five topics
@@ -26,22 +29,24 @@ def test_bbc_dev_subset_covers_every_topic_and_repeats() -> None:
         np.testing.assert_array_equal(first.arrays[key], second.arrays[key])
     assert [e.guid for e in first.meta] == [e.guid for e in second.meta]
     config.seed += 1  # another run's seed draws another subset
-    assert [e.guid for e in task.load(config, tok, "dev").meta] != [e.guid for e in first.meta]
+    assert [e.guid for e in task.load(base.TaskData.from_config(config), tok, "dev").meta] != [
+        e.guid for e in first.meta
+    ]
 
 
 def test_stratified_subset_keeps_label_shares_and_split_order() -> None:
     labels = [0] * 80 + [1] * 15 + [2] * 5
     items = list(range(100))
-    config = types.SimpleNamespace(seed=7, max_train_examples=0, max_eval_examples=20)
+    config = base.TaskData(seed=7, max_train_examples=0, max_eval_examples=20)
     kept = base.subset(items, config, "dev", labels)
     assert kept == sorted(kept) and len(set(kept)) == 20
     assert collections.Counter(labels[i] for i in kept) == {0: 16, 1: 3, 2: 1}
     plain = base.subset(items, config, "dev")  # no labels (e.g. SQuAD, NER): a uniform draw
     assert len(plain) == 20 and plain == sorted(plain) and plain != items[:20]
     assert base.subset(items, config, "dev", labels) == kept
-    config.max_eval_examples = 0
+    config = dataclasses.replace(config, max_eval_examples=0)
     assert base.subset(items, config, "dev", labels) is items
     # Training subsets: a uniform seeded draw, labels or not.
-    config.max_train_examples = 10
+    config = dataclasses.replace(config, max_train_examples=10)
     order = np.random.default_rng(7).permutation(100)[:10]
     assert base.subset(items, config, "train", labels) == sorted(order.tolist())

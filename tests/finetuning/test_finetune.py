@@ -21,6 +21,7 @@ from bert_jax.finetuning import finetune, sweep
 from bert_jax.model import param_shapes
 from bert_jax.tasks import bbc, scorers
 from bert_jax.tasks.registry import get_task
+from bert_jax.training import run_config
 from configs import bbc as bbc_config
 from configs import finetune as any_config
 from configs import glue as glue_config
@@ -39,11 +40,9 @@ def tiny_checkpoint(tmp_path_factory) -> str:
 
 def _tiny(config, checkpoint: str, **overrides):
     config.init_checkpoint = checkpoint
-    config.vocab_file = tokenization.default_vocab_file()
+    config.data.vocab_file = tokenization.default_vocab_file()
     config.log_every_steps = 5
-    for k, v in overrides.items():
-        setattr(config, k, v)
-    return config
+    return run_config.set_keys(config, overrides)
 
 
 def test_bbc_news_split_is_fixed_and_disjoint() -> None:
@@ -59,7 +58,7 @@ def test_finetuning_real_minilm_on_bbc_news_reaches_high_dev_accuracy(tmp_path) 
     c = bbc_config.get_config()
     c.max_train_examples = 320
     c.max_seq_length = 32  # the title and the first words of the article
-    c.batch_size = 16
+    c.global_batch_size = 16
     c.learning_rate = 1e-4
     c.num_epochs = 2
     best = finetune.finetune(c, str(tmp_path))
@@ -75,7 +74,7 @@ def test_finetuning_real_minilm_on_bbc_news_reaches_high_dev_accuracy(tmp_path) 
 def test_glue_task_trains_and_writes_the_submission_file(tmp_path, tiny_checkpoint) -> None:
     data = write_sst2(tmp_path / "glue")
     c = _tiny(glue_config.get_config("sst2"), tiny_checkpoint, data_dir=str(data), max_seq_length=48,
-              batch_size=8, learning_rate=2e-3, num_epochs=6, predict_test=True)  # fmt: skip
+              global_batch_size=8, learning_rate=2e-3, num_epochs=6, predict_test=True)  # fmt: skip
     best = finetune.finetune(c, str(tmp_path / "run"))
     assert best["accuracy"] >= 0.9  # the appended word decides the label
     # The best epoch is saved whole: re-scoring it gives the same dev accuracy.
@@ -95,7 +94,8 @@ def test_squad_v2_end_to_end_writes_official_prediction_files(tmp_path, tiny_che
     (tmp_path / "train-v2.0.json").write_text(json.dumps(dataset))
     (tmp_path / "dev-v2.0.json").write_text(json.dumps(dataset))
     c = _tiny(squad_config.get_config("2.0"), tiny_checkpoint, data_dir=str(tmp_path), max_seq_length=96,
-              doc_stride=32, max_query_length=24, batch_size=8, learning_rate=3e-3, num_epochs=3)  # fmt: skip
+              doc_stride=32, max_query_length=24, global_batch_size=8, learning_rate=3e-3,
+              num_epochs=3)  # fmt: skip
     best = finetune.finetune(c, str(tmp_path / "run"))
     results = json.loads((tmp_path / "run" / "results.json").read_text())
     losses = [e["train_loss"] for e in results["epochs"]]
@@ -134,8 +134,8 @@ def test_ner_end_to_end_scores_entities_as_seqeval(tmp_path, tiny_checkpoint) ->
     from seqeval.metrics import f1_score
 
     data = _conll(tmp_path / "conll")
-    c = _tiny(ner_config.get_config(), tiny_checkpoint, data_dir=str(data), do_lower_case=True,
-              max_seq_length=64, batch_size=8, learning_rate=3e-3, num_epochs=8,
+    c = _tiny(ner_config.get_config(), tiny_checkpoint, data_dir=str(data), **{"data.do_lower_case": True},
+              max_seq_length=64, global_batch_size=8, learning_rate=3e-3, num_epochs=8,
               predict_test=True)  # fmt: skip
     best = finetune.finetune(c, str(tmp_path / "run"))
     assert best["f1"] > 0.5  # gazetteer words are learnable from their pieces
@@ -187,7 +187,7 @@ def _swag(root: Path) -> Path:
 def test_swag_end_to_end_multiple_choice(tmp_path, tiny_checkpoint) -> None:
     data = _swag(tmp_path / "swag")
     c = _tiny(swag_config.get_config(), tiny_checkpoint, data_dir=str(data), max_seq_length=48,
-              batch_size=4, eval_batch_size=4, learning_rate=3e-3, num_epochs=3,
+              global_batch_size=4, eval_batch_size=4, learning_rate=3e-3, num_epochs=3,
               predict_test=True)  # fmt: skip
     best = finetune.finetune(c, str(tmp_path / "run"))
     results = json.loads((tmp_path / "run" / "results.json").read_text())
@@ -204,10 +204,10 @@ def test_sweep_from_the_command_line_writes_the_table_and_resumes(
 ) -> None:
     data = write_sst2(tmp_path / "glue")
     workdir = tmp_path / "sweep"
-    overrides = dict(data_dir=str(data), init_checkpoint=tiny_checkpoint,
-                     vocab_file=tokenization.default_vocab_file(), max_seq_length=32,
-                     max_train_examples=16, eval_batch_size=32)  # fmt: skip
-    grid = {"batch_sizes": "(8,)", "learning_rates": "(1e-3, 5e-4)", "epochs": "(1,)", "seeds": "(0,)"}
+    overrides = {"data_dir": str(data), "init_checkpoint": tiny_checkpoint,
+                 "data.vocab_file": tokenization.default_vocab_file(), "max_seq_length": 32,
+                 "max_train_examples": 16, "eval_batch_size": 32}  # fmt: skip
+    grid = {"global_batch_sizes": "(8,)", "learning_rates": "(1e-3, 5e-4)", "epochs": "(1,)", "seeds": "(0,)"}
     proc = subprocess.run(
         [sys.executable, "-m", "bert_jax", "finetune", "--config=configs/glue.py:sst2",
          f"--workdir={workdir}", "--sweep", *(f"--config.{k}={v}" for k, v in overrides.items()),
@@ -217,17 +217,17 @@ def test_sweep_from_the_command_line_writes_the_table_and_resumes(
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "best run:" in proc.stdout
     runs = (workdir / "sweep_runs.tsv").read_text().splitlines()
-    assert len(runs) == 1 + 2 and runs[0].startswith("batch_size\tlearning_rate\tepochs\tseed\taccuracy")
+    assert len(runs) == 1 + 2 and runs[0].startswith(
+        "global_batch_size\tlearning_rate\tepochs\tseed\taccuracy"
+    )
     table = (workdir / "sweep_table.md").read_text()
     assert "| 8 | 0.001 | 1 | 1 |" in table and "| 8 | 0.0005 | 1 | 1 |" in table
     best = json.loads((workdir / "sweep_best.json").read_text())
     assert best["score"] == pytest.approx(max(float(r.split("\t")[4]) for r in runs[1:]))
     assert json.loads((workdir / "bs8_lr0.001_ep1_seed0" / "results.json").read_text())["task"] == "sst2"
     # Rerunning the same sweep reuses the finished runs.
-    c = glue_config.get_config("sst2")
-    for k, v in overrides.items():
-        setattr(c, k, v)
-    c.sweep.batch_sizes, c.sweep.learning_rates, c.sweep.epochs, c.sweep.seeds = (
+    c = run_config.set_keys(glue_config.get_config("sst2"), overrides)
+    c.sweep.global_batch_sizes, c.sweep.learning_rates, c.sweep.epochs, c.sweep.seeds = (
         (8,),
         (1e-3, 5e-4),
         (1,),
@@ -246,7 +246,12 @@ def test_wrong_size_checkpoint_and_vocab_fail_clearly(tmp_path, tiny_checkpoint)
         param_shapes.merge_params({"pooler": {"dense": {"kernel": jnp.zeros(2)}}}, loaded, "ckpt")
     vocab = tmp_path / "vocab.txt"
     vocab.write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "b"]) + "\n")
-    c = _tiny(glue_config.get_config("sst2"), tiny_checkpoint, vocab_file=str(vocab), data_dir=str(tmp_path))
+    c = _tiny(
+        glue_config.get_config("sst2"),
+        tiny_checkpoint,
+        data_dir=str(tmp_path),
+        **{"data.vocab_file": str(vocab)},
+    )
     with pytest.raises(ValueError, match=r"vocab.txt has 7 tokens but .* was trained with 30522"):
         finetune.finetune(c, str(tmp_path / "run"))
     with pytest.raises(ValueError, match="unknown task 'sst3'"):
@@ -259,9 +264,9 @@ def test_wrong_size_checkpoint_and_vocab_fail_clearly(tmp_path, tiny_checkpoint)
 def test_random_init_keeps_the_architecture_and_draws_fresh_weights(tiny_checkpoint) -> None:
     """The random-init baseline: the checkpoint's shapes and vocabulary, none of its weights."""
     c = _tiny(bbc_config.get_config(), tiny_checkpoint, max_train_examples=16, max_eval_examples=8)
-    loaded = finetune.load_inputs(c)
+    loaded = finetune.load_inputs(finetune.resolve(c))
     c.random_init = True
-    fresh = finetune.load_inputs(c)
+    fresh = finetune.load_inputs(finetune.resolve(c))
     assert fresh.bert_config == loaded.bert_config
     flat = lambda p: dict(jax.tree_util.tree_flatten_with_path(p)[0])
     before, after = flat(loaded.params), flat(fresh.params)
@@ -269,7 +274,7 @@ def test_random_init_keeps_the_architecture_and_draws_fresh_weights(tiny_checkpo
     assert all(np.shape(before[k]) == np.shape(after[k]) for k in before)
     encoder = [k for k in before if k[0].key == "bert" and k[-1].key in ("kernel", "embedding")]
     assert encoder and not any(np.allclose(before[k], after[k]) for k in encoder)
-    again = flat(finetune.load_inputs(c).params)  # the same seed: the same baseline
+    again = flat(finetune.load_inputs(finetune.resolve(c)).params)  # the same seed: the same baseline
     assert all(np.array_equal(after[k], again[k]) for k in after)
 
 
@@ -284,11 +289,13 @@ checkpoint, vocab, data, out = sys.argv[1:]
 results = {}
 for shape in ((8, 1, 1), (2, 2, 2)):
     c = glue.get_config("sst2")
-    c.update(dict(init_checkpoint=checkpoint, vocab_file=vocab, data_dir=data, max_seq_length=48,
-                  batch_size=8, eval_batch_size=16, learning_rate=2e-3, num_epochs=1,
+    c.data.vocab_file = vocab
+    c.update(dict(init_checkpoint=checkpoint, data_dir=data, max_seq_length=48,
+                  global_batch_size=8, eval_batch_size=16, learning_rate=2e-3, num_epochs=1,
                   log_every_steps=1, mesh_shape=shape))
-    inputs = finetune.load_inputs(c)
-    state = finetune.Finetuning(c, inputs, total_steps=10).engine.init_state(0, inputs.params)
+    settings = finetune.resolve(c)
+    inputs = finetune.load_inputs(settings)
+    state = finetune.Finetuning(settings, inputs, total_steps=10).engine.init_state(0, inputs.params)
     word = state.params["bert"]["embeddings"]["word_embeddings"]["embedding"]
     results[str(shape)] = {"word_spec": [str(a) for a in word.sharding.spec],
                            "word_shards": len({d.id for d in word.sharding.device_set}),
@@ -311,7 +318,7 @@ def test_sharded_finetuning_equals_one_device(tmp_path, tiny_checkpoint) -> None
     data = write_sst2(tmp_path / "glue")
     vocab = tokenization.default_vocab_file()
     c = _tiny(glue_config.get_config("sst2"), tiny_checkpoint, data_dir=str(data), max_seq_length=48,
-              batch_size=8, eval_batch_size=16, learning_rate=2e-3, num_epochs=1)  # fmt: skip
+              global_batch_size=8, eval_batch_size=16, learning_rate=2e-3, num_epochs=1)  # fmt: skip
     c.log_every_steps = 1
     best = finetune.finetune(c, str(tmp_path / "one"))
     rows = [json.loads(x) for x in (tmp_path / "one" / "metrics.jsonl").read_text().splitlines()]
@@ -357,8 +364,8 @@ def test_finetuning_starts_from_a_pretraining_workdir(tmp_path) -> None:
     c = glue_config.get_config("sst2")
     data = str(write_sst2(tmp_path / "glue"))
     c.update(dict(init_checkpoint=str(workdir), data_dir=data, max_seq_length=48,
-                  batch_size=8, num_epochs=1, max_train_examples=32, learning_rate=1e-3))  # fmt: skip
-    inputs = finetune.load_inputs(c)
+                  global_batch_size=8, num_epochs=1, max_train_examples=32, learning_rate=1e-3))  # fmt: skip
+    inputs = finetune.load_inputs(finetune.resolve(c))
     loaded, _ = convert.load_checkpoint(str(workdir))
     for name in ("embeddings", "encoder"):
         a, b = convert.flatten(inputs.params["bert"][name]), convert.flatten(loaded["bert"][name])

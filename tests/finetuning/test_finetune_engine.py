@@ -19,7 +19,7 @@ from bert_jax.data import tokenization
 from bert_jax.finetuning import batches, finetune
 from bert_jax.tasks.ner import IGNORE
 from bert_jax.tasks.registry import get_task
-from bert_jax.training import engine, loop, sharding
+from bert_jax.training import engine, loop, run_config, sharding
 from bert_jax.training.settings import TrainingSettings
 from configs import glue as glue_config
 from tests.conftest import ROOT
@@ -123,14 +123,13 @@ def _wait_for_checkpoint(ckpts: Path, at_least: int, proc: subprocess.Popen) -> 
 def test_sigterm_saves_and_sigkill_resumes_with_the_losses_of_an_uninterrupted_run(tmp_path) -> None:
     checkpoint = write_tiny_checkpoint(tmp_path / "tiny_bert")
     data = write_sst2(tmp_path / "glue")
-    overrides = dict(init_checkpoint=checkpoint, vocab_file=tokenization.default_vocab_file(),
-                     data_dir=str(data), max_seq_length=48, batch_size=4, learning_rate=2e-3,
-                     num_epochs=2, max_train_examples=100, log_every_steps=1,
-                     checkpoint_every_steps=5,
-                     # One compiled shape per process (packing and buckets are tested apart).
-                     pack_examples=False, length_buckets=())  # fmt: skip
-    c = glue_config.get_config("sst2")
-    c.update(overrides)
+    overrides = {"init_checkpoint": checkpoint, "data.vocab_file": tokenization.default_vocab_file(),
+                 "data_dir": str(data), "max_seq_length": 48, "global_batch_size": 4, "learning_rate": 2e-3,
+                 "num_epochs": 2, "max_train_examples": 100, "log_every_steps": 1,
+                 "checkpoint_every_steps": 5,
+                 # One compiled shape per process (packing and buckets are tested apart).
+                 "pack_examples": False, "length_buckets": ()}  # fmt: skip
+    c = run_config.set_keys(glue_config.get_config("sst2"), overrides)
     best = finetune.finetune(c, str(tmp_path / "whole"))
     want = _losses(tmp_path / "whole" / "metrics.jsonl")
     assert sorted(want) == list(range(1, 51))  # 100 rows / 4 = 25 steps x 2 epochs

@@ -8,7 +8,7 @@ import pytest
 
 from bert_jax.data import pretraining_examples
 from bert_jax.data.tokenization import SpecialIds
-from bert_jax.pretraining import pretrain
+from bert_jax.pretraining import model_vocab, pretrain
 from bert_jax.training import optimizer, run_config
 from configs import pretrain as pretrain_config
 
@@ -83,7 +83,9 @@ def test_recipes_set_their_switches_and_sizes_keep_theirs() -> None:
     demo = pretrain_config.get_config("demo")
     assert (demo.global_batch_size, demo.max_seq_length) == (paper.global_batch_size, paper.max_seq_length)
     assert demo.data.full_sentences and not demo.data.nsp
-    assert demo.data.learned_vocab_size == demo.model.vocab_size == 8192
+    # The learned vocabulary's size is written once; the model takes the tokenizer's size.
+    assert demo.data.learned_vocab_size == 8192 and demo.model.vocab_size == 0
+    assert model_vocab.planned_size(demo) == 8192 == model_vocab.model_config(demo).padded_vocab_size
     for name in ("cramming", "mosaicbert", "modernbert"):
         c = pretrain_config.get_config(name)
         assert c.model.hidden_size == 768 and c.data.full_sentences, name
@@ -185,12 +187,13 @@ def test_a_modern_checkpoint_fine_tunes_gives_features_and_refuses_hf_export(tmp
     from tests.helpers.task_data import write_sst2
 
     pre = _learning_config("modernbert", _corpus(tmp_path), str(tmp_path / "cache"))
-    pre.data.learned_vocab_size = pre.model.vocab_size = 600
+    pre.data.learned_vocab_size, pre.model.vocab_size = 600, 0  # 0: the tokenizer's size
     pre.num_train_steps, pre.baseline_batches = 4, 0
     workdir = tmp_path / "pretrain"
     pretrain.train_and_evaluate(pre, str(workdir))
     vocab = tokenization.load_vocab(str(workdir / "vocab.txt"))
     assert len(vocab) == 600 and "the" in vocab  # the learned vocabulary travels with it
+    assert json.loads((workdir / "bert_config.json").read_text())["vocab_size"] == 600
 
     params, config = convert.load_checkpoint(str(workdir))
     assert config.switches_on() == [
@@ -207,7 +210,8 @@ def test_a_modern_checkpoint_fine_tunes_gives_features_and_refuses_hf_export(tmp
     c = glue_config.get_config("sst2")
     data = str(write_sst2(tmp_path / "glue"))
     c.update(dict(init_checkpoint=str(workdir), data_dir=data, max_seq_length=32,
-                  batch_size=8, num_epochs=1, max_train_examples=16, max_eval_examples=16))  # fmt: skip
+                  global_batch_size=8, num_epochs=1, max_train_examples=16,
+                  max_eval_examples=16))  # fmt: skip
     finetune.finetune(c, str(tmp_path / "ft"))
     assert json.loads((tmp_path / "ft" / "results.json").read_text())["checkpoint"] == str(workdir)
 

@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from bert_jax.tasks import downstream_data
+from bert_jax.tasks.base import TaskData
 from bert_jax.tasks.registry import get_task
 from configs import finetune as any_config
 from tests.conftest import ROOT
@@ -103,7 +104,9 @@ def test_missing_and_damaged_files_name_the_fetch_command(tmp_path, monkeypatch)
         downstream_data.require("", name)
     target.write_bytes(b"short")
     with pytest.raises(FileNotFoundError, match=r"is damaged \(5 bytes, not 681736\)"):
-        get_task("rotten_tomatoes").load(any_config.get_config("rotten_tomatoes"), None, "train")
+        get_task("rotten_tomatoes").load(
+            TaskData.from_config(any_config.get_config("rotten_tomatoes")), None, "train"
+        )
 
 
 def test_finetune_without_the_data_is_one_line(tmp_path) -> None:

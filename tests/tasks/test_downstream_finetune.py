@@ -36,9 +36,9 @@ def root(tmp_path_factory) -> Path:
 
 def test_disfl_qa_from_the_command_line(tmp_path, root, tiny_checkpoint) -> None:
     run = tmp_path / "run"
-    flags = dict(init_checkpoint=tiny_checkpoint, vocab_file=tokenization.default_vocab_file(),
-                 data_dir=root, max_train_examples=48, max_eval_examples=40, num_epochs=1, batch_size=8,
-                 learning_rate=1e-3, log_every_steps=100)  # fmt: skip
+    flags = {"init_checkpoint": tiny_checkpoint, "data.vocab_file": tokenization.default_vocab_file(),
+             "data_dir": root, "max_train_examples": 48, "max_eval_examples": 40, "num_epochs": 1,
+             "global_batch_size": 8, "learning_rate": 1e-3, "log_every_steps": 100}  # fmt: skip
     proc = subprocess.run(
         [sys.executable, "-m", "bert_jax", "finetune", "--config=configs/finetune.py:disfl_qa",
          f"--workdir={run}", *(f"--config.{k}={v}" for k, v in flags.items())],
@@ -63,12 +63,12 @@ def test_disfl_qa_from_the_command_line(tmp_path, root, tiny_checkpoint) -> None
 
 def test_dialog_pairs_through_the_python_api(tmp_path, root, tiny_checkpoint) -> None:
     c = any_config.get_config("dialog_pairs")
-    c.init_checkpoint, c.vocab_file, c.data_dir = (
+    c.init_checkpoint, c.data.vocab_file, c.data_dir = (
         tiny_checkpoint,
         tokenization.default_vocab_file(),
         str(root),
     )
-    c.max_train_examples, c.max_eval_examples, c.num_epochs, c.batch_size = 128, 64, 1, 16
+    c.max_train_examples, c.max_eval_examples, c.num_epochs, c.global_batch_size = 128, 64, 1, 16
     best = finetune.finetune(c, str(tmp_path))
     results = json.loads((tmp_path / "results.json").read_text())
     assert results["eval_rows"] == {"dev": 64, "test": 64}

@@ -23,6 +23,7 @@ from bert_jax.tasks import (
     scorers,
     squad,
 )
+from bert_jax.tasks.base import TaskData
 from bert_jax.tasks.registry import get_task
 from configs import finetune as any_config
 from tests.conftest import ROOT
@@ -164,10 +165,10 @@ def test_classification_tasks_load_their_splits(root) -> None:
     for task in ("dialog_pairs", "vitaminc", "rotten_tomatoes"):
         config = any_config.get_config(task)
         config.data_dir, config.max_eval_examples = str(root), 200
-        split = get_task(task).load(config, tok, "test")
+        split = get_task(task).load(TaskData.from_config(config), tok, "test")
         assert len(split) == 200 and "labels" in split.arrays
         pairs = split.arrays["segment_ids"].max() == 1
         assert pairs == (task != "rotten_tomatoes")  # A/B segments for the pair tasks
     assert get_task("vitaminc").eval_splits == ("dev", "test") == get_task("disfl_qa").eval_splits
     with pytest.raises(ValueError, match="has the splits train, dev, test, not 'validation'"):
-        get_task("vitaminc").load(any_config.get_config("vitaminc"), tok, "validation")
+        get_task("vitaminc").load(TaskData.from_config(any_config.get_config("vitaminc")), tok, "validation")

@@ -56,8 +56,9 @@ def test_pretraining_values_out_of_range_are_refused(key, value, message) -> Non
     ("key", "value", "message"),
     [
         ("num_epochs", -1, "config.num_epochs=-1: must be a positive integer"),
-        ("batch_size", 0, "config.batch_size=0: must be a positive integer"),
-        ("dropout", 1.5, "config.dropout=1.5: must be a number in [0, 1)"),
+        ("global_batch_size", 0, "config.global_batch_size=0: must be a positive integer"),
+        ("model.hidden_dropout_prob", 1.5, "config.model.hidden_dropout_prob=1.5: must be a number in [0,"),
+        ("model.vocab_pad_multiple", -8, "config.model.vocab_pad_multiple=-8: must be an integer >= 0"),
         ("warmup_proportion", 2.0, "config.warmup_proportion=2.0: must be a number in [0, 1]"),
         ("weight_grad_matmul", "copy", "config.weight_grad_matmul='copy': must be one of auto,"),
     ],
@@ -97,3 +98,43 @@ def test_a_config_for_the_other_job_is_named_as_such(tmp_path) -> None:
     assert proc.returncode == 1
     (line,) = proc.stderr.strip().splitlines()
     assert "is a fine-tuning config" in line and not (tmp_path / "w").exists()
+
+
+@pytest.mark.parametrize(
+    ("old", "value", "new"),
+    [
+        ("batch_size", 16, "global_batch_size"),
+        ("dropout", 0.2, "model.hidden_dropout_prob and --config.model.attention_probs_dropout_prob"),
+        ("vocab_file", "v.txt", "data.vocab_file"),
+        ("do_lower_case", False, "data.do_lower_case"),
+        ("vocab_pad_multiple", 128, "model.vocab_pad_multiple"),
+    ],
+)
+def test_fine_tuning_takes_pre_trainings_names_and_refuses_the_old_ones(old, value, new) -> None:
+    """One name per setting: a config file that still sets the old name is refused naming
+    the new one, and so is an override (`--finetune_set`, `set_keys`)."""
+    c = finetune_config.get_config("bbc")
+    c[old] = value  # a user's own config file written for the old names
+    message = f"^config.{old} was removed: set --config.{re.escape(new)} instead$"
+    with pytest.raises(ValueError, match=message):
+        run_config.check(c, "finetune")
+    with pytest.raises(KeyError, match=f"it is now {re.escape(repr(new))}"):
+        run_config.set_keys(finetune_config.get_config("bbc"), {old: value})
+    # The new names are the pre-training job's.
+    pre = pretrain_config.get_config("tiny")
+    for key in new.split(" and --config."):
+        *parents, leaf = key.split(".")
+        assert leaf in (pre[parents[0]] if parents else pre), key
+        assert leaf in (c[parents[0]] if parents else c), key
+
+
+def test_an_old_fine_tuning_flag_is_one_line_naming_the_new_one(tmp_path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "bert_jax", "finetune", "--config=configs/bbc.py", "--config.batch_size=8",
+         f"--workdir={tmp_path / 'w'}"],
+        capture_output=True, text=True, cwd=ROOT, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 1
+    (line,) = proc.stderr.strip().splitlines()
+    assert "'batch_size' (from --config.batch_size=8) was removed: set --config.global_batch_size" in line
+    assert not (tmp_path / "w").exists()

@@ -1,0 +1,89 @@
+"""The model's vocabulary size in a pre-training config, written once.
+
+``model.vocab_size`` > 0 is the size as given: the tokenizer's ids must fit under it
+(a larger table only wastes rows). ``model.vocab_size = 0`` means "the run's tokenizer's
+size", so that a preset which learns its vocabulary (``data.learned_vocab_size``) names
+the size in one place. Either way the table is then padded to a multiple of
+``model.vocab_pad_multiple`` (`BertConfig.padded_vocab_size`).
+
+Two readings, one rule:
+
+- `planned_size`: without the data (`bert-jax plan`, ablation costs, FLOP counts). A
+  learned vocabulary has exactly ``data.learned_vocab_size`` tokens
+  (`vocab_learning.build_wordpiece_vocab`), so it is taken from there and never learned;
+  another tokenizer is read from its file.
+- `run_size`: what a run trains, from its tokenizer (learning a vocabulary once into the
+  cache where the data config learns one), and refusing an explicit size the tokenizer's
+  ids do not fit.
+
+`resolved` gives the run's config with the size written in, which is what the run's
+model, data and ``bert_config.json`` then read (never 0).
+"""
+
+from __future__ import annotations
+
+import ml_collections
+
+from bert_jax.data import run_vocabulary
+from bert_jax.model.config import BertConfig
+from bert_jax.training import run_config
+
+_NO_TOKENIZER = (
+    "config.model.vocab_size=0 takes the tokenizer's size, and data.source=synthetic has no "
+    "tokenizer: set --config.model.vocab_size=N"
+)
+
+
+def planned_size(config: ml_collections.ConfigDict) -> int:
+    """The model's vocabulary size known without reading any data: ``model.vocab_size``,
+    or with 0 ``data.learned_vocab_size`` (never learned here) or the size of the
+    tokenizer's file."""
+    size = int(config.model.vocab_size)
+    if size:
+        return size
+    if config.data.source == "synthetic":
+        raise ValueError(_NO_TOKENIZER)
+    learned = int(config.data.learned_vocab_size)
+    return learned or run_vocabulary.vocab_size_of(config.data)
+
+
+def run_size(config: ml_collections.ConfigDict) -> int:
+    """The vocabulary size the run trains with: its tokenizer's for 0 (a learned vocabulary
+    is learned once, cached), else ``model.vocab_size`` if the tokenizer's ids fit under it."""
+    size = int(config.model.vocab_size)
+    if config.data.source == "synthetic":
+        if not size:
+            raise ValueError(_NO_TOKENIZER)
+        return size
+    vocab = run_vocabulary.vocab_size_of(config.data)
+    if size and vocab > size:
+        raise ValueError(
+            f"the vocabulary has {vocab} tokens but config.model.vocab_size is {size}: set "
+            f"--config.model.vocab_size={vocab} (or 0: the tokenizer's size)"
+        )
+    return size or vocab
+
+
+def _with_size(config: ml_collections.ConfigDict, size: int) -> ml_collections.ConfigDict:
+    if int(config.model.vocab_size) == size:
+        return config
+    out = config.copy_and_resolve_references()
+    out.model.vocab_size = size
+    return out
+
+
+def planned(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+    """`config` with `planned_size` written into ``model.vocab_size`` (a copy; `config`
+    itself where it is already written)."""
+    return _with_size(config, planned_size(config))
+
+
+def resolved(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+    """`config` with `run_size` written into ``model.vocab_size`` (a copy; `config` itself
+    where it is already written)."""
+    return _with_size(config, run_size(config))
+
+
+def model_config(config: ml_collections.ConfigDict) -> BertConfig:
+    """The model of a pre-training config (`run_config.bert_config`) at `planned_size`."""
+    return run_config.bert_config(planned(config))
