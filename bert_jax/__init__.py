@@ -11,6 +11,7 @@
     from bert_jax import load_config, pretrain, finetune
     final = pretrain(load_config("configs/pretrain.py:demo"), "runs/demo")     # = bert-jax pretrain
     best = finetune(load_config("configs/bbc.py"), "runs/bbc")                 # = bert-jax finetune
+    print(final.metrics["mlm_accuracy"], best.metrics["accuracy"])  # a JobResult each
 
 Names are imported on first use, so `import bert_jax` loads neither JAX nor TensorFlow.
 The subpackages are the architecture: `model`, `data`, `training`, `pretraining`,
@@ -46,6 +47,7 @@ _API = {
     "load_config": ("bert_jax.training.run_config", "load_config"),
     "pretrain": ("bert_jax.pretraining.pretrain", "train_and_evaluate"),
     "finetune": ("bert_jax.finetuning.finetune", "finetune"),
+    "JobResult": ("bert_jax.training.results", "JobResult"),  # what both jobs return
 }
 
 __all__ = sorted(_API)

@@ -98,6 +98,9 @@ def finetuning() -> ml_collections.ConfigDict:
     # True: init_checkpoint's architecture and vocabulary with freshly initialised weights
     # (seeded by `seed`): the random-init baseline a pre-trained encoder is compared with.
     c.random_init = False
+    # True: after the run, the same fine-tuning from freshly initialised weights into
+    # <workdir>/random_init/, printed beside it (`bert_jax.finetuning.baseline`).
+    c.random_init_baseline = False
     # How the task's text becomes ids (the same keys as pre-training's `data` block).
     c.data = ml_collections.ConfigDict()
     c.data.vocab_file = ""  # empty: the vocabulary beside the checkpoint

@@ -4,6 +4,8 @@ import os
 import sys
 from pathlib import Path
 
+import pytest
+
 # Tests run on the CPU (one device in this process; sharding tests start subprocesses with
 # 8 virtual devices). Set before JAX is imported anywhere.
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
@@ -43,3 +45,11 @@ def tiny_pretraining(**overrides):
             node = node[p]
         node[leaf] = value
     return c
+
+
+@pytest.fixture(scope="module")
+def tiny_checkpoint(tmp_path_factory) -> str:
+    """A tiny BERT checkpoint with the bundled vocabulary, for fine-tuning tests."""
+    from tests.helpers.task_data import write_tiny_checkpoint
+
+    return write_tiny_checkpoint(tmp_path_factory.mktemp("tiny_bert"))

@@ -51,6 +51,8 @@ def cell_plan(table: ml_collections.ConfigDict, row: str, column: str) -> dict[s
     config.init_checkpoint = settings.model_from  # resolved to its folder at run time
     config.data.do_lower_case = bool(table.rows[settings.model_from].data.do_lower_case)
     config.save_best_model = False  # one model per cell and seed would fill the disk
+    if "random_init_baseline" in config:
+        config.random_init_baseline = False  # the table has its own random_init row
     if random_init:
         if "random_init" not in config:
             return {**plan, "approach": "n/a", "reason": "this fine-tuning has no random_init setting"}
@@ -260,8 +262,8 @@ def run_one(
         feature_based.train(config, table.feature_bilstm, plan["layers"], plan["combine"], seed_dir)
     else:
         result = finetune.finetune(config, seed_dir)
-        if "stopped_at" in result:
-            raise SystemExit(f"fine-tuning stopped at step {result['stopped_at']}; rerun to continue")
+        if result.stopped:
+            raise SystemExit(f"fine-tuning stopped at step {result.step}; rerun to continue")
 
 
 def fill_cell(

@@ -163,8 +163,10 @@ def pretrain_row(table: ml_collections.ConfigDict, row: str, workdir: str) -> di
         return done
     print(f"== {table.table} / {row}: pre-training in {row_dir}", flush=True)
     final = pretrain.train_and_evaluate(config, row_dir)
-    if "stopped_at" in final:
+    if final.stopped:
         return None
-    record = {"num_train_steps": int(config.num_train_steps), "final": cells._plain(final)}
+    # Without held-out data ``pretraining.json`` keeps the step and the flag as its "final".
+    metrics = final.metrics if final.held_out else {"step": final.step, "held_out": False}
+    record = {"num_train_steps": int(config.num_train_steps), "final": cells._plain(metrics)}
     cells._write_json(os.path.join(row_dir, "pretraining.json"), record)
     return record

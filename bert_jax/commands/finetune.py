@@ -41,15 +41,17 @@ def main(argv: list[str]) -> None:
     files.check_reachable(workdir, "--workdir", writable=True)
     if FLAGS.sweep:
         best = sweep.sweep(FLAGS.config, workdir)
+        if best is None:  # a run stopped early and said where
+            return
         print(f"best run: {best['dir']}  dev {best['metric']} {best['score']:.4f}")
         return
     best = finetune.finetune(FLAGS.config, workdir)
-    if "stopped_at" in best:
-        print(f"stopped at step {best['stopped_at']}; rerun the same command to continue ({workdir})")
+    if best.stopped:
+        print(f"stopped at step {best.step}; rerun the same command to continue ({workdir})")
         return
     print(
         "best dev: "
-        + ", ".join(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}" for k, v in best.items())
+        + ", ".join(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}" for k, v in best.metrics.items())
     )
     outputs = [("results", "results.json"), ("epochs", "epochs.json"), ("metrics", "metrics.jsonl")]
     outputs += [("best model", "best_model"), ("test predictions", "test")]

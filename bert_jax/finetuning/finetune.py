@@ -37,7 +37,7 @@ import numpy as np
 
 from bert_jax import convert
 from bert_jax.data import tokenization, vocab_fit
-from bert_jax.finetuning import packing
+from bert_jax.finetuning import baseline, packing
 from bert_jax.finetuning.batches import bucket_length, cut_to_length, epoch_batch
 from bert_jax.finetuning.outputs import EpochHistory, load_saved_params, save_model, write_json
 from bert_jax.finetuning.settings import FinetuneSettings
@@ -47,6 +47,7 @@ from bert_jax.tasks.base import MODEL_INPUTS, Split, Task
 from bert_jax.tasks.registry import get_task
 from bert_jax.training import engine, sharding
 from bert_jax.training.loop import Hook, StopRequested, TrainingRun
+from bert_jax.training.results import JobResult
 from bert_jax.training.settings import TrainingSettings
 
 
@@ -278,9 +279,9 @@ class EpochEnd:
         self.start, self.losses = time.time(), []
 
 
-def finetune(config: ml_collections.ConfigDict | FinetuneSettings, workdir: str) -> dict[str, Any]:
-    """Trains `config.task` from `config.init_checkpoint` (or resumes); returns the best
-    dev metrics.
+def finetune(config: ml_collections.ConfigDict | FinetuneSettings, workdir: str) -> JobResult:
+    """Trains `config.task` from `config.init_checkpoint` (or resumes); returns the last step
+    and the best epoch's metrics (``stopped`` when ``stop_after_step`` ended the run first).
 
     Writes ``metrics.jsonl`` and TensorBoard events, per-epoch prediction files of the
     task under ``eval/epoch<k>/<split>/``, ``results.json`` (every epoch's scores and the
@@ -306,7 +307,7 @@ def finetune(config: ml_collections.ConfigDict | FinetuneSettings, workdir: str)
             end_of_epoch = EpochEnd(ft, loop, history, workdir)
             loop.steps(ft.engine, state, batches, end=total, flops=ft.flops, hooks=end_of_epoch.hooks())
     except StopRequested as stop:
-        return {"stopped_at": stop.step}
+        return JobResult.stopped_at(stop.step)
     best = {k: v for k, v in history.best().items() if k not in ("step", "seconds", "train_loss")}
     test_files = predict_test(ft, workdir, config) if config.predict_test and inputs.task.test_splits else []
     results = {
@@ -327,7 +328,10 @@ def finetune(config: ml_collections.ConfigDict | FinetuneSettings, workdir: str)
     if jax.process_index() == 0:
         write_json(os.path.join(workdir, "results.json"), results)
         shutil.rmtree(os.path.join(workdir, "checkpoints"), ignore_errors=True)  # the run is complete
-    return best
+    result = JobResult(step=total, metrics=best)
+    if config.random_init_baseline and not config.random_init:
+        baseline.run(config, workdir, result, inputs.task.main_metric, finetune)
+    return result
 
 
 def predict_test(ft: Finetuning, workdir: str, config: FinetuneSettings) -> list[str]:

@@ -32,6 +32,7 @@ class FinetuneSettings:
     task: str
     init_checkpoint: str  # empty: the bundled MiniLM BERT
     random_init: bool  # the checkpoint's architecture, fresh seeded weights (the baseline)
+    random_init_baseline: bool  # after the run, the random-init run beside it (`baseline`)
     vocab_file: str  # empty: the vocabulary beside the checkpoint
     do_lower_case: bool
     hidden_dropout_prob: float
@@ -57,6 +58,7 @@ class FinetuneSettings:
             task=str(config.task),
             init_checkpoint=str(config.init_checkpoint),
             random_init=bool(config.random_init),
+            random_init_baseline=bool(config.random_init_baseline),
             vocab_file=str(config.data.vocab_file),
             do_lower_case=bool(config.data.do_lower_case),
             hidden_dropout_prob=float(config.model.hidden_dropout_prob),

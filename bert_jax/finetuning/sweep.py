@@ -19,12 +19,13 @@ from bert_jax.finetuning.finetune import finetune
 from bert_jax.tasks.registry import get_task
 
 
-def sweep(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
+def sweep(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any] | None:
     """The grid of `config.sweep` (batch x lr x epochs, several seeds each), one run per
     folder ``bs<B>_lr<LR>_ep<E>_seed<S>``; runs with a ``results.json`` are not repeated.
 
     Writes ``sweep_runs.tsv`` (one row per run), ``sweep_table.md`` (per grid point: mean,
     std and max over seeds of the best dev score) and ``sweep_best.json`` (the best run).
+    Returns the best run, or None when a run stopped early (``stop_after_step``).
     """
     grid = config.sweep
     rows = []
@@ -46,8 +47,11 @@ def sweep(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
                 results = json.load(f)
             main, best = results["main_metric"], results["best"]
         else:
-            best = finetune(run, run_dir)
-            main = get_task(config.task).main_metric
+            result = finetune(run, run_dir)
+            if result.stopped:  # stop_after_step: the run resumes when the sweep is rerun
+                print(f"{run_dir}: stopped at step {result.step}; rerun the same command to continue")
+                return None
+            best, main = result.metrics, get_task(config.task).main_metric
         rows.append({"global_batch_size": bs, "learning_rate": lr, "epochs": epochs, "seed": seed,
                      "score": best[main], "best_epoch": best["epoch"], "dir": run_dir})  # fmt: skip
     return write_sweep_tables(rows, main, workdir)

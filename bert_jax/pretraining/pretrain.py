@@ -37,6 +37,7 @@ from bert_jax.pretraining.objective import (
 from bert_jax.storage import files
 from bert_jax.training import engine, multihost, run_config, sharding
 from bert_jax.training.loop import Hook, StopRequested, TrainingRun
+from bert_jax.training.results import JobResult
 from bert_jax.training.settings import TrainingSettings
 
 
@@ -295,8 +296,10 @@ def train_phases(run: Pretraining, loop: TrainingRun, state: Any, hooks: Sequenc
     return state
 
 
-def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
-    """Trains (or resumes) to `config.num_train_steps`; returns the final eval metrics."""
+def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> JobResult:
+    """Trains (or resumes) to `config.num_train_steps`; returns the last step and the final
+    held-out metrics (``held_out=False`` and no metrics when the data has no held-out split;
+    ``stopped`` when ``stop_after_step`` ended the run first)."""
     workdir = files.resolve(workdir)  # orbax wants absolute paths; gs:// stays as it is
     # Everything that can refuse the run comes before anything is written to the workdir.
     run_config.check(config, "pretrain")
@@ -335,13 +338,13 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
             step = loop.finish(state)
             if not held_out:
                 evaluation.report_without_held_out(workdir, step)
-                return {"step": step, "held_out": False}
+                return JobResult(step=step, held_out=False)
             final, eval_targets = evaluation.evaluate_held_out(run, state.params, final_phase)
             if periodic_eval.last.get("mlm_accuracy") != final["mlm_accuracy"]:
                 loop.logger.write(step, final, split="eval")
             loop.ckpt.maybe_save_best(step, state, final)
     except StopRequested as stop:
-        return {"stopped_at": stop.step}
+        return JobResult.stopped_at(stop.step)
     if int(config.baseline_batches):
         with jax.set_mesh(run.mesh):
             top, acc, loss = evaluation.unigram_baseline(
@@ -352,4 +355,4 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
             final["unigram_baseline_piece"] = run_vocabulary.tokenizer_of(config.data).vocab[top]
         final["unigram_baseline_accuracy"], final["unigram_baseline_loss"] = acc, loss
     evaluation.report(final, workdir, run.nsp)
-    return final
+    return JobResult(step=step, metrics=final)

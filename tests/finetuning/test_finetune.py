@@ -30,12 +30,7 @@ from configs import squad as squad_config
 from configs import swag as swag_config
 from tests.conftest import ROOT
 from tests.helpers import results as worker_results
-from tests.helpers.task_data import bbc_sentences, build_squad, write_sst2, write_tiny_checkpoint
-
-
-@pytest.fixture(scope="module")
-def tiny_checkpoint(tmp_path_factory) -> str:
-    return write_tiny_checkpoint(tmp_path_factory.mktemp("tiny_bert"))
+from tests.helpers.task_data import bbc_sentences, build_squad, write_sst2
 
 
 def _tiny(config, checkpoint: str, **overrides):
@@ -64,7 +59,7 @@ def test_finetuning_real_minilm_on_bbc_news_reaches_high_dev_accuracy(tmp_path) 
     best = finetune.finetune(c, str(tmp_path))
     results = json.loads((tmp_path / "results.json").read_text())
     assert results["eval_rows"] == {"dev": len(bbc.read("", "dev"))}  # the whole dev split
-    assert best["accuracy"] > 0.8  # chance is about 0.23 (5 topics); measured 0.89
+    assert best.metrics["accuracy"] > 0.8  # chance is about 0.23 (5 topics); measured 0.89
     assert results["epochs"][1]["train_loss"] < results["epochs"][0]["train_loss"]
     rows = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert any(r.get("split") == "dev" and "accuracy" in r for r in rows)
@@ -76,12 +71,12 @@ def test_glue_task_trains_and_writes_the_submission_file(tmp_path, tiny_checkpoi
     c = _tiny(glue_config.get_config("sst2"), tiny_checkpoint, data_dir=str(data), max_seq_length=48,
               global_batch_size=8, learning_rate=2e-3, num_epochs=6, predict_test=True)  # fmt: skip
     best = finetune.finetune(c, str(tmp_path / "run"))
-    assert best["accuracy"] >= 0.9  # the appended word decides the label
+    assert best.metrics["accuracy"] >= 0.9  # the appended word decides the label
     # The best epoch is saved whole: re-scoring it gives the same dev accuracy.
     saved = tmp_path / "run" / "best_model"
-    assert json.loads((saved / "task.json").read_text())["best"]["accuracy"] == best["accuracy"]
+    assert json.loads((saved / "task.json").read_text())["best"]["accuracy"] == best.metrics["accuracy"]
     again = finetune.evaluate_saved(c, str(saved), str(tmp_path / "rescore"))
-    assert again["accuracy"] == pytest.approx(best["accuracy"])
+    assert again["accuracy"] == pytest.approx(best.metrics["accuracy"])
     lines = (tmp_path / "run" / "test" / "SST-2.tsv").read_text().splitlines()
     assert lines[0] == "index\tprediction" and len(lines) == 11
     got = [x.split("\t")[1] for x in lines[1:]]
@@ -100,15 +95,15 @@ def test_squad_v2_end_to_end_writes_official_prediction_files(tmp_path, tiny_che
     results = json.loads((tmp_path / "run" / "results.json").read_text())
     losses = [e["train_loss"] for e in results["epochs"]]
     assert losses[-1] < losses[0]
-    out = tmp_path / "run" / "eval" / f"epoch{best['epoch']}" / "dev"
+    out = tmp_path / "run" / "eval" / f"epoch{best.metrics['epoch']}" / "dev"
     preds = json.loads((out / "predictions.json").read_text())
     null_odds = json.loads((out / "null_odds.json").read_text())
     qids = {qa["id"] for a in dataset["data"] for p in a["paragraphs"] for qa in p["qas"]}
     assert set(preds) == qids == set(null_odds)
     # The reported scores are the official ones of the files written.
     rescored = scorers.squad_v2(dataset["data"], preds, null_odds)
-    assert {k: best[k] for k in rescored} == pytest.approx(rescored)
-    assert 0.0 <= best["best_f1"] <= 100.0 and best["best_f1"] >= best["f1"]
+    assert {k: best.metrics[k] for k in rescored} == pytest.approx(rescored)
+    assert 0.0 <= best.metrics["best_f1"] <= 100.0 and best.metrics["best_f1"] >= best.metrics["f1"]
     assert (out / "predictions_tuned.json").exists() and (out / "nbest_predictions.json").exists()
 
 
@@ -138,9 +133,9 @@ def test_ner_end_to_end_scores_entities_as_seqeval(tmp_path, tiny_checkpoint) ->
               max_seq_length=64, global_batch_size=8, learning_rate=3e-3, num_epochs=8,
               predict_test=True)  # fmt: skip
     best = finetune.finetune(c, str(tmp_path / "run"))
-    assert best["f1"] > 0.5  # gazetteer words are learnable from their pieces
+    assert best.metrics["f1"] > 0.5  # gazetteer words are learnable from their pieces
     written = (
-        tmp_path / "run" / "eval" / f"epoch{best['epoch']}" / "dev" / "dev_predictions.txt"
+        tmp_path / "run" / "eval" / f"epoch{best.metrics['epoch']}" / "dev" / "dev_predictions.txt"
     ).read_text()
     gold, pred = [], []
     for block in written.strip().split("\n\n"):
@@ -148,7 +143,7 @@ def test_ner_end_to_end_scores_entities_as_seqeval(tmp_path, tiny_checkpoint) ->
         gold.append([r[1] for r in rows])
         pred.append([r[2] for r in rows])
     assert len(gold) == 30
-    assert best["f1"] == pytest.approx(f1_score(gold, pred))
+    assert best.metrics["f1"] == pytest.approx(f1_score(gold, pred))
     assert (tmp_path / "run" / "test" / "test_predictions.txt").exists()
 
 
@@ -192,7 +187,7 @@ def test_swag_end_to_end_multiple_choice(tmp_path, tiny_checkpoint) -> None:
     best = finetune.finetune(c, str(tmp_path / "run"))
     results = json.loads((tmp_path / "run" / "results.json").read_text())
     assert results["train_rows"] == 24 and results["eval_rows"] == {"dev": 8}
-    assert 0.0 <= best["accuracy"] <= 1.0
+    assert 0.0 <= best.metrics["accuracy"] <= 1.0
     losses = [e["train_loss"] for e in results["epochs"]]
     assert losses[-1] < losses[0]  # 24 questions are memorised
     rows = (tmp_path / "run" / "test" / "swag_test.csv").read_text().splitlines()
@@ -305,7 +300,7 @@ for shape in ((8, 1, 1), (2, 2, 2)):
     with open(f"{workdir}/metrics.jsonl") as f:
         rows = [json.loads(line) for line in f]
     results[str(shape)]["losses"] = [r["loss"] for r in rows if "loss" in r]
-    results[str(shape)]["accuracy"] = best["accuracy"]
+    results[str(shape)]["accuracy"] = best.metrics["accuracy"]
 print("RESULT " + json.dumps(results))
 """
 
@@ -334,7 +329,7 @@ def test_sharded_finetuning_equals_one_device(tmp_path, tiny_checkpoint) -> None
     got = worker_results.parse(proc.stdout)
     for shape, res in got.items():
         assert res["losses"] == pytest.approx(want, rel=1e-5), shape
-        assert res["accuracy"] == pytest.approx(best["accuracy"]), shape
+        assert res["accuracy"] == pytest.approx(best.metrics["accuracy"]), shape
     # vocab -> tensor, embed -> fsdp: a [vocab, hidden] table split 2 x 2 on the 2x2x2 mesh.
     assert got["(2, 2, 2)"]["word_spec"] == ["tensor", "fsdp"]
     assert got["(2, 2, 2)"]["word_local"] == [30522 // 2, 32 // 2]
@@ -355,10 +350,10 @@ def test_finetuning_starts_from_a_pretraining_workdir(tmp_path) -> None:
     workdir = tmp_path / "pretrain"
     final = pretrain.train_and_evaluate(pre, str(workdir))
     # Dynamic 80/10/10 masking of real text: some masked tokens are shown unchanged.
-    assert 0 < final["num_changed_predictions"] < final["num_predictions"]
+    assert 0 < final.metrics["num_changed_predictions"] < final.metrics["num_predictions"]
     # Four steps leave the model near uniform; the unigram model of the text is far better.
-    assert final["unigram_baseline_loss"] < final["mlm_loss_changed"] - 1.0 < np.log(30522)
-    assert 0.0 < final["unigram_baseline_accuracy"] < 0.5
+    assert final.metrics["unigram_baseline_loss"] < final.metrics["mlm_loss_changed"] - 1.0 < np.log(30522)
+    assert 0.0 < final.metrics["unigram_baseline_accuracy"] < 0.5
     assert (workdir / "vocab.txt").read_bytes() == Path(tokenization.default_vocab_file()).read_bytes()
 
     c = glue_config.get_config("sst2")

@@ -131,6 +131,7 @@ def test_sigterm_saves_and_sigkill_resumes_with_the_losses_of_an_uninterrupted_r
                  "pack_examples": False, "length_buckets": ()}  # fmt: skip
     c = run_config.set_keys(glue_config.get_config("sst2"), overrides)
     best = finetune.finetune(c, str(tmp_path / "whole"))
+    assert best.step == 50 and not best.stopped
     want = _losses(tmp_path / "whole" / "metrics.jsonl")
     assert sorted(want) == list(range(1, 51))  # 100 rows / 4 = 25 steps x 2 epochs
     assert not (tmp_path / "whole" / "checkpoints").exists()  # removed once the run is complete
@@ -165,5 +166,5 @@ def test_sigterm_saves_and_sigkill_resumes_with_the_losses_of_an_uninterrupted_r
     for step, losses in got.items():
         assert losses == pytest.approx([want[step][0]] * len(losses), rel=1e-6), step
     results = json.loads((workdir / "results.json").read_text())
-    assert results["best"]["accuracy"] == pytest.approx(best["accuracy"])
+    assert results["best"]["accuracy"] == pytest.approx(best.metrics["accuracy"])
     assert [e["epoch"] for e in results["epochs"]] == [1, 2]

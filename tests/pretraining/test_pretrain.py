@@ -14,6 +14,7 @@ import pytest
 
 from bert_jax.pretraining import objective, pretrain
 from bert_jax.training import checkpoints, loop
+from bert_jax.training.results import JobResult
 from configs import pretrain as pretrain_config
 from tests.conftest import ROOT, tiny_pretraining
 
@@ -60,14 +61,16 @@ def test_resumed_run_matches_uninterrupted_run(tmp_path) -> None:
     full = tmp_path / "full"
     pretrain.train_and_evaluate(tiny_pretraining(), str(full))
     parts = tmp_path / "parts"
-    assert pretrain.train_and_evaluate(tiny_pretraining(stop_after_step=3), str(parts)) == {"stopped_at": 3}
+    stopped = pretrain.train_and_evaluate(tiny_pretraining(stop_after_step=3), str(parts))
+    assert stopped == JobResult.stopped_at(3)
     assert rows(parts).keys() == {1, 2, 3}
     final = pretrain.train_and_evaluate(tiny_pretraining(), str(parts))
+    assert final.step == 6 and not final.stopped and final.held_out
     a, b = rows(full), rows(parts)
     assert sorted(a) == sorted(b) == [1, 2, 3, 4, 5, 6]
     for step in a:
         assert b[step]["loss"] == a[step]["loss"], step  # bit-identical, step by step
-    assert final["mlm_accuracy"] == rows(full, "eval")[6]["mlm_accuracy"]
+    assert final.metrics["mlm_accuracy"] == rows(full, "eval")[6]["mlm_accuracy"]
     # Logging contract.
     for key in (
         "step",
@@ -295,7 +298,7 @@ def test_sigterm_saves_then_exits_and_sigkill_mid_save_leaves_a_restorable_check
 def test_relative_workdir(tmp_path, monkeypatch) -> None:
     monkeypatch.chdir(tmp_path)
     final = pretrain.train_and_evaluate(tiny_pretraining(num_train_steps=2, eval_every_steps=2), "runs/x")
-    assert final["mlm_accuracy"] >= 0
+    assert final.metrics["mlm_accuracy"] >= 0
     assert (tmp_path / "runs" / "x" / "best" / "2").is_dir()
     assert (tmp_path / "runs" / "x" / "checkpoints" / "2").is_dir()
 
@@ -314,7 +317,7 @@ def test_two_phase_schedule_switches_sequence_length_and_resumes(tmp_path) -> No
     final = pretrain.train_and_evaluate(c, str(tmp_path))  # resumes inside phase 2
     seq = {step: row["max_seq_length"] for step, row in rows(tmp_path).items()}
     assert seq == {1: 32, 2: 32, 3: 64, 4: 64}
-    assert final["num_predictions"] > 0
+    assert final.metrics["num_predictions"] > 0
 
 
 def test_prepare_data_defaults_hold_out_and_data_without_held_out_trains_without_evaluation(
@@ -340,7 +343,7 @@ def test_prepare_data_defaults_hold_out_and_data_without_held_out_trains_without
     c.data.source, c.data.input_files = "prepared", str(bare)
     c.num_train_steps, c.eval_every_steps, c.checkpoint_every_steps = 4, 2, 2
     final = pretrain.train_and_evaluate(c, str(tmp_path / "run"))
-    assert final == {"step": 4, "held_out": False}
+    assert final == JobResult(step=4, metrics={}, stopped=False, held_out=False)
     warnings = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("warning:")]
     assert len(warnings) == 1 and "holds no held-out examples" in warnings[0]
     assert not (tmp_path / "run" / "best").exists() and (tmp_path / "run" / "checkpoints" / "4").exists()

@@ -72,8 +72,8 @@ def test_each_recipe_learns_well_past_the_unigram_model(tmp_path, recipe) -> Non
     final = pretrain.train_and_evaluate(config, str(tmp_path / "run"))
     # The held-out loss on the tokens the model cannot copy, against always predicting the
     # training frequencies (the unigram model, smoothed in its favour).
-    assert final["mlm_loss_changed"] < final["unigram_baseline_loss"] - 1.0, final
-    assert final["mlm_accuracy_changed"] > final["unigram_baseline_accuracy"] + 0.05, final
+    assert final.metrics["mlm_loss_changed"] < final.metrics["unigram_baseline_loss"] - 1.0, final
+    assert final.metrics["mlm_accuracy_changed"] > final.metrics["unigram_baseline_accuracy"] + 0.05, final
 
 
 def test_recipes_set_their_switches_and_sizes_keep_theirs() -> None:

@@ -17,12 +17,6 @@ from bert_jax.finetuning import finetune
 from bert_jax.tasks import downstream_data, scorers, squad
 from configs import finetune as any_config
 from tests.conftest import ROOT
-from tests.helpers.task_data import write_tiny_checkpoint
-
-
-@pytest.fixture(scope="module")
-def tiny_checkpoint(tmp_path_factory) -> str:
-    return write_tiny_checkpoint(tmp_path_factory.mktemp("tiny_bert"))
 
 
 @pytest.fixture(scope="module")
@@ -74,4 +68,4 @@ def test_dialog_pairs_through_the_python_api(tmp_path, root, tiny_checkpoint) ->
     assert results["eval_rows"] == {"dev": 64, "test": 64}
     assert results["train_rows"] == 128 and results["main_metric"] == "accuracy"
     for key in ("accuracy", "f1", "test/accuracy", "test/f1"):
-        assert 0.0 <= best[key] <= 1.0, key
+        assert 0.0 <= best.metrics[key] <= 1.0, key
