@@ -99,7 +99,7 @@ def check_vocabulary(run: Any, workdir: str, hf_dir: str) -> int:
 
     from bert_jax.data import run_vocabulary, tokenization
 
-    vocab = list(run_vocabulary.tokenizer_of(run.config.data).vocab)
+    vocab = list(run_vocabulary.tokenizer_of(run.data).vocab)
     if vocab != tokenization.load_vocab(os.path.join(workdir, "vocab.txt")):
         raise SystemExit(f"{workdir}/vocab.txt is not the vocabulary of the run's config")
     hf = AutoTokenizer.from_pretrained(hf_dir)

@@ -78,10 +78,9 @@ def prepare(files: list[str], out: str, workers: int, dupe_factor: int) -> tuple
 def reader(directory: str) -> dict:
     """The training-side measurements, in this (fresh) process."""
     from bert_jax.data import prepared_cache, sources
-    from configs import defaults
+    from bert_jax.data.settings import DataSettings
 
-    c = defaults.data()
-    c.source, c.input_files = "prepared", directory
+    c = DataSettings(source="prepared", input_files=directory)
     kw = dict(global_batch_size=BATCH, max_seq_length=SEQ, max_predictions_per_seq=20, seed=1,
               process_index=0, process_count=1)  # fmt: skip
     start = time.perf_counter()

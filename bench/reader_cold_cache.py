@@ -46,10 +46,9 @@ def drop_page_cache() -> None:
 def read_pass(directory: str, batches: int, start_step: int) -> tuple[float, float]:
     """(seconds to the first batch, examples/s over `batches` batches), both from the open."""
     from bert_jax.data import sources
-    from configs import defaults
+    from bert_jax.data.settings import DataSettings
 
-    c = defaults.data()
-    c.source, c.input_files = "prepared", directory
+    c = DataSettings(source="prepared", input_files=directory)
     start = time.perf_counter()
     it = sources.data_batches(
         c, global_batch_size=BATCH, max_seq_length=SEQ, max_predictions_per_seq=20, seed=1,
@@ -66,8 +65,7 @@ def read_pass(directory: str, batches: int, start_step: int) -> tuple[float, flo
 
 def child(directory: str, batches: int, start_step: int, read_ahead: bool) -> dict:
     """One cold then one warm pass over the same batches, in this (fresh) process."""
-    from bert_jax.data import sources  # noqa: F401  (every import before the drop)
-    from configs import defaults  # noqa: F401
+    from bert_jax.data import settings, sources  # noqa: F401  (every import before the drop)
 
     if not read_ahead:
         from bert_jax.data import page_cache

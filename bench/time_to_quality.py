@@ -103,7 +103,7 @@ def export_data(preset: str, max_steps: int, out: Path) -> dict:
     )
     np.savez(out / "train.npz", **train)
     np.savez(out / "eval.npz", **held)
-    tok = run_vocabulary.tokenizer_of(c.data)
+    tok = run_vocabulary.tokenizer_of(run.data)
     info = {
         "unigram_loss": unigram,
         "vocab_file": tok.vocab_file,

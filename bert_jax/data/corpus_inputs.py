@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import os
 
-import ml_collections
-
 from bert_jax.data import bbc_news, corpora, prepare
+from bert_jax.data.settings import DataSettings
 
 
-def cache_dir(c: ml_collections.ConfigDict) -> str:
+def cache_dir(c: DataSettings) -> str:
     return c.cache_dir or os.path.join(os.path.expanduser("~"), ".cache", "bert_jax")
 
 
@@ -25,7 +24,7 @@ def stamp(inputs: list) -> list:
     ]
 
 
-def builtin_inputs(c: ml_collections.ConfigDict) -> list:
+def builtin_inputs(c: DataSettings) -> list:
     """The inputs of the built-in sources; ``source`` may join several with commas
     (``wiki_excerpt,bbc_news``), each then reading its own default data."""
     names = [s for s in c.source.split(",") if s]
@@ -43,7 +42,7 @@ def builtin_inputs(c: ml_collections.ConfigDict) -> list:
         elif name == "tfds" and not joined:
             if not c.tfds_name:
                 raise ValueError("source=tfds needs --config.data.tfds_name=NAME")
-            inputs += prepare.list_inputs(tfds_name=c.tfds_name, tfds_num_shards=int(c.tfds_num_shards))
+            inputs += prepare.list_inputs(tfds_name=c.tfds_name, tfds_num_shards=c.tfds_num_shards)
         else:
             raise ValueError(
                 f"data.source={c.source!r}: one of wiki_excerpt, bbc_news, text, tfds, prepared, "

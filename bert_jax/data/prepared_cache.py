@@ -9,27 +9,26 @@ import hashlib
 import json
 import os
 
-import ml_collections
-
 from bert_jax.data import corpus_inputs, prepare, records, remote_copy, run_vocabulary
+from bert_jax.data.settings import DataSettings
 
 
-def prepare_options(c: ml_collections.ConfigDict, max_seq_length: int, seed: int):
+def prepare_options(c: DataSettings, max_seq_length: int, seed: int):
     return prepare.Options(
         vocab_file=run_vocabulary.tokenizer_of(c).vocab_file,
-        do_lower_case=bool(c.do_lower_case),
+        do_lower_case=c.do_lower_case,
         tokenizer=c.tokenizer,
         max_seq_length=max_seq_length,
-        dupe_factor=int(c.dupe_factor),
-        short_seq_prob=float(c.short_seq_prob),
+        dupe_factor=c.dupe_factor,
+        short_seq_prob=c.short_seq_prob,
         random_seed=seed,
-        nsp=bool(c.nsp),
-        eval_fraction=float(c.eval_fraction),
-        full_sentences=bool(c.full_sentences),
+        nsp=c.nsp,
+        eval_fraction=c.eval_fraction,
+        full_sentences=c.full_sentences,
     )
 
 
-def prepared_dir(c: ml_collections.ConfigDict, max_seq_length: int, seed: int, split: str = "train") -> str:
+def prepared_dir(c: DataSettings, max_seq_length: int, seed: int, split: str = "train") -> str:
     """The prepared folder that serves this split at this sequence length.
 
     ``source=prepared``: the one of ``input_files`` (or ``eval_files`` for the held-out
@@ -73,9 +72,7 @@ def prepared_dir(c: ml_collections.ConfigDict, max_seq_length: int, seed: int, s
     return directory
 
 
-def open_prepared(
-    c: ml_collections.ConfigDict, split: str, max_seq_length: int, seed: int
-) -> records.PreparedSet:
+def open_prepared(c: DataSettings, split: str, max_seq_length: int, seed: int) -> records.PreparedSet:
     """The prepared split, checked against the run's vocabulary, length and objective."""
     directory = prepared_dir(c, max_seq_length, seed, split)
     data = records.PreparedSet(directory, split)
@@ -84,9 +81,9 @@ def open_prepared(
         directory,
         vocab_file=run_vocabulary.tokenizer_of(c).vocab_file,
         max_seq_length=max_seq_length,
-        nsp=bool(c.nsp),
-        do_lower_case=bool(c.do_lower_case),
-        full_sentences=bool(c.full_sentences),
+        nsp=c.nsp,
+        do_lower_case=c.do_lower_case,
+        full_sentences=c.full_sentences,
     )
     if data.size == 0 and split == "eval":
         hint = "prepare with --eval_fraction > 0 or set data.eval_files"

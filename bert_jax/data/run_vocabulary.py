@@ -8,27 +8,27 @@ import hashlib
 import json
 import os
 
-import ml_collections
 import numpy as np
 
 from bert_jax.data import corpus_inputs, masking, prepare, tokenization, vocab_learning
+from bert_jax.data.settings import DataSettings
 from bert_jax.storage import atomic_files
 
 
-def vocab_size_of(data_config: ml_collections.ConfigDict) -> int:
-    return tokenizer_of(data_config).vocab_size
+def vocab_size_of(data: DataSettings) -> int:
+    return tokenizer_of(data).vocab_size
 
 
-def tokenizer_of(c: ml_collections.ConfigDict) -> tokenization.Tokenizer:
+def tokenizer_of(c: DataSettings) -> tokenization.Tokenizer:
     """The tokenizer the data config names (cached: the vocab is read once)."""
-    return tokenization.cached_tokenizer(vocab_file_of(c), bool(c.do_lower_case), c.tokenizer)
+    return tokenization.cached_tokenizer(vocab_file_of(c), c.do_lower_case, c.tokenizer)
 
 
-def vocab_file_of(c: ml_collections.ConfigDict) -> str:
+def vocab_file_of(c: DataSettings) -> str:
     """The data config's vocabulary: ``vocab_file`` ("" = bert-base-uncased), or with
     ``learned_vocab_size`` > 0 a WordPiece vocabulary of that size learned on the training
     documents of the source (held-out documents excluded), once, into the cache."""
-    size = int(c.learned_vocab_size)
+    size = c.learned_vocab_size
     if not size:
         return c.vocab_file
     if c.vocab_file:
@@ -44,9 +44,7 @@ def vocab_file_of(c: ml_collections.ConfigDict) -> str:
         )
     inputs = corpus_inputs.builtin_inputs(c)
     learner = "spm-bpe-wordpiece-1"  # `vocab_learning.build_wordpiece_vocab`'s method
-    raw = json.dumps(
-        [c.source, corpus_inputs.stamp(inputs), size, bool(c.do_lower_case), float(c.eval_fraction), learner]
-    )
+    raw = json.dumps([c.source, corpus_inputs.stamp(inputs), size, c.do_lower_case, c.eval_fraction, learner])
     path = os.path.join(
         corpus_inputs.cache_dir(c), f"vocab-{hashlib.sha256(raw.encode()).hexdigest()[:16]}.txt"
     )
@@ -55,16 +53,16 @@ def vocab_file_of(c: ml_collections.ConfigDict) -> str:
         sentences = (
             s
             for i, item in enumerate(inputs)
-            for doc in prepare.split_held_out(item.documents(), float(c.eval_fraction), i)[0]
+            for doc in prepare.split_held_out(item.documents(), c.eval_fraction, i)[0]
             for s in doc
         )
-        vocab = vocab_learning.build_wordpiece_vocab(sentences, size, bool(c.do_lower_case))
+        vocab = vocab_learning.build_wordpiece_vocab(sentences, size, c.do_lower_case)
         atomic_files.write_text(path, "\n".join(vocab) + "\n")
     return path
 
 
 def masking_spec(
-    c: ml_collections.ConfigDict, max_predictions_per_seq: int
+    c: DataSettings, max_predictions_per_seq: int
 ) -> tuple[masking.MaskingSpec, np.ndarray | None]:
     """The data config's masking rule for its vocabulary, and the vocabulary's
     continuation table (whole-word masking only)."""
@@ -73,10 +71,10 @@ def masking_spec(
         tok.special,
         tok.vocab_size,
         max_predictions_per_seq,
-        masked_lm_prob=float(c.masked_lm_prob),
-        mask_token_prob=float(c.mask_token_prob),
-        random_token_prob=float(c.random_token_prob),
-        whole_word_masking=bool(c.whole_word_masking),
+        masked_lm_prob=c.masked_lm_prob,
+        mask_token_prob=c.mask_token_prob,
+        random_token_prob=c.random_token_prob,
+        whole_word_masking=c.whole_word_masking,
         objective=c.objective,
     )
     return spec, (tok.is_continuation if spec.whole_word_masking else None)

@@ -22,7 +22,6 @@ import itertools
 from collections.abc import Iterator
 
 import jax
-import ml_collections
 import numpy as np
 
 from bert_jax.data import (
@@ -32,11 +31,15 @@ from bert_jax.data import (
     synthetic,
     tfrecords,
 )
+from bert_jax.data.settings import DataSettings
 
 
 def batches(
-    config: ml_collections.ConfigDict,
+    data: DataSettings,
     *,
+    seed: int,
+    eval_steps: int,
+    vocab_size: int,
     split: str,
     global_batch_size: int,
     max_seq_length: int,
@@ -45,24 +48,25 @@ def batches(
     process_index: int | None = None,
     process_count: int | None = None,
 ) -> Iterator[dict[str, np.ndarray]]:
-    """Host-local rows of global batches ``start_step, start_step + 1, ...`` of a run
-    config's data: ``synthetic`` here (it needs the model's vocabulary size), every other
-    source through `data_batches`."""
+    """Host-local rows of global batches ``start_step, start_step + 1, ...`` of a run's
+    data (its ``seed``, ``eval_steps`` and ``model.vocab_size`` beside it): ``synthetic``
+    here (it needs the model's vocabulary size), every other source through `data_batches`."""
     if process_index is None or process_count is None:
         process_index, process_count = jax.process_index(), jax.process_count()
     where = dict(start_step=start_step, process_index=process_index, process_count=process_count)
     shape = dict(global_batch_size=global_batch_size, max_seq_length=max_seq_length)
-    if config.data.source != "synthetic":
+    held_out = None if split == "train" else eval_batches_per_pass(eval_steps)
+    if data.source != "synthetic":
         return data_batches(
-            config.data, split=split, seed=int(config.seed), max_predictions_per_seq=max_predictions_per_seq,
-            num_batches=None if split == "train" else eval_batches_per_pass(config), **shape, **where,
+            data, split=split, seed=seed, max_predictions_per_seq=max_predictions_per_seq,
+            num_batches=held_out, **shape, **where,
         )  # fmt: skip
     _check_divisible(global_batch_size, process_count)
     return synthetic.create_iterator(
         max_predictions_per_seq=max_predictions_per_seq,
-        vocab_size=int(config.model.vocab_size),
-        seed=int(config.seed) + (0 if split == "train" else 10_000),
-        num_batches=None if split == "train" else eval_batches_per_pass(config) or SYNTHETIC_EVAL_STEPS,
+        vocab_size=vocab_size,
+        seed=seed + (0 if split == "train" else 10_000),
+        num_batches=None if split == "train" else held_out or SYNTHETIC_EVAL_STEPS,
         **shape,
         **where,
     )
@@ -71,18 +75,18 @@ def batches(
 SYNTHETIC_EVAL_STEPS = 4  # synthetic data has no held-out split to pass over in full
 
 
-def eval_batches_per_pass(config: ml_collections.ConfigDict) -> int | None:
+def eval_batches_per_pass(eval_steps: int) -> int | None:
     """How many global batches one held-out evaluation reads: the first
     ``config.eval_steps`` of the held-out order (the same ones every evaluation, so the
     curve compares like with like), or the whole split when it is 0 (None here)."""
-    steps = int(config.eval_steps)
+    steps = int(eval_steps)
     if steps < 0:
         raise ValueError(f"config.eval_steps={steps}: a number of batches, or 0 for the whole held-out split")
     return steps or None
 
 
 def data_batches(
-    c: ml_collections.ConfigDict,
+    c: DataSettings,
     *,
     seed: int,
     split: str = "train",
@@ -94,7 +98,7 @@ def data_batches(
     process_count: int = 1,
     num_batches: int | None = None,
 ) -> Iterator[dict[str, np.ndarray]]:
-    """Host-local rows of global batches of the data config `c` (any source but
+    """Host-local rows of global batches of the data settings `c` (any source but
     ``synthetic``).
 
     The train split repeats forever (a new order and new masks each epoch); the eval split
@@ -127,7 +131,7 @@ def data_batches(
             seed=seed,
             mask_seed=seed if split == "train" else prepare.EVAL_SEED,
             split=split,
-            dynamic_masking=bool(c.dynamic_masking),
+            dynamic_masking=c.dynamic_masking,
             num_batches=num_batches,
             **where,
         )

@@ -24,7 +24,8 @@ from bert_jax.training.results import JobResult
 
 FOLDER = "random_init"
 # Figures shown beside the task's main metric where a task reports them.
-_ALSO = ("exact", "best_exact", "f1", "accuracy")
+# (SQuAD v1.1's script says exact_match, v2.0's exact.)
+_ALSO = ("exact_match", "exact", "best_exact", "f1", "accuracy")
 
 
 def headline_keys(main_metric: str, metrics: dict[str, Any]) -> list[str]:
@@ -92,10 +93,12 @@ def _cell(value: Any) -> str:
 def format_table(table: dict[str, Any], task: str) -> str:
     """Two rows (pre-trained, random init), one column per figure."""
     keys = list(table["metrics"])
-    width = max([len(k) for k in keys] + [8])
+    width = {k: max(len(k), 8) + 2 for k in keys}
     title = f"{task}: best epoch on dev (official scorers)"
-    rows = [title.ljust(36) + "".join(k.rjust(width + 2) for k in keys)]
-    for row, label in (("pre_trained", "pre-trained"), ("random_init", "random init (same shape, fresh)")):
-        cells = "".join(_cell(table["metrics"][k][row]).rjust(width + 2) for k in keys)
-        rows.append(label.ljust(36) + cells)
+    labels = (("pre_trained", "pre-trained"), ("random_init", "random init (same shape, fresh)"))
+    first = max(len(title), *(len(label) for _, label in labels))
+    rows = [title.ljust(first) + "".join(k.rjust(width[k]) for k in keys)]
+    for row, label in labels:
+        cells = (_cell(table["metrics"][k][row]).rjust(width[k]) for k in keys)
+        rows.append(label.ljust(first) + "".join(cells))
     return "\n".join(rows)

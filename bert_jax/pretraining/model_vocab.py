@@ -25,6 +25,7 @@ from __future__ import annotations
 import ml_collections
 
 from bert_jax.data import run_vocabulary
+from bert_jax.data.settings import DataSettings
 from bert_jax.model.config import BertConfig
 from bert_jax.training import run_config
 
@@ -34,34 +35,38 @@ _NO_TOKENIZER = (
 )
 
 
-def planned_size(config: ml_collections.ConfigDict) -> int:
-    """The model's vocabulary size known without reading any data: ``model.vocab_size``,
-    or with 0 ``data.learned_vocab_size`` (never learned here) or the size of the
-    tokenizer's file."""
-    size = int(config.model.vocab_size)
-    if size:
-        return size
-    if config.data.source == "synthetic":
+def planned_size(vocab_size: int, data: DataSettings) -> int:
+    """The model's vocabulary size known without reading any data: `vocab_size`
+    (``model.vocab_size``), or with 0 ``data.learned_vocab_size`` (never learned here) or
+    the size of the tokenizer's file."""
+    if vocab_size:
+        return vocab_size
+    if data.source == "synthetic":
         raise ValueError(_NO_TOKENIZER)
-    learned = int(config.data.learned_vocab_size)
-    return learned or run_vocabulary.vocab_size_of(config.data)
+    return data.learned_vocab_size or run_vocabulary.vocab_size_of(data)
 
 
-def run_size(config: ml_collections.ConfigDict) -> int:
-    """The vocabulary size the run trains with: its tokenizer's for 0 (a learned vocabulary
-    is learned once, cached), else ``model.vocab_size`` if the tokenizer's ids fit under it."""
-    size = int(config.model.vocab_size)
-    if config.data.source == "synthetic":
+def run_size(vocab_size: int, data: DataSettings) -> int:
+    """The vocabulary size the run trains with: its tokenizer's for `vocab_size` 0 (a
+    learned vocabulary is learned once, cached), else `vocab_size` (``model.vocab_size``)
+    if the tokenizer's ids fit under it."""
+    size = vocab_size
+    if data.source == "synthetic":
         if not size:
             raise ValueError(_NO_TOKENIZER)
         return size
-    vocab = run_vocabulary.vocab_size_of(config.data)
+    vocab = run_vocabulary.vocab_size_of(data)
     if size and vocab > size:
         raise ValueError(
             f"the vocabulary has {vocab} tokens but config.model.vocab_size is {size}: set "
             f"--config.model.vocab_size={vocab} (or 0: the tokenizer's size)"
         )
     return size or vocab
+
+
+def _sizes(config: ml_collections.ConfigDict) -> tuple[int, DataSettings]:
+    """What the sizes read from a run config: ``model.vocab_size`` and the data settings."""
+    return int(config.model.vocab_size), DataSettings.from_config(config.data)
 
 
 def _with_size(config: ml_collections.ConfigDict, size: int) -> ml_collections.ConfigDict:
@@ -75,13 +80,13 @@ def _with_size(config: ml_collections.ConfigDict, size: int) -> ml_collections.C
 def planned(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     """`config` with `planned_size` written into ``model.vocab_size`` (a copy; `config`
     itself where it is already written)."""
-    return _with_size(config, planned_size(config))
+    return _with_size(config, planned_size(*_sizes(config)))
 
 
 def resolved(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     """`config` with `run_size` written into ``model.vocab_size`` (a copy; `config` itself
     where it is already written)."""
-    return _with_size(config, run_size(config))
+    return _with_size(config, run_size(*_sizes(config)))
 
 
 def model_config(config: ml_collections.ConfigDict) -> BertConfig:

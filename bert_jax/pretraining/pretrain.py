@@ -25,6 +25,7 @@ import numpy as np
 from jax.sharding import Mesh
 
 from bert_jax.data import masking, records, run_vocabulary, sources, tokenization
+from bert_jax.data.settings import DataSettings
 from bert_jax.model.flops import model_flops_per_step
 from bert_jax.model.heads import BertForPreTraining
 from bert_jax.pretraining import evaluation, model_file, model_vocab, phase_steps
@@ -76,7 +77,8 @@ class Pretraining:
         self.settings = TrainingSettings.from_config(config)
         self.model_config = run_config.bert_config(config)
         self.numerics = self.settings.numerics.for_platform(engine.platform(mesh))
-        self.nsp = bool(config.data.nsp)
+        self.data = DataSettings.from_config(config.data)
+        self.nsp = self.data.nsp
         model = BertForPreTraining(self.model_config, self.numerics)
         self.objective = PretrainingObjective(model, self.nsp)
         tx, schedule = self.settings.optimizer.build(int(config.num_train_steps))
@@ -93,7 +95,7 @@ class Pretraining:
     @functools.lru_cache(maxsize=4)  # noqa: B019 (one masker per prediction count, per run)
     def masker(self, max_predictions: int) -> Any:
         """The data config's masking, jitted over the mesh."""
-        spec, table = run_vocabulary.masking_spec(self.config.data, max_predictions)
+        spec, table = run_vocabulary.masking_spec(self.data, max_predictions)
         fn = functools.partial(masking.mask_batch, spec=spec, is_continuation=table)
         out = {
             k: sharding.batch_sharding(self.mesh, 1 if k == "next_sentence_labels" else 2) for k in BATCH_KEYS
@@ -164,7 +166,10 @@ def data_iterator(
 ) -> Iterator[dict[str, np.ndarray]]:
     """Host-local batches of the config's data (`sources.batches`), positioned at `start_step`."""
     return sources.batches(
-        config,
+        DataSettings.from_config(config.data),
+        seed=int(config.seed),
+        eval_steps=int(config.eval_steps),
+        vocab_size=int(config.model.vocab_size),
         split=split,
         global_batch_size=int(global_batch_size or config.global_batch_size),
         max_seq_length=max_seq_length,
@@ -202,7 +207,7 @@ def check_config(config: ml_collections.ConfigDict) -> None:
                 f"(set --config.{key}={wanted} for the full rate)",
                 flush=True,
             )
-    model_vocab.run_size(config)
+    model_vocab.run_size(int(config.model.vocab_size), DataSettings.from_config(config.data))
 
 
 def eval_batch_size(config: ml_collections.ConfigDict) -> int:
@@ -245,7 +250,7 @@ def keep_vocab(config: ml_collections.ConfigDict, workdir: str) -> None:
     trained with."""
     if config.data.source == "synthetic" or jax.process_index() != 0:
         return
-    src = run_vocabulary.tokenizer_of(config.data).vocab_file
+    src = run_vocabulary.tokenizer_of(DataSettings.from_config(config.data)).vocab_file
     dst = files.join(workdir, tokenization.saved_name(src))
     if not files.exists(dst):
         files.copy_file(src, dst)  # whole: readers never see half a vocabulary
@@ -352,7 +357,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> JobRe
             )
         final["unigram_baseline_token"] = top
         if config.data.source != "synthetic":
-            final["unigram_baseline_piece"] = run_vocabulary.tokenizer_of(config.data).vocab[top]
+            final["unigram_baseline_piece"] = run_vocabulary.tokenizer_of(run.data).vocab[top]
         final["unigram_baseline_accuracy"], final["unigram_baseline_loss"] = acc, loss
     evaluation.report(final, workdir, run.nsp)
     return JobResult(step=step, metrics=final)

@@ -7,8 +7,8 @@ import numpy as np
 import tensorflow as tf
 
 from bert_jax.data import corpora, sources
+from bert_jax.data.settings import DataSettings
 from bert_jax.pretraining.objective import BATCH_KEYS
-from configs import defaults
 from tests.conftest import ROOT
 
 
@@ -47,9 +47,7 @@ def test_create_data_then_read_on_one_and_two_hosts(tmp_path) -> None:
     assert len(feats["input_ids"].int64_list.value) == 64
     assert len(feats["masked_lm_weights"].float_list.value) == 10
 
-    c = defaults.data()
-    c.source = "tfrecord"
-    c.input_files = str(tmp_path / "data-*.tfrecord")
+    c = DataSettings(source="tfrecord", input_files=str(tmp_path / "data-*.tfrecord"))
     kw = dict(global_batch_size=8, max_seq_length=64, max_predictions_per_seq=10, seed=5)
     one = sources.data_batches(c, **kw, process_index=0, process_count=1)
     one = [next(one) for _ in range(4)]

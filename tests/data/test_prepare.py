@@ -1,5 +1,6 @@
 """`prepare-data`: the original's instances, parallel = serial, resumable, pods, refusals."""
 
+import dataclasses
 import itertools
 import json
 import os
@@ -12,8 +13,8 @@ import numpy as np
 import pytest
 
 from bert_jax.data import corpora, prepare, pretraining_examples, records, sources, tokenization
+from bert_jax.data.settings import DataSettings
 from bert_jax.storage import atomic_files
-from configs import defaults
 from tests.conftest import ROOT
 
 
@@ -109,8 +110,7 @@ def test_parallel_pod_and_resumed_preparations_write_the_same_bytes(corpus, tmp_
 def test_training_refuses_mismatched_or_damaged_prepared_data(corpus, tmp_path) -> None:
     inputs = prepare.list_inputs(str(corpus / "wiki-0.txt"))
     prepare.prepare(inputs, str(tmp_path), OPTS, progress=False)
-    c = defaults.data()
-    c.source, c.input_files = "prepared", str(tmp_path)
+    c = DataSettings(source="prepared", input_files=str(tmp_path))
 
     def first(**kw):
         args = dict(global_batch_size=4, max_seq_length=64, max_predictions_per_seq=8, seed=0)
@@ -123,14 +123,13 @@ def test_training_refuses_mismatched_or_damaged_prepared_data(corpus, tmp_path) 
     other_vocab = tmp_path.parent / "vocab-other.txt"
     words = tokenization.load_vocab(tokenization.default_vocab_file())
     other_vocab.write_text("\n".join(words[:-1]) + "\n")
-    c.vocab_file = str(other_vocab)
+    c = dataclasses.replace(c, vocab_file=str(other_vocab))
     with pytest.raises(records.PreparedDataError, match="prepared with another vocabulary"):
         first()
-    c.vocab_file = ""
-    c.nsp = False
+    c = dataclasses.replace(c, vocab_file="", nsp=False)
     with pytest.raises(records.PreparedDataError, match="prepared with nsp=True"):
         first()
-    c.nsp = True
+    c = dataclasses.replace(c, nsp=True)
     shard = tmp_path / "shard-00000-of-00001.train.index"
     shard.write_bytes(shard.read_bytes()[:-7])
     with pytest.raises(records.PreparedDataError, match=r"shard-00000-of-00001\.train\.index is truncated"):

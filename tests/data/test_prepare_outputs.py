@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from bert_jax.data import corpora, prepare, prepared_cache, records, tokenization
-from configs import defaults
+from bert_jax.data.settings import DataSettings
 
 OPTS = prepare.Options(max_seq_length=32, dupe_factor=1, random_seed=3, eval_fraction=0.0)
 
@@ -102,17 +102,20 @@ def test_refused_or_failed_preparations_leave_no_folder(texts, tmp_path) -> None
 def test_the_cache_keeps_only_a_resumable_preparation(texts, tmp_path) -> None:
     """`pretrain`'s first use of a text source: a failed preparation leaves no empty
     ``prepared-*`` folder (nor an empty cache), one with finished shards is kept."""
-    c = defaults.data()
-    c.cache_dir = str(tmp_path / "cache")
-    c.source, c.dupe_factor, c.eval_fraction = "text", 1, 0.0
     empty = tmp_path / "empty.txt"
     empty.write_text("")
-    c.input_files = str(empty)
+    c = DataSettings(
+        cache_dir=str(tmp_path / "cache"),
+        source="text",
+        dupe_factor=1,
+        eval_fraction=0.0,
+        input_files=str(empty),
+    )
     with pytest.raises(ValueError, match=r"empty\.txt is empty"):
         prepared_cache.prepared_dir(c, 32, seed=0)
     assert not (tmp_path / "cache").exists()
     (tmp_path / "z.txt").write_text("")  # sorted after part-*: the second shard fails
-    c.input_files = f"{texts}/part-0.txt,{tmp_path}/z.txt"
+    c = dataclasses.replace(c, input_files=f"{texts}/part-0.txt,{tmp_path}/z.txt")
     with pytest.raises(ValueError, match=r"z\.txt is empty"):
         prepared_cache.prepared_dir(c, 32, seed=0)
     (folder,) = (tmp_path / "cache").iterdir()

@@ -11,8 +11,8 @@ import pytest
 
 from bert_jax.data import corpora, prepare, sources
 from bert_jax.data import remote_copy as remote
+from bert_jax.data.settings import DataSettings
 from bert_jax.storage import tensorflow_runtime
-from configs import defaults
 from tests.conftest import ROOT
 
 
@@ -35,8 +35,7 @@ def _upload(local: str, url: str, *, metadata: bool = True) -> None:
 
 
 def _rows(input_files: str, cache: str) -> dict[str, np.ndarray]:
-    c = defaults.data()
-    c.source, c.input_files, c.cache_dir = "prepared", input_files, cache
+    c = DataSettings(source="prepared", input_files=input_files, cache_dir=cache)
     it = sources.data_batches(c, seed=1, global_batch_size=8, max_seq_length=64, max_predictions_per_seq=10)
     return next(it)
 

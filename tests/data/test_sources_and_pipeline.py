@@ -1,11 +1,13 @@
 """Pre-training batches from prepared data: host-count independence, O(1) resume, epochs,
 held-out eval, masks on the device, bad input."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 
 from bert_jax.data import prepared_cache, records, run_vocabulary, sampler, sources, tokenization
-from configs import defaults
+from bert_jax.data.settings import DataSettings
 from tests.helpers.masking import mask_rows
 
 
@@ -25,10 +27,7 @@ def _concat(parts):
 
 @pytest.fixture(scope="module")
 def wiki_config(tmp_path_factory):
-    c = defaults.data()
-    c.cache_dir = str(tmp_path_factory.mktemp("cache"))
-    c.dupe_factor = 2
-    return c
+    return DataSettings(cache_dir=str(tmp_path_factory.mktemp("cache")), dupe_factor=2)
 
 
 def test_hosts_assemble_the_same_global_batches_and_resume_on_another_count(wiki_config) -> None:
@@ -84,8 +83,7 @@ def test_dynamic_masking_changes_masks_between_epochs_static_does_not(wiki_confi
     a = mask_rows(wiki_config, rows, 10)
     b = mask_rows(wiki_config, later, 10)
     assert not np.array_equal(a["masked_lm_positions"], b["masked_lm_positions"])
-    static = wiki_config.copy_and_resolve_references()
-    static.dynamic_masking = False
+    static = dataclasses.replace(wiki_config, dynamic_masking=False)
     data = prepared_cache.open_prepared(static, "train", 64, 7)
     far = next(_it(static, start_step=data.size, process_index=0, process_count=1))  # epoch 8
     assert (far["epoch"] == 0).all()  # the epoch never reaches the masks
@@ -129,8 +127,7 @@ def test_tfrecord_eval_num_batches_bounds_the_pass(tmp_path) -> None:
             f["masked_lm_weights"] = tf.train.Feature(float_list=tf.train.FloatList(value=[1.0] * 4))
             f["next_sentence_labels"] = ints([i % 2])
             writer.write(tf.train.Example(features=tf.train.Features(feature=f)).SerializeToString())
-    c = defaults.data()
-    c.source, c.input_files, c.eval_files = "tfrecord", str(path), str(path)
+    c = DataSettings(source="tfrecord", input_files=str(path), eval_files=str(path))
     kw = dict(split="eval", global_batch_size=4, max_seq_length=16, max_predictions_per_seq=4, seed=1)
     kw |= dict(process_index=0, process_count=1)
     full = list(sources.data_batches(c, **kw))
@@ -141,21 +138,17 @@ def test_tfrecord_eval_num_batches_bounds_the_pass(tmp_path) -> None:
 
 
 def test_bad_input_gives_clear_errors(tmp_path) -> None:
-    c = defaults.data()
-    c.cache_dir = str(tmp_path / "cache")
-    c.source = "text"
-    c.dupe_factor = 1
     empty = tmp_path / "empty.txt"
     empty.write_text("")
-    c.input_files = str(empty)
+    c = DataSettings(cache_dir=str(tmp_path / "cache"), source="text", dupe_factor=1, input_files=str(empty))
     with pytest.raises(ValueError, match=r"empty\.txt is empty"):
         next(_it(c, process_index=0, process_count=1))
-    c.input_files = str(tmp_path / "missing*.txt")
+    c = dataclasses.replace(c, input_files=str(tmp_path / "missing*.txt"))
     with pytest.raises(FileNotFoundError, match="no input files match"):
         next(_it(c, process_index=0, process_count=1))
     one_sentence_docs = tmp_path / "short.txt"
     one_sentence_docs.write_text("Only one sentence.\n\nAnother lonely one.\n")
-    c.input_files = str(one_sentence_docs)
+    c = dataclasses.replace(c, input_files=str(one_sentence_docs))
     with pytest.raises(ValueError, match="no usable documents"):
         next(_it(c, process_index=0, process_count=1))
     # Non-UTF-8 bytes and a very long line: replaced and kept, not a crash.
@@ -169,8 +162,7 @@ def test_bad_input_gives_clear_errors(tmp_path) -> None:
             b"",
         ]
     messy.write_bytes(b"\n".join(lines))
-    c.input_files = str(messy)
-    c.eval_fraction = 0.1
+    c = dataclasses.replace(c, input_files=str(messy), eval_fraction=0.1)
     batch = next(_it(c, process_index=0, process_count=1))
     assert batch["input_ids"].shape == (8, 64) and batch["input_mask"].sum() > 0
 
@@ -198,9 +190,10 @@ def test_tfds_source_by_name_works_offline(tmp_path) -> None:
             {"title": [f"t{i}" for i in range(len(texts))], "text": texts}
         )
 
-    c = defaults.data()
-    c.source, c.tfds_name, c.cache_dir = "tfds", "wikipedia/20230601.en", str(tmp_path)
-    c.tfds_num_shards, c.dupe_factor, c.eval_fraction = 1, 2, 0.1
+    c = DataSettings(
+        source="tfds", tfds_name="wikipedia/20230601.en", cache_dir=str(tmp_path),
+        tfds_num_shards=1, dupe_factor=2, eval_fraction=0.1,
+    )  # fmt: skip
     with tfds.testing.mock_data(as_dataset_fn=as_dataset, policy=tfds.testing.MockPolicy.USE_CODE):
         docs = corpora.load_documents("tfds", tfds_name=c.tfds_name)
         assert docs == [[s for p in t.split("\n") for s in corpora.split_sentences(p)] for t in texts[:-1]]

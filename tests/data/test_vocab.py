@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 
 from bert_jax.data import corpora, run_vocabulary, sources, tokenization, vocab_learning
-from configs import defaults
+from bert_jax.data.settings import DataSettings
 from tests.conftest import ROOT
 from tests.helpers.masking import mask_rows
 
@@ -46,10 +46,10 @@ def test_sentencepiece_tokenizer_feeds_the_pipeline(tmp_path) -> None:
     tok = tokenization.load_tokenizer(model, kind="sentencepiece")
     assert (tok.special.pad, tok.special.unk) == (0, 1)
     assert tok.vocab[tok.special.mask] == "[MASK]"
-    c = defaults.data()
-    c.source, c.input_files, c.tokenizer, c.vocab_file = "text", str(text), "sentencepiece", model
-    c.cache_dir = str(tmp_path / "cache")
-    c.eval_fraction = 0.1
+    c = DataSettings(
+        source="text", input_files=str(text), tokenizer="sentencepiece", vocab_file=model,
+        cache_dir=str(tmp_path / "cache"), eval_fraction=0.1,
+    )  # fmt: skip
     rows = next(
         sources.data_batches(
             c,

@@ -53,7 +53,7 @@ def test_the_suite_prints_a_baseline_and_the_ablation_tables_do_not() -> None:
 
 
 def test_headline_keys_put_em_beside_f1_on_each_split() -> None:
-    metrics = {"exact": 50.0, "f1": 60.0, "test/exact": 40.0, "test/f1": 55.0, "total": 10}
-    assert baseline.headline_keys("f1", metrics) == ["exact", "f1", "test/exact", "test/f1"]
+    metrics = {"exact_match": 50.0, "f1": 60.0, "test/exact_match": 40.0, "test/f1": 55.0, "total": 10}
+    assert baseline.headline_keys("f1", metrics) == ["exact_match", "f1", "test/exact_match", "test/f1"]
     v2 = {"best_exact": 1.0, "best_f1": 2.0, "exact": 0.5, "f1": 0.7, "test/best_f1": 3.0}
     assert baseline.headline_keys("best_f1", v2) == ["exact", "best_exact", "f1", "best_f1", "test/best_f1"]

@@ -3,10 +3,10 @@
 import functools
 
 import jax
-import ml_collections
 import numpy as np
 
 from bert_jax.data import masking, run_vocabulary
+from bert_jax.data.settings import DataSettings
 
 
 @functools.cache
@@ -15,11 +15,11 @@ def _jitted_mask():
 
 
 def mask_rows(
-    data_config: ml_collections.ConfigDict, rows: dict[str, np.ndarray], max_predictions_per_seq: int
+    data: DataSettings, rows: dict[str, np.ndarray], max_predictions_per_seq: int
 ) -> dict[str, np.ndarray]:
-    """Unmasked host rows → masked rows, by the data config's rule (as training masks them)."""
+    """Unmasked host rows → masked rows, by the data settings' rule (as training masks them)."""
     if "masked_lm_positions" in rows:
         return rows
-    spec, table = run_vocabulary.masking_spec(data_config, max_predictions_per_seq)
+    spec, table = run_vocabulary.masking_spec(data, max_predictions_per_seq)
     out = _jitted_mask()({k: rows[k] for k in masking.RAW_KEYS}, spec=spec, is_continuation=table)
     return {k: np.asarray(v) for k, v in out.items()}

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from bert_jax.data import pretraining_examples
+from bert_jax.data.settings import DataSettings
 from bert_jax.data.tokenization import SpecialIds
 from bert_jax.pretraining import model_vocab, pretrain
 from bert_jax.training import optimizer, run_config
@@ -85,7 +86,11 @@ def test_recipes_set_their_switches_and_sizes_keep_theirs() -> None:
     assert demo.data.full_sentences and not demo.data.nsp
     # The learned vocabulary's size is written once; the model takes the tokenizer's size.
     assert demo.data.learned_vocab_size == 8192 and demo.model.vocab_size == 0
-    assert model_vocab.planned_size(demo) == 8192 == model_vocab.model_config(demo).padded_vocab_size
+    assert (
+        model_vocab.planned_size(0, DataSettings.from_config(demo.data))
+        == 8192
+        == model_vocab.model_config(demo).padded_vocab_size
+    )
     for name in ("cramming", "mosaicbert", "modernbert"):
         c = pretrain_config.get_config(name)
         assert c.model.hidden_size == 768 and c.data.full_sentences, name

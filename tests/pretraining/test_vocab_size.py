@@ -12,6 +12,7 @@ import pytest
 
 from bert_jax.ablations import cells, cost
 from bert_jax.data import tokenization
+from bert_jax.data.settings import DataSettings
 from bert_jax.model.config import BertConfig
 from bert_jax.pretraining import model_file, model_vocab, pretrain
 from bert_jax.training import run_config, sharding
@@ -25,6 +26,11 @@ SENTENCES = [
     "my grandmother baked fresh bread every sunday morning .",
     "children played football in the park after school .",
 ]
+
+
+def _sizes(c) -> tuple:
+    """`planned_size` / `run_size`'s arguments from a run config."""
+    return int(c.model.vocab_size), DataSettings.from_config(c.data)
 
 
 def _learning(tmp_path, learned: int, vocab_size: int = 0):
@@ -91,12 +97,12 @@ def test_ablation_costs_count_the_learned_vocabulary() -> None:
 
 def test_zero_takes_the_tokenizers_size_and_a_smaller_one_is_refused(tmp_path) -> None:
     c = _learning(tmp_path, learned=300)
-    assert model_vocab.planned_size(c) == 300 and _learned_files(tmp_path) == []
+    assert model_vocab.planned_size(*_sizes(c)) == 300 and _learned_files(tmp_path) == []
     resolved = model_vocab.resolved(c)  # learns it, once
     assert resolved.model.vocab_size == 300 and c.model.vocab_size == 0
     assert len(_learned_files(tmp_path)) == 1
     c.model.vocab_size = 512  # larger than the tokenizer: kept (the ids fit)
-    assert model_vocab.run_size(c) == 512 and model_vocab.resolved(c) is c
+    assert model_vocab.run_size(*_sizes(c)) == 512 and model_vocab.resolved(c) is c
     c.model.vocab_size = 200
     with pytest.raises(ValueError) as e:
         pretrain.check_config(c)
@@ -111,14 +117,14 @@ def test_zero_reads_a_given_vocabulary_files_size(tmp_path) -> None:
     path = tmp_path / "vocab.txt"
     path.write_text("\n".join([*tokenization.SPECIAL_TOKENS, *words]) + "\n")
     c = tiny_pretraining(**{"data.source": "text", "data.vocab_file": str(path), "model.vocab_size": 0})
-    assert model_vocab.planned_size(c) == model_vocab.run_size(c) == 12
+    assert model_vocab.planned_size(*_sizes(c)) == model_vocab.run_size(*_sizes(c)) == 12
 
 
 def test_zero_without_a_tokenizer_is_refused_in_one_line(tmp_path) -> None:
     c = tiny_pretraining(**{"model.vocab_size": 0})
     for read in (model_vocab.planned_size, model_vocab.run_size):
         with pytest.raises(ValueError, match=r"^config\.model\.vocab_size=0 .* data\.source=synthetic"):
-            read(c)
+            read(*_sizes(c))
     with pytest.raises(ValueError, match=r"vocab_size=0"):
         model_file.write(str(tmp_path), BertConfig(vocab_size=0))
     assert not (tmp_path / model_file.NAME).exists()

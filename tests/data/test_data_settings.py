@@ -1,0 +1,97 @@
+"""`DataSettings`: the typed ``data`` block, and the cache keys built from it (prepared
+folders, learned vocabularies) unchanged from the ones the raw config block gave, so a
+user's prepared data and learned vocabularies stay valid."""
+
+import dataclasses
+import os
+
+import ml_collections
+import pytest
+
+from bert_jax.data import corpus_inputs, prepare, prepared_cache, run_vocabulary, vocab_learning
+from bert_jax.data.settings import DataSettings
+from configs import defaults
+from configs import pretrain as pretrain_config
+
+# The corpus' identity (paths, sizes, times) is pinned so that the keys below depend only on
+# the data settings, on any machine.
+STAMP = [["wiki_excerpt.txt", "", 1, 123456, 1700000000.0]]
+VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "a", "##s", "word"]
+
+# Computed by the code that read the raw ConfigDict, before `DataSettings`: these names must
+# never change (users' cached vocabularies and prepared folders are found by them).
+DEMO_VOCAB_NAME = "vocab-c6d6d8cf4c75b985.txt"
+DEMO_PREPARED_NAME = "prepared-ff0c1e046f2b3323"
+DEFAULT_VOCAB_PREPARED_NAME = "prepared-eac950b78f35d299"
+
+
+class _Prepared(Exception):
+    """Raised instead of preparing: carries the folder the cache would prepare into."""
+
+
+@pytest.fixture
+def pinned(monkeypatch, tmp_path):
+    """Pins the corpus stamp, learns a fixed vocabulary at once and prepares nothing."""
+    learned = []
+
+    def learn(sentences, size, lower):
+        learned.append(size)
+        return VOCAB
+
+    def stop(inputs, directory, opts, name=""):
+        raise _Prepared(directory)
+
+    monkeypatch.setattr(corpus_inputs, "stamp", lambda inputs: STAMP)
+    monkeypatch.setattr(vocab_learning, "build_wordpiece_vocab", learn)
+    monkeypatch.setattr(prepare, "prepare", stop)
+    return str(tmp_path), learned
+
+
+def _prepared_name(data: DataSettings, max_seq_length: int, seed: int) -> str:
+    with pytest.raises(_Prepared) as e:
+        prepared_cache.prepared_dir(data, max_seq_length, seed)
+    return os.path.basename(str(e.value))
+
+
+@pytest.mark.parametrize("preset", ["demo", "demo-modernbert"])
+def test_the_demo_keeps_its_vocabulary_and_prepared_folder_names(preset, pinned) -> None:
+    cache, learned = pinned
+    config = pretrain_config.get_config(preset)
+    config.data.cache_dir = cache
+    data = DataSettings.from_config(config.data)
+    assert os.path.basename(run_vocabulary.vocab_file_of(data)) == DEMO_VOCAB_NAME
+    assert learned == [8192]
+    assert _prepared_name(data, int(config.max_seq_length), int(config.seed)) == DEMO_PREPARED_NAME
+    assert learned == [8192]  # learned once, then read from the cache
+
+
+def test_the_default_vocabulary_keeps_its_prepared_folder_name(pinned) -> None:
+    cache, learned = pinned
+    config = pretrain_config.get_config("demo")
+    config.data.cache_dir, config.data.learned_vocab_size = cache, 0
+    assert _prepared_name(DataSettings.from_config(config.data), 128, 42) == DEFAULT_VOCAB_PREPARED_NAME
+    assert learned == []
+    # Any flag of the preparation moves the folder: the key reads the settings.
+    other = dataclasses.replace(DataSettings.from_config(config.data), dupe_factor=3)
+    assert _prepared_name(other, 128, 42) != DEFAULT_VOCAB_PREPARED_NAME
+
+
+def test_from_config_types_every_key_of_the_data_block() -> None:
+    block = defaults.data()
+    assert DataSettings.from_config(block) == DataSettings()  # the record's defaults are the file's
+    assert {f.name for f in dataclasses.fields(DataSettings)} == set(block.keys())
+    loose = ml_collections.ConfigDict(
+        {**block.to_dict(), "eval_fraction": 0, "tfds_num_shards": 8.0, "nsp": 0}
+    )
+    data = DataSettings.from_config(loose)
+    assert type(data.eval_fraction) is float and type(data.tfds_num_shards) is int
+    assert data.nsp is False and data.eval_fraction == 0.0 and data.tfds_num_shards == 8
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        data.source = "text"  # type: ignore[misc]
+
+
+def test_a_block_missing_a_key_is_named_in_one_line() -> None:
+    block = defaults.data()
+    del block["cache_dir"]
+    with pytest.raises(ValueError, match=r"^config\.data\.cache_dir is missing"):
+        DataSettings.from_config(block)
