@@ -138,3 +138,17 @@ def test_an_old_fine_tuning_flag_is_one_line_naming_the_new_one(tmp_path) -> Non
     (line,) = proc.stderr.strip().splitlines()
     assert "'batch_size' (from --config.batch_size=8) was removed: set --config.global_batch_size" in line
     assert not (tmp_path / "w").exists()
+
+
+def test_every_fine_tuning_config_resolves_to_typed_settings() -> None:
+    """Every task file's config passes the checks and becomes the typed record the library
+    reads (QA settings exactly for the QA tasks; the eval batch resolved, never 0)."""
+    from bert_jax.finetuning.settings import FinetuneSettings
+    from configs import downstream, glue
+
+    tasks = [*glue.TASKS, "bbc", "squad1.1", "squad2.0", "conll2003", "swag", *downstream.TASKS]
+    for task in tasks:
+        settings = FinetuneSettings.from_config(finetune_config.get_config(task))
+        assert settings.task == task and settings.eval_batch_size >= 1, task
+        qa = task.startswith("squad") or task in downstream.QA
+        assert (settings.data.qa is not None) == qa, task
