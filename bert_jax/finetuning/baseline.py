@@ -36,9 +36,10 @@ def headline_keys(main_metric: str, metrics: dict[str, Any]) -> list[str]:
     return keys + [f"test/{k}" for k in names if f"test/{k}" in metrics]
 
 
-def _same_run(results: dict[str, Any], settings: FinetuneSettings) -> bool:
+def _same_run(results: dict[str, Any], settings: FinetuneSettings, checkpoint: str) -> bool:
     return (
         results.get("random_init") is True
+        and results.get("checkpoint") == checkpoint
         and results.get("seed") == settings.seed
         and results.get("learning_rate") == settings.learning_rate
         and results.get("num_epochs") == settings.num_epochs
@@ -49,12 +50,12 @@ def run(
     settings: FinetuneSettings,
     workdir: str,
     trained: JobResult,
-    main_metric: str,
+    inputs: Any,
     finetune: Callable[[FinetuneSettings, str], JobResult],
 ) -> dict[str, Any]:
     """Fine-tunes (or reads back) the random-init baseline of `settings` and prints it
-    beside `trained` (the pre-trained run's result); returns the table written to
-    ``baseline.json``."""
+    beside `trained` (the pre-trained run's result; `inputs` its `finetune.FinetuningInputs`:
+    the checkpoint as resolved, the task); returns the table written to ``baseline.json``."""
     folder = os.path.join(workdir, FOLDER)
     done = os.path.join(folder, "results.json")
     baseline = dataclasses.replace(
@@ -64,7 +65,7 @@ def run(
     if os.path.exists(done):
         with open(done, encoding="utf-8") as f:
             previous = json.load(f)
-    if previous is not None and _same_run(previous, baseline):
+    if previous is not None and _same_run(previous, baseline, inputs.checkpoint):
         print(f"random-init baseline: read back from {folder}", flush=True)
         metrics = dict(previous["best"])
     else:
@@ -74,9 +75,9 @@ def run(
             print(f"random-init baseline: stopped at step {result.step} ({folder})", flush=True)
             return {}
         metrics = result.metrics
-    keys = headline_keys(main_metric, trained.metrics)
+    keys = headline_keys(inputs.task.main_metric, trained.metrics)
     table = {
-        "checkpoint": settings.init_checkpoint,
+        "checkpoint": inputs.checkpoint,
         "metrics": {k: {"pre_trained": trained.metrics.get(k), "random_init": metrics.get(k)} for k in keys},
     }
     write_json(os.path.join(workdir, "baseline.json"), table)

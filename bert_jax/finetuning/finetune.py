@@ -149,7 +149,7 @@ class Finetuning:
     """The task model, objective, engine and batches of one fine-tuning run on a mesh."""
 
     def __init__(self, settings: FinetuneSettings, inputs: FinetuningInputs, *, total_steps: int) -> None:
-        self.config, self.inputs = settings, inputs
+        self.run, self.inputs = settings, inputs  # `.settings`: the engine's share
         self.batch_size = min(settings.global_batch_size, len(inputs.train))
         self.steps_per_epoch = steps_per_epoch(settings, inputs)
         self.mesh = mesh_for_batches(
@@ -183,13 +183,13 @@ class Finetuning:
         """The training rows of global step `step` (0-based): epoch e's batches are a
         permutation by (seed, e), so any step's batch is known without replaying."""
         epoch, s = divmod(step, self.steps_per_epoch)
-        rows = epoch_batch(self.inputs.train, seed=self.config.seed, epoch=epoch + 1, index=s,
+        rows = epoch_batch(self.inputs.train, seed=self.run.seed, epoch=epoch + 1, index=s,
                            batch_size=self.batch_size)  # fmt: skip
         if self.packed:
-            packed = packing.pack(rows, self.config.max_seq_length, self.row_multiple)
+            packed = packing.pack(rows, self.run.max_seq_length, self.row_multiple)
             del packed["example_index"]
             return packed
-        length = bucket_length(rows["input_mask"], self.config.length_buckets, self.config.max_seq_length)
+        length = bucket_length(rows["input_mask"], self.run.length_buckets, self.run.max_seq_length)
         return cut_to_length(rows, length)
 
     def batches(self, start: int) -> Iterator[dict[str, jax.Array]]:
@@ -219,7 +219,7 @@ class Finetuning:
         the task's prediction files go to ``out_dir/<split>/``."""
         per_split = {}
         for split in self.inputs.evals:
-            outputs = self.predict(params, split, self.config.eval_batch_size)
+            outputs = self.predict(params, split, self.run.eval_batch_size)
             per_split[split.name] = self.inputs.task.score(outputs, split, os.path.join(out_dir, split.name))
         first = self.inputs.evals[0].name
         out = dict(per_split[first])
@@ -249,7 +249,7 @@ class EpochEnd:
 
     def __init__(self, ft: Finetuning, loop: TrainingRun, history: EpochHistory, workdir: str) -> None:
         self.ft, self.loop, self.history, self.workdir = ft, loop, history, workdir
-        config, task = ft.config, ft.inputs.task
+        config, task = ft.run, ft.inputs.task
         self.keep_best = bool(config.save_best_model or (config.predict_test and task.test_splits))
         self.start, self.losses = time.time(), []
 
@@ -275,7 +275,7 @@ class EpochEnd:
         entry = {"epoch": epoch, "step": step, "train_loss": train_loss, "seconds": seconds, **scores}
         if self.history.add(entry) and self.keep_best and jax.process_index() == 0:
             folder = os.path.join(self.workdir, "best_model")
-            save_model(folder, jax.device_get(state.params), inputs, self.ft.config.config, scores)
+            save_model(folder, jax.device_get(state.params), inputs, self.ft.run.config, scores)
         self.start, self.losses = time.time(), []
 
 
@@ -330,7 +330,7 @@ def finetune(config: ml_collections.ConfigDict | FinetuneSettings, workdir: str)
         shutil.rmtree(os.path.join(workdir, "checkpoints"), ignore_errors=True)  # the run is complete
     result = JobResult(step=total, metrics=best)
     if config.random_init_baseline and not config.random_init:
-        baseline.run(config, workdir, result, inputs.task.main_metric, finetune)
+        baseline.run(config, workdir, result, inputs, finetune)
     return result
 
 

@@ -1,13 +1,16 @@
 """`random_init_baseline`: the same fine-tuning from fresh weights, printed beside the run."""
 
 import json
+import types
 
 import pytest
 
 from bert_jax.ablations import cells
 from bert_jax.data import tokenization
 from bert_jax.finetuning import baseline, finetune
+from bert_jax.tasks.registry import get_task
 from bert_jax.training import run_config
+from bert_jax.training.results import JobResult
 from configs import ablations as ablations_config
 from configs import finetune as any_config
 from configs import glue as glue_config
@@ -39,10 +42,18 @@ def test_the_baseline_runs_beside_the_run_and_is_read_back(tmp_path, tiny_checkp
     assert not (tmp_path / "run" / "random_init" / "best_model").exists()
     # A finished baseline of the same run is read back, not fine-tuned again.
     settings = finetune.resolve(c)
+    inputs = types.SimpleNamespace(checkpoint=tiny_checkpoint, task=get_task("sst2"))
     again = baseline.run(
-        settings, str(tmp_path / "run"), result, "accuracy", lambda *a: pytest.fail("the baseline was re-run")
+        settings, str(tmp_path / "run"), result, inputs, lambda *a: pytest.fail("the baseline was re-run")
     )
     assert again == table
+    # A baseline of another checkpoint is not taken for this one's.
+    calls = []
+    other = types.SimpleNamespace(checkpoint=str(tmp_path / "other"), task=get_task("sst2"))
+    baseline.run(
+        settings, str(tmp_path / "run"), result, other, lambda *a: calls.append(a) or JobResult.stopped_at(0)
+    )
+    assert len(calls) == 1
 
 
 def test_the_suite_prints_a_baseline_and_the_ablation_tables_do_not() -> None:
