@@ -1,7 +1,8 @@
 """`model.attention`: the XLA path is the encoder's own math; splash attention (Pallas,
 interpreted on the CPU) equals it within 1e-5, forward and gradients, for padding, packed
 rows, causal attention and a local window; the kernel choice and its warnings; the cuDNN
-call's masks; splash compiled ahead of time for a TPU topology (libtpu, no TPU)."""
+call's masks, and on a GPU cuDNN itself against the XLA path; splash compiled ahead of
+time for a TPU topology (libtpu, no TPU)."""
 
 from __future__ import annotations
 
@@ -259,3 +260,41 @@ def test_splash_compiles_ahead_of_time_for_a_tpu_topology() -> None:
     text = compiled.as_text()
     assert text.count("tpu_custom_call") >= 3  # forward, dq and dkv kernels
     assert "bf16[2,2,1024,64]" in text  # each device: half the batch, half the heads
+
+
+def _has_gpu() -> bool:
+    try:
+        return bool(jax.devices("gpu"))
+    except RuntimeError:
+        return False
+
+
+@pytest.mark.skipif(not _has_gpu(), reason="needs an NVIDIA GPU (cuDNN)")
+@pytest.mark.parametrize(
+    ("s", "packed", "causal", "window"),
+    [
+        (256, False, False, None),  # padding only
+        (256, True, False, None),  # packed examples
+        (200, False, True, None),  # causal (the LTR ablation)
+        (256, True, True, 64),  # a causal window in packed rows
+    ],
+)
+def test_cudnn_on_a_gpu_equals_the_xla_path(s, packed, causal, window) -> None:
+    """cuDNN's fused attention against the XLA path in bfloat16 (what cuDNN takes), forward
+    and gradients, on the real queries: within bfloat16 rounding (the XLA path rounds the
+    probabilities to bfloat16 before the weighted sum, cuDNN keeps them in float32)."""
+    q, k, v, m = _inputs(s, packed, dtype=jnp.bfloat16)
+    mask = AttentionMask(m, packed=packed, causal=causal, window=window)
+    f32 = lambda fn: lambda q, k, v, mask: fn(q, k, v, mask).astype(jnp.float32)
+    want, want_grads = _loss_and_grads(f32(attention.xla_attention), q, k, v, mask)
+    got, got_grads = _loss_and_grads(f32(attention.cudnn_attention), q, k, v, mask)
+    text = (
+        jax.jit(lambda q, k, v: attention.cudnn_attention(q, k, v, mask)).lower(q, k, v).compile().as_text()
+    )
+    assert "cudnn" in text.lower()  # the fused kernel ran, not a fallback
+    np.testing.assert_allclose(got, want, rtol=0, atol=2e-2)
+    for g, w in zip(got_grads, want_grads, strict=True):
+        w32 = np.asarray(w, np.float32)
+        assert float(np.abs(w32).max()) > 1e-2
+        err = np.abs(np.asarray(g, np.float32) - w32).max() / np.abs(w32).max()
+        assert err < 2e-2, err
