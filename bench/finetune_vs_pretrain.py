@@ -61,7 +61,7 @@ def pretrain_worker(preset: str, task: str, steps: int) -> dict:
     c = _table(preset, task).rows.bert_base
     batch, seq, preds = int(c.global_batch_size), int(c.max_seq_length), int(c.max_predictions_per_seq)
     mesh = sharding.make_mesh((1, 1, 1), jax.devices()[:1])
-    setup = pretrain.Pretraining(c, mesh)
+    setup = pretrain.Pretraining.from_config(c, mesh)
     data = peers.random_batch(setup.model_config, batch, seq, preds)
     with jax.set_mesh(mesh):
         state = setup.engine.init_state(0)

@@ -57,7 +57,7 @@ def _bert_jax_step(batch: int, seq: int, masked: int, attention_dropout: float, 
     c.warmup_steps = 10
     run_config.set_keys(c, changes)
     mesh = sharding.make_mesh((1, 1, 1), jax.devices()[:1])
-    setup = pretrain.Pretraining(c, mesh)
+    setup = pretrain.Pretraining.from_config(c, mesh)
     model_config = setup.model_config
     data = peers.random_batch(model_config, batch, seq, masked)
     with jax.set_mesh(mesh):

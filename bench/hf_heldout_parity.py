@@ -83,14 +83,14 @@ def load_run(config_spec: str, workdir: str) -> tuple[Any, Any, Any]:
     from bert_jax.training import engine, run_config, sharding
 
     config = run_config.load_config(config_spec)
-    run = pretrain.Pretraining(config, sharding.make_mesh(tuple(config.mesh_shape)))
+    run = pretrain.Pretraining.from_config(config, sharding.make_mesh(tuple(config.mesh_shape)))
     params, saved = convert.load_checkpoint(workdir)
     if saved.replace(scan_layers=False) != run.model_config.replace(scan_layers=False):
         raise SystemExit(f"{workdir}/bert_config.json is not the model of --config {config_spec}")
     target = run.engine.abstract_state.params
     if jax.tree.structure(params) != jax.tree.structure(target):
         raise SystemExit(f"{workdir}: the checkpoint's parameter tree is not the run's")
-    return run, pretrain.phases(config)[-1], engine.place_tree(params, run.engine.state_shardings.params)
+    return run, run.run.phases()[-1], engine.place_tree(params, run.engine.state_shardings.params)
 
 
 def check_vocabulary(run: Any, workdir: str, hf_dir: str) -> int:

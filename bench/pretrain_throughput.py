@@ -48,7 +48,7 @@ def _bert_jax_step(preset: str, batch: int, seq: int):
     c.global_batch_size, c.max_seq_length, c.max_predictions_per_seq = batch, seq, NUM_MASKED
     c.warmup_steps = 10
     mesh = sharding.make_mesh((1, 1, 1), jax.devices()[:1])
-    setup = pretrain.Pretraining(c, mesh)
+    setup = pretrain.Pretraining.from_config(c, mesh)
     model_config = setup.model_config
     data = peers.random_batch(model_config, batch, seq, NUM_MASKED)
     with jax.set_mesh(mesh):

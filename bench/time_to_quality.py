@@ -68,21 +68,21 @@ def export_data(preset: str, max_steps: int, out: Path) -> dict:
     from bert_jax.training import sharding
 
     c = _config(preset)
-    pretrain.check_config(c)
-    run = pretrain.Pretraining(c, sharding.make_mesh((1, 1, 1), jax.devices()[:1]))
-    phase = pretrain.phases(c)[0]
+    settings = pretrain.resolve(c)
+    run = pretrain.Pretraining(settings, sharding.make_mesh((1, 1, 1), jax.devices()[:1]))
+    phase = settings.phases()[0]
     it = pretrain.data_iterator(
-        c,
+        settings,
         split="train",
         max_seq_length=phase.max_seq_length,
         max_predictions_per_seq=phase.max_predictions_per_seq,
     )
     rows = [next(it) for _ in range(max_steps)]
     train = {k: np.stack([r[k] for r in rows]) for k in rows[0]}
-    evals, counts = [], np.zeros(c.model.vocab_size, np.float64)
+    evals, counts = [], np.zeros(settings.model.vocab_size, np.float64)
     with jax.set_mesh(run.mesh):
         for local in pretrain.data_iterator(
-            c,
+            settings,
             split="eval",
             max_seq_length=phase.max_seq_length,
             max_predictions_per_seq=phase.max_predictions_per_seq,
@@ -160,8 +160,8 @@ def run_bert_jax(c, train, held, target, args) -> dict:
     from bert_jax.pretraining import pretrain
     from bert_jax.training import sharding
 
-    run = pretrain.Pretraining(c, sharding.make_mesh((1, 1, 1), jax.devices()[:1]))
-    p = pretrain.phases(c)[0].max_predictions_per_seq
+    run = pretrain.Pretraining.from_config(c, sharding.make_mesh((1, 1, 1), jax.devices()[:1]))
+    p = run.run.phases()[0].max_predictions_per_seq
     with jax.set_mesh(run.mesh):
         state = {"s": run.engine.init_state(int(c.seed) + args.init_seed)}
         eval_batch = run.engine.place(held, process_local=True)

@@ -128,7 +128,7 @@ def get_config(preset: str = "tiny") -> ml_collections.ConfigDict:
     c.phase2_fraction = 0.0
     c.phase2_max_seq_length = 512
     c.phase2_max_predictions_per_seq = 80
-    # Phase 2's own memory savers (`bert_jax.pretraining.phase_steps`): "" / 0 = the run's
+    # Phase 2's own memory savers (`PretrainSettings.phase_step`): "" / 0 = the run's
     # remat_policy / grad_accum_steps. At 4x the length a row holds ~4x the activations.
     c.phase2_remat_policy = ""
     c.phase2_grad_accum_steps = 0

@@ -19,7 +19,7 @@ from bert_jax.ablations import grid, task_data
 from bert_jax.finetuning import feature_based, finetune
 from bert_jax.model.flops import model_flops_per_step
 from bert_jax.pretraining import model_vocab
-from bert_jax.pretraining.pretrain import phases
+from bert_jax.pretraining.settings import PretrainSettings
 from bert_jax.storage import atomic_files
 from bert_jax.tasks import downstream_classification, downstream_qa
 
@@ -159,14 +159,14 @@ def pretraining_flops(config: ml_collections.ConfigDict) -> float:
     """Training FLOPs of the whole pre-training run (matmuls, as `bert-jax plan` counts
     them; each phase at its own length): divided by a slice's sustained FLOP/s, its time."""
 
-    model, batch = model_vocab.model_config(config), int(config.global_batch_size)
+    run = PretrainSettings.from_config(model_vocab.planned(config))
     return float(
         sum(
             (p.end - p.start)
             * model_flops_per_step(
-                model, batch, p.max_seq_length, p.max_predictions_per_seq, bool(config.data.nsp)
+                run.model, run.global_batch_size, p.max_seq_length, p.max_predictions_per_seq, run.data.nsp
             )
-            for p in phases(config)
+            for p in run.phases()
         )
     )
 

@@ -7,9 +7,9 @@ logical-axis rules give on that slice's mesh, and compiled ahead of time. XLA th
 reports per-chip memory (`memory_analysis`) and FLOPs (`cost_analysis`) of the exact
 program that would run, so "will it fit?" is answered before paying for the slice.
 
-Every phase of the run (`pretrain.phases`: the paper's 90% of steps at sequence 128, then
-10% at 512) is compiled with its own shapes and step settings (`phase_steps`: phase 2 may
-have its own remat policy and gradient accumulation). The run fits only if every phase
+Every phase of the run (`PretrainSettings.phases`: the paper's 90% of steps at sequence 128, then
+10% at 512) is compiled with its own shapes and step settings (`PretrainSettings.phase_step`: phase 2
+may have its own remat policy and gradient accumulation). The run fits only if every phase
 fits; its time is the phases' times summed. For a phase that does not fit, `plan_fit`
 compiles a few other settings and reports the first that fits.
 """
@@ -21,7 +21,8 @@ from typing import Any
 
 import ml_collections
 
-from bert_jax.pretraining import model_vocab, phase_steps, plan_compile, plan_fit, pretrain
+from bert_jax.pretraining import model_vocab, plan_compile, plan_fit
+from bert_jax.pretraining.settings import Phase, PhaseStep, PretrainSettings
 from bert_jax.training import hardware
 
 GIB = hardware.GIB
@@ -101,31 +102,28 @@ class PlanReport:
 
 
 class _Planner:
-    """Plans the phases of one config on one placement; compiles each distinct step once."""
+    """Plans the phases of one run on one placement; compiles each distinct step once."""
 
-    def __init__(self, config: ml_collections.ConfigDict, where: plan_compile.Placement, mfu: float) -> None:
-        self.config, self.where, self.mfu = config, where, mfu
-        self.batch = int(config.global_batch_size)
+    def __init__(self, run: PretrainSettings, where: plan_compile.Placement, mfu: float) -> None:
+        self.run, self.where, self.mfu = run, where, mfu
+        self.batch = run.global_batch_size
         self._measured: dict[tuple, plan_compile.Measured] = {}
         self._flops: dict[tuple, float] = {}
 
-    def _step_config(self, phase: pretrain.Phase, setting: tuple[str, int]) -> ml_collections.ConfigDict:
-        """The config of the phase's step: its shapes, with `setting` (remat, accumulation)."""
-        c = self.config.copy_and_resolve_references()
-        c.max_seq_length, c.max_predictions_per_seq = phase.max_seq_length, phase.max_predictions_per_seq
-        c.remat_policy, c.grad_accum_steps = setting
-        return c
+    def _step_settings(self, phase: Phase, setting: tuple[str, int]) -> PretrainSettings:
+        """The run of the phase's step: its shapes, with `setting` (remat, accumulation)."""
+        return self.run.at_shape(phase).with_step(PhaseStep(*setting))
 
-    def measure(self, phase: pretrain.Phase, setting: tuple[str, int]) -> plan_compile.Measured:
+    def measure(self, phase: Phase, setting: tuple[str, int]) -> plan_compile.Measured:
         key = (phase.max_seq_length, phase.max_predictions_per_seq, *setting)
         if key not in self._measured:
-            self._measured[key] = plan_compile.measure(self._step_config(phase, setting), self.where)
+            self._measured[key] = plan_compile.measure(self._step_settings(phase, setting), self.where)
         return self._measured[key]
 
-    def flops(self, phase: pretrain.Phase, remat: str) -> float:
+    def flops(self, phase: Phase, remat: str) -> float:
         key = (phase.max_seq_length, phase.max_predictions_per_seq, remat)
         if key not in self._flops:
-            self._flops[key] = plan_compile.step_flops(self._step_config(phase, (remat, 1)))
+            self._flops[key] = plan_compile.step_flops(self._step_settings(phase, (remat, 1)))
         return self._flops[key]
 
     def step_time(self, flops: float) -> float:
@@ -140,7 +138,7 @@ class _Planner:
         return mem.peak_bytes <= self.where.device_capacity_bytes
 
     def search(
-        self, index: int, phase: pretrain.Phase, setting: tuple[str, int], mem: plan_compile.StepMemory
+        self, index: int, phase: Phase, setting: tuple[str, int], mem: plan_compile.StepMemory
     ) -> list[plan_fit.Trial]:
         """`plan_fit.search` for a phase that does not fit, compiling on this placement."""
         room = plan_fit.Room(
@@ -161,8 +159,8 @@ class _Planner:
 
         return plan_fit.search(index, setting, room, try_setting, step_time)
 
-    def phase_plan(self, index: int, phase: pretrain.Phase, find_fit: bool) -> PhasePlan:
-        setting = phase_steps.settings(self.config, index)
+    def phase_plan(self, index: int, phase: Phase, find_fit: bool) -> PhasePlan:
+        setting = dataclasses.astuple(self.run.phase_step(index))
         done = self.measure(phase, setting)
         mem, per_chip = done.mem, self.where.devices_per_chip
         flops = self.flops(phase, setting[0])
@@ -198,8 +196,8 @@ class _Planner:
 
 def _report(planner: _Planner, phases: list[PhasePlan]) -> PlanReport:
     """The whole run from its phases (see `PlanReport`)."""
-    where, config, first = planner.where, planner.config, phases[0]
-    state = planner.measure(pretrain.phases(config)[0], phase_steps.settings(config, 1))
+    where, run, first = planner.where, planner.run, phases[0]
+    state = planner.measure(run.phases()[0], dataclasses.astuple(run.phase_step(1)))
     per_chip = where.devices_per_chip
     largest = max(phases, key=lambda p: p.hbm_per_chip_bytes)
     return PlanReport(
@@ -210,7 +208,7 @@ def _report(planner: _Planner, phases: list[PhasePlan]) -> PlanReport:
         mesh_shape=dict(where.mesh.shape),
         global_batch_size=planner.batch,
         max_seq_length=first.max_seq_length,
-        num_train_steps=int(config.num_train_steps),
+        num_train_steps=run.num_train_steps,
         param_bytes=plan_compile.per_device_bytes(state.abstract_state.params) * per_chip,
         opt_state_bytes=plan_compile.per_device_bytes(state.abstract_state.opt_state) * per_chip,
         argument_bytes=largest.argument_bytes,
@@ -239,8 +237,7 @@ def plan(
     estimates the run's cost; with `find_fit`, a phase that does not fit gets
     `plan_fit`'s search for a setting that does. ``model.vocab_size=0`` is planned at
     `model_vocab.planned_size` (``data.learned_vocab_size``: no vocabulary is learned)."""
-    phase_steps.check(config)
-    config = model_vocab.planned(config)
-    planner = _Planner(config, plan_compile.placement(config, topology_name), mfu_assumed)
-    phases = [planner.phase_plan(i, p, find_fit) for i, p in enumerate(pretrain.phases(config), start=1)]
+    run = PretrainSettings.from_config(model_vocab.planned(config))
+    planner = _Planner(run, plan_compile.placement(run, topology_name), mfu_assumed)
+    phases = [planner.phase_plan(i, p, find_fit) for i, p in enumerate(run.phases(), start=1)]
     return _report(planner, phases)

@@ -1,6 +1,6 @@
 """One pre-training step compiled ahead of time for a TPU topology: its memory and FLOPs.
 
-`placement` lays the config's mesh on a topology's devices (from `libtpu`'s description,
+`placement` lays the run's mesh on a topology's devices (from `libtpu`'s description,
 no TPU needed); `measure` compiles the real train step there for abstract state and batch
 and reads per-device memory (`memory_analysis`) and the compiler's FLOPs. A program that
 does not fit is refused by the TPU compiler; its error names the bytes it needed, which
@@ -17,13 +17,12 @@ import time
 from typing import Any
 
 import jax
-import ml_collections
 import numpy as np
 from jax.experimental import topologies
 
 from bert_jax.model import flops
-from bert_jax.model.config import BertConfig
 from bert_jax.pretraining import pretrain
+from bert_jax.pretraining.settings import PretrainSettings
 from bert_jax.training import hardware, sharding
 
 
@@ -62,9 +61,9 @@ def required_bytes_from_oom(message: str) -> int | None:
     return int(float(match.group(1)) * _UNITS[match.group(2)])
 
 
-def _mesh_devices(config: ml_collections.ConfigDict, devices: list[jax.Device]) -> list:
-    """All chips, or the first prod(mesh_shape) when the config asks for fewer."""
-    shape = list(config.mesh_shape)
+def _mesh_devices(mesh_shape: tuple[int, ...], devices: list[jax.Device]) -> list:
+    """All chips, or the first prod(mesh_shape) when the run asks for fewer."""
+    shape = list(mesh_shape)
     if -1 in shape:
         return devices
     wanted = math.prod(shape)
@@ -116,18 +115,18 @@ class Measured:
     abstract_state: Any
 
 
-def placement(config: ml_collections.ConfigDict, topology_name: str) -> Placement:
+def placement(run: PretrainSettings, topology_name: str) -> Placement:
     topo = hardware.parse_topology(topology_name)
     all_devices = topology_devices(topology_name)
-    devices = _mesh_devices(config, all_devices)
+    devices = _mesh_devices(run.training.mesh_shape, all_devices)
     devices_per_chip = len(all_devices) // topo.num_chips
-    mesh = sharding.make_mesh(config.mesh_shape, devices)
+    mesh = sharding.make_mesh(run.training.mesh_shape, devices)
     chips_used = max(1, len(devices) // devices_per_chip)
     return Placement(topology_name, topo, devices, devices_per_chip, mesh, chips_used)
 
 
-def _batch_shape(config: ml_collections.ConfigDict) -> tuple[int, int, int]:
-    return int(config.global_batch_size), int(config.max_seq_length), int(config.max_predictions_per_seq)
+def _batch_shape(run: PretrainSettings) -> tuple[int, int, int]:
+    return run.global_batch_size, run.max_seq_length, run.max_predictions_per_seq
 
 
 def _compiled_memory(compiled: Any, n_devices: int) -> StepMemory:
@@ -161,19 +160,19 @@ def _oom_memory(setup: Any, batch: Any, temp_bytes: int) -> StepMemory:
     )
 
 
-def measure(config: ml_collections.ConfigDict, where: Placement) -> Measured:
-    """Compiles the pre-training step of `config` (its shapes, remat policy and gradient
+def measure(run: PretrainSettings, where: Placement) -> Measured:
+    """Compiles the pre-training step of `run` (its shapes, remat policy and gradient
     accumulation) on `where`; a program the TPU compiler refuses for memory is measured
     from its error."""
-    setup = pretrain.Pretraining(config, where.mesh)
+    setup = pretrain.Pretraining(run, where.mesh)
     start = time.perf_counter()
     try:
-        compiled = setup.compile_train_step(*_batch_shape(config))
+        compiled = setup.compile_train_step(*_batch_shape(run))
     except Exception as e:  # the TPU compiler refuses programs that OOM
         oom_temp_bytes = required_bytes_from_oom(str(e))
         if oom_temp_bytes is None:
             raise
-        batch = setup.abstract_batch(*_batch_shape(config))
+        batch = setup.abstract_batch(*_batch_shape(run))
         mem = _oom_memory(setup, batch, oom_temp_bytes)
     else:
         mem = _compiled_memory(compiled, len(where.devices))
@@ -188,7 +187,7 @@ def param_specs(param_shardings: Any) -> dict[str, list]:
     }
 
 
-def step_flops(config: ml_collections.ConfigDict) -> float:
+def step_flops(run: PretrainSettings) -> float:
     """FLOPs of one whole train step (all chips together), from XLA's cost analysis.
 
     The step is lowered — not compiled — for one CPU device with the layers unrolled and
@@ -200,21 +199,18 @@ def step_flops(config: ml_collections.ConfigDict) -> float:
     outside local layers' windows are masked there, not model FLOPs, and are taken off
     (`flops.model_flops_per_step`'s count of them, forward and backward).
     """
-    config = config.copy_and_resolve_references()
-    with config.unlocked():
-        config.model.scan_layers = False
-        config.mesh_shape = (1, 1, 1)
-        config.grad_accum_steps = 1
-        config.attention_kernel = "xla"
+    numerics = dataclasses.replace(run.training.numerics, attention_kernel="xla")
+    training = dataclasses.replace(run.training, numerics=numerics, mesh_shape=(1, 1, 1), grad_accum_steps=1)
+    run = dataclasses.replace(run, model=run.model.replace(scan_layers=False), training=training)
     mesh = sharding.make_mesh((1, 1, 1), jax.devices("cpu")[:1])
-    setup = pretrain.Pretraining(config, mesh)
-    batch = setup.abstract_batch(*_batch_shape(config))
+    setup = pretrain.Pretraining(run, mesh)
+    batch = setup.abstract_batch(*_batch_shape(run))
     with jax.set_mesh(mesh):
         cost = setup.train_step.lower(setup.abstract_state, batch).cost_analysis()
     if isinstance(cost, list):
         cost = cost[0]
-    model = BertConfig.from_dict(config.model)
-    rows, seq, _ = _batch_shape(config)
+    model = run.model
+    rows, seq, _ = _batch_shape(run)
     masked = flops.model_flops_per_step(
         model.replace(global_attn_every_n_layers=1), rows, seq, 0, nsp=False
     ) - flops.model_flops_per_step(model, rows, seq, 0, nsp=False)

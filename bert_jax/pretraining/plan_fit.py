@@ -20,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
-from bert_jax.pretraining import phase_steps
+from bert_jax.pretraining.settings import PHASE_KEYS
 
 MAX_TRIES = 4
 # Least to most recomputation (and least to most memory saved).
@@ -87,7 +87,7 @@ def candidates(remat: str, accum: int, room: Room) -> list[tuple[str, int]]:
 
 def keys_for(phase: int, remat: str, accum: int, current: tuple[str, int]) -> dict[str, object]:
     """The config keys (and values) that give phase `phase` this setting instead of `current`."""
-    remat_key, accum_key = phase_steps.KEYS[phase]
+    remat_key, accum_key = PHASE_KEYS[phase]
     keys: dict[str, object] = {}
     if remat != current[0]:
         keys[remat_key] = remat

@@ -14,7 +14,6 @@ The paper's two-phase schedule (90% of steps at sequence 128, then 512) is
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -28,60 +27,39 @@ from bert_jax.data import masking, records, run_vocabulary, sources, tokenizatio
 from bert_jax.data.settings import DataSettings
 from bert_jax.model.flops import model_flops_per_step
 from bert_jax.model.heads import BertForPreTraining
-from bert_jax.pretraining import evaluation, model_file, model_vocab, phase_steps
+from bert_jax.pretraining import evaluation, model_file, model_vocab
 from bert_jax.pretraining.objective import (
     BATCH_KEYS,
     Batch,
     PretrainingObjective,
     batch_shapes,
 )
+from bert_jax.pretraining.settings import Phase, PretrainSettings
 from bert_jax.storage import files
 from bert_jax.training import engine, multihost, run_config, sharding
 from bert_jax.training.loop import Hook, StopRequested, TrainingRun
 from bert_jax.training.results import JobResult
-from bert_jax.training.settings import TrainingSettings
-
-
-@dataclasses.dataclass(frozen=True)
-class Phase:
-    start: int  # first global step of the phase
-    end: int  # one past its last step
-    max_seq_length: int
-    max_predictions_per_seq: int
-
-
-def phases(config: ml_collections.ConfigDict) -> list[Phase]:
-    total = int(config.num_train_steps)
-    frac = float(config.phase2_fraction)
-    first = Phase(0, total, int(config.max_seq_length), int(config.max_predictions_per_seq))
-    if frac <= 0:
-        return [first]
-    split = round(total * (1 - frac))
-    return [
-        dataclasses.replace(first, end=split),
-        Phase(split, total, int(config.phase2_max_seq_length), int(config.phase2_max_predictions_per_seq)),
-    ]
 
 
 class Pretraining:
     """The model, objective, engine and batch placement of one pre-training run on a mesh.
 
-    Everything is derived from (config, mesh); works on real devices and on a TPU
-    topology description (`plan`) alike. ``model.vocab_size=0`` is read as
-    `model_vocab.planned_size` (a run passes its `model_vocab.resolved` config).
+    Everything is derived from (settings, mesh); works on real devices and on a TPU
+    topology description (`plan`) alike. `from_config` reads a config, with
+    ``model.vocab_size=0`` as `model_vocab.planned_size` (a run passes the settings of
+    its `resolve`d config).
     """
 
-    def __init__(self, config: ml_collections.ConfigDict, mesh: Mesh) -> None:
-        config = model_vocab.planned(config)
-        self.config, self.mesh = config, mesh
-        self.settings = TrainingSettings.from_config(config)
-        self.model_config = run_config.bert_config(config)
+    def __init__(self, run: PretrainSettings, mesh: Mesh) -> None:
+        self.run, self.mesh = run, mesh
+        self.settings = run.training
+        self.model_config = run.model
         self.numerics = self.settings.numerics.for_platform(engine.platform(mesh))
-        self.data = DataSettings.from_config(config.data)
+        self.data = run.data
         self.nsp = self.data.nsp
         model = BertForPreTraining(self.model_config, self.numerics)
         self.objective = PretrainingObjective(model, self.nsp)
-        tx, schedule = self.settings.optimizer.build(int(config.num_train_steps))
+        tx, schedule = self.settings.optimizer.build(run.num_train_steps)
         self.engine = engine.Engine(
             objective=self.objective,
             init_params=self.objective.init_params,
@@ -91,6 +69,11 @@ class Pretraining:
             rules=sharding.rules_with_overrides(self.settings.sharding_rules),
             grad_accum_steps=self.settings.grad_accum_steps,
         )
+
+    @classmethod
+    def from_config(cls, config: ml_collections.ConfigDict, mesh: Mesh) -> Pretraining:
+        """The run of `config` (its vocabulary size as planned, without reading data)."""
+        return cls(PretrainSettings.from_config(model_vocab.planned(config)), mesh)
 
     @functools.lru_cache(maxsize=4)  # noqa: B019 (one masker per prediction count, per run)
     def masker(self, max_predictions: int) -> Any:
@@ -135,18 +118,18 @@ class Pretraining:
     def eval_batches(self, phase: Phase) -> Iterator[Batch]:
         """The held-out split at the phase's length: one pass, fixed masks, global batches."""
         it = data_iterator(
-            self.config,
+            self.run,
             split="eval",
             max_seq_length=phase.max_seq_length,
             max_predictions_per_seq=phase.max_predictions_per_seq,
-            global_batch_size=eval_batch_size(self.config),
+            global_batch_size=self.run.eval_batch_size,
         )
         return (self.global_batch(local, phase.max_predictions_per_seq) for local in it)
 
     def batches(self, phase: Phase, start_step: int) -> Iterator[Batch]:
         """Training batches of the phase from global step `start_step` on."""
         it = data_iterator(
-            self.config,
+            self.run,
             split="train",
             max_seq_length=phase.max_seq_length,
             max_predictions_per_seq=phase.max_predictions_per_seq,
@@ -156,7 +139,7 @@ class Pretraining:
 
 
 def data_iterator(
-    config: ml_collections.ConfigDict,
+    run: PretrainSettings,
     *,
     split: str,
     max_seq_length: int,
@@ -164,71 +147,72 @@ def data_iterator(
     start_step: int = 0,
     global_batch_size: int | None = None,
 ) -> Iterator[dict[str, np.ndarray]]:
-    """Host-local batches of the config's data (`sources.batches`), positioned at `start_step`."""
+    """Host-local batches of the run's data (`sources.batches`), positioned at `start_step`."""
     return sources.batches(
-        DataSettings.from_config(config.data),
-        seed=int(config.seed),
-        eval_steps=int(config.eval_steps),
-        vocab_size=int(config.model.vocab_size),
+        run.data,
+        seed=run.seed,
+        eval_steps=run.eval_steps,
+        vocab_size=run.model.vocab_size,
         split=split,
-        global_batch_size=int(global_batch_size or config.global_batch_size),
+        global_batch_size=global_batch_size or run.global_batch_size,
         max_seq_length=max_seq_length,
         max_predictions_per_seq=max_predictions_per_seq,
         start_step=start_step,
     )
 
 
-def check_config(config: ml_collections.ConfigDict) -> None:
-    """Refuses, with one line naming the keys, a recipe that cannot work (switches that
-    contradict each other, a model whose embedding table is smaller than the vocabulary:
-    it would index past it, `model_vocab.run_size`); warns when the prediction budget caps
-    the masking rate, as the original's `max_predictions_per_seq` silently does."""
-    phase_steps.check(config)
-    if config.data.objective == "ltr" and not config.model.causal_attention:
+def resolve(config: ml_collections.ConfigDict) -> PretrainSettings:
+    """The run's settings from its config: checked (`run_config.check`, each phase's step,
+    `check_recipe`), then with the vocabulary size the run trains with
+    (`model_vocab.resolved`: learning the vocabulary once where the data config learns
+    one, refusing an explicit size the tokenizer's ids do not fit). Everything that can
+    refuse the run, before anything is written."""
+    run_config.check(config, "pretrain")
+    check_recipe(PretrainSettings.from_config(model_vocab.planned(config)))
+    return PretrainSettings.from_config(model_vocab.resolved(config))
+
+
+def check_recipe(run: PretrainSettings) -> None:
+    """Refuses, with one line naming the keys, a recipe whose switches contradict each
+    other; warns when the prediction budget caps the masking rate, as the original's
+    `max_predictions_per_seq` silently does."""
+    data = run.data
+    if data.objective == "ltr" and not run.model.causal_attention:
         raise ValueError(
             "config.data.objective='ltr' needs --config.model.causal_attention=True "
             "(a bidirectional model would see the tokens it predicts)"
         )
-    if config.data.full_sentences and config.data.nsp:
+    if data.full_sentences and data.nsp:
         raise ValueError(
             "config.data.full_sentences=True packs rows without sentence pairs: set --config.data.nsp=False"
         )
-    for phase in phases(config):
-        wanted = round((phase.max_seq_length - 2) * float(config.data.masked_lm_prob))
-        if (
-            config.data.objective == "mlm"
-            and phase.max_predictions_per_seq < wanted
-            and jax.process_index() == 0
-        ):
+    for phase in run.phases():
+        wanted = round((phase.max_seq_length - 2) * data.masked_lm_prob)
+        if data.objective == "mlm" and phase.max_predictions_per_seq < wanted and jax.process_index() == 0:
             key = "max_predictions_per_seq" if phase.start == 0 else "phase2_max_predictions_per_seq"
             print(
-                f"warning: config.data.masked_lm_prob={config.data.masked_lm_prob} masks up to {wanted} of "
+                f"warning: config.data.masked_lm_prob={data.masked_lm_prob} masks up to {wanted} of "
                 f"{phase.max_seq_length} tokens; config.{key}={phase.max_predictions_per_seq} caps it "
                 f"(set --config.{key}={wanted} for the full rate)",
                 flush=True,
             )
-    model_vocab.run_size(int(config.model.vocab_size), DataSettings.from_config(config.data))
 
 
-def eval_batch_size(config: ml_collections.ConfigDict) -> int:
-    return int(config.eval_batch_size or config.global_batch_size)
-
-
-def check_data(config: ml_collections.ConfigDict) -> bool:
+def check_data(run: PretrainSettings) -> bool:
     """Opens the train and held-out data of every phase (preparing a built-in source on
     first use), so that a run whose data cannot serve it is refused before it starts.
     Returns whether there is held-out data; without it the run trains without evaluation
     (as the original `run_pretraining.py` without ``--do_eval``), saying so in one line."""
     held_out = True
-    for phase in phases(config):
+    for phase in run.phases():
         for split in ("train", "eval"):
             try:
                 it = data_iterator(
-                    config,
+                    run,
                     split=split,
                     max_seq_length=phase.max_seq_length,
                     max_predictions_per_seq=phase.max_predictions_per_seq,
-                    global_batch_size=eval_batch_size(config) if split == "eval" else None,
+                    global_batch_size=run.eval_batch_size if split == "eval" else None,
                 )
                 next(iter(it))
             except records.NoHeldOutData as e:
@@ -243,14 +227,14 @@ def check_data(config: ml_collections.ConfigDict) -> bool:
     return held_out
 
 
-def keep_vocab(config: ml_collections.ConfigDict, workdir: str) -> None:
+def keep_vocab(data: DataSettings, workdir: str) -> None:
     """Copies the tokenizer's file into the workdir (``vocab.txt``, ``spm.model`` or
     ``tokenizer.json``: `tokenization.saved_name`), so the workdir is a complete checkpoint
     for `finetune`, `features` and `convert` without remembering which vocab it was
     trained with."""
-    if config.data.source == "synthetic" or jax.process_index() != 0:
+    if data.source == "synthetic" or jax.process_index() != 0:
         return
-    src = run_vocabulary.tokenizer_of(DataSettings.from_config(config.data)).vocab_file
+    src = run_vocabulary.tokenizer_of(data).vocab_file
     dst = files.join(workdir, tokenization.saved_name(src))
     if not files.exists(dst):
         files.copy_file(src, dst)  # whole: readers never see half a vocabulary
@@ -262,11 +246,11 @@ class PeriodicEval:
     as the best checkpoint when they are; `last` holds the latest."""
 
     def __init__(self, run: Pretraining, loop: TrainingRun) -> None:
-        self.run, self.loop, self.phases = run, loop, phases(run.config)
+        self.run, self.loop, self.phases = run, loop, run.run.phases()
         self.last: dict[str, float] = {}
 
     def hook(self) -> Hook:
-        every, total = int(self.run.config.eval_every_steps), int(self.run.config.num_train_steps)
+        every, total = self.run.run.eval_every_steps, self.run.run.num_train_steps
         return Hook(self, every=every, also_at=(total,) if every else ())
 
     def __call__(self, step: int, state: Any, metrics: Any) -> None:
@@ -278,14 +262,14 @@ class PeriodicEval:
 
 def train_phases(run: Pretraining, loop: TrainingRun, state: Any, hooks: Sequence[Hook]) -> Any:
     """Trains every phase not yet done (each its own data and compiled shapes)."""
-    batch = int(run.config.global_batch_size)
-    for phase in phases(run.config):
+    batch = run.run.global_batch_size
+    for phase in run.run.phases():
         step = int(jax.device_get(state.step))
         if step >= phase.end:
             continue
-        # Phase 2's own remat policy / gradient accumulation (`phase_steps`), when set.
-        step_config = phase_steps.step_config(run.config, 2 if phase.start else 1)
-        step_engine = run.engine if step_config is run.config else Pretraining(step_config, run.mesh).engine
+        # Phase 2's own remat policy / gradient accumulation (`PretrainSettings.phase_step`), when set.
+        step_settings = run.run.for_phase(2 if phase.start else 1)
+        step_engine = run.engine if step_settings is run.run else Pretraining(step_settings, run.mesh).engine
         flops = model_flops_per_step(
             run.model_config, batch, phase.max_seq_length, phase.max_predictions_per_seq, run.nsp
         )
@@ -307,25 +291,23 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> JobRe
     ``stopped`` when ``stop_after_step`` ended the run first)."""
     workdir = files.resolve(workdir)  # orbax wants absolute paths; gs:// stays as it is
     # Everything that can refuse the run comes before anything is written to the workdir.
-    run_config.check(config, "pretrain")
-    check_config(config)
-    config = model_vocab.resolved(config)  # model.vocab_size=0: the tokenizer's size, from here on
-    multihost.check_same_run(config)
+    settings = resolve(config)  # model.vocab_size=0: the tokenizer's size, from here on
+    multihost.check_same_run(settings.config)
     files.check_reachable(workdir, "--workdir", writable=True)
-    mesh = sharding.make_mesh(tuple(config.mesh_shape))
-    accumulations = {phase_steps.settings(config, p)[1] for p in ((1, 2) if config.phase2_fraction else (1,))}
+    mesh = sharding.make_mesh(settings.training.mesh_shape)
+    phase_numbers = (1, 2) if len(settings.phases()) == 2 else (1,)
     sharding.check_batches(
         mesh,
-        {"global_batch_size": int(config.global_batch_size), "eval_batch_size": eval_batch_size(config)},
-        {"global_batch_size": sorted(accumulations)},
+        {"global_batch_size": settings.global_batch_size, "eval_batch_size": settings.eval_batch_size},
+        {"global_batch_size": sorted({settings.phase_step(p).grad_accum_steps for p in phase_numbers})},
     )
-    run = Pretraining(config, mesh)
+    run = Pretraining(settings, mesh)
     model_file.check(workdir, run.model_config)
-    held_out = check_data(config)  # whether the data has a held-out split
-    final_phase = phases(config)[-1]
+    held_out = check_data(settings)  # whether the data has a held-out split
+    final_phase = settings.phases()[-1]
     keys = ("mlm_accuracy", "nsp_accuracy") if run.nsp else ("mlm_accuracy",)
     try:
-        total = int(config.num_train_steps)
+        total = settings.num_train_steps
         with TrainingRun(
             workdir,
             run.settings,
@@ -337,7 +319,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> JobRe
             state, _ = loop.restore_or_init(run.engine, lambda: run.engine.init_state(run.settings.seed))
             # The run is accepted: from here on it writes to the workdir.
             model_file.write(workdir, run.model_config)
-            keep_vocab(config, workdir)
+            keep_vocab(settings.data, workdir)
             periodic_eval = PeriodicEval(run, loop)
             state = train_phases(run, loop, state, [periodic_eval.hook()] if held_out else [])
             step = loop.finish(state)
@@ -350,13 +332,13 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> JobRe
             loop.ckpt.maybe_save_best(step, state, final)
     except StopRequested as stop:
         return JobResult.stopped_at(stop.step)
-    if int(config.baseline_batches):
+    if settings.baseline_batches:
         with jax.set_mesh(run.mesh):
             top, acc, loss = evaluation.unigram_baseline(
-                run, final_phase, eval_targets, int(config.baseline_batches)
+                run, final_phase, eval_targets, settings.baseline_batches
             )
         final["unigram_baseline_token"] = top
-        if config.data.source != "synthetic":
+        if settings.data.source != "synthetic":
             final["unigram_baseline_piece"] = run_vocabulary.tokenizer_of(run.data).vocab[top]
         final["unigram_baseline_accuracy"], final["unigram_baseline_loss"] = acc, loss
     evaluation.report(final, workdir, run.nsp)

@@ -11,6 +11,7 @@ these is the value itself.
 from __future__ import annotations
 
 import hashlib
+import json
 from pathlib import Path
 from typing import Any
 
@@ -52,11 +53,12 @@ def code_fingerprint() -> str:
     return h.hexdigest()
 
 
-def check_same_run(config: Any) -> None:
-    """Every host runs the same config and the same code, or all refuse in one line."""
+def check_same_run(config: dict[str, Any]) -> None:
+    """Every host runs the same config (as resolved: a run's settings' ``config``) and the
+    same code, or all refuse in one line."""
     if jax.process_count() == 1:
         return
-    mine = {"config": config.to_json(sort_keys=True), "code": code_fingerprint()}
+    mine = {"config": json.dumps(config, sort_keys=True, default=str), "code": code_fingerprint()}
     for what, text in mine.items():
         digests = multihost_utils.process_allgather(_digest(text))
         differ = [i for i in range(digests.shape[0]) if not np.array_equal(digests[i], digests[0])]

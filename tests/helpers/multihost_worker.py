@@ -34,7 +34,7 @@ def main(process_id: int, num_processes: int, port: int, cache_dir: str) -> None
     c.max_seq_length = 32
     c.max_predictions_per_seq = 5
     mesh = sharding.make_mesh((-1, 1, 1))
-    setup = pretrain.Pretraining(c, mesh)
+    setup = pretrain.Pretraining.from_config(c, mesh)
     losses = []
     with jax.set_mesh(mesh):
         state = setup.engine.init_state(c.seed)
@@ -53,11 +53,11 @@ def main(process_id: int, num_processes: int, port: int, cache_dir: str) -> None
             losses.append(float(metrics["loss"]))
     c.data = pretrain_config.get_config("demo").data
     c.data.cache_dir, c.data.dupe_factor = cache_dir, 1
-    setup = pretrain.Pretraining(c, mesh)
+    setup = pretrain.Pretraining.from_config(c, mesh)
     wiki_losses, targets = [], []
     with jax.set_mesh(mesh):
         state = setup.engine.init_state(c.seed)
-        it = pretrain.data_iterator(c, split="train", max_seq_length=32, max_predictions_per_seq=5)
+        it = pretrain.data_iterator(setup.run, split="train", max_seq_length=32, max_predictions_per_seq=5)
         for _ in range(3):
             local = next(it)
             assert local["input_ids"].shape[0] == 8 // num_processes

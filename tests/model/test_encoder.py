@@ -104,7 +104,7 @@ def test_ltr_data_needs_a_causal_model() -> None:
     c = pretrain_config.get_config("tiny")
     c.data.objective = "ltr"
     with pytest.raises(ValueError, match="causal_attention=True"):
-        pretrain.check_config(c)
+        pretrain.resolve(c)
 
 
 GOLDEN = ROOT / "tests" / "testdata" / "bert_base_param_shapes.json"

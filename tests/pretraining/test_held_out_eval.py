@@ -4,6 +4,8 @@ read to the host, and the presets' default is bounded."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax
 import numpy as np
 import pytest
@@ -22,9 +24,9 @@ def setup(tmp_path_factory):
     c.data.source = "wiki_excerpt"  # prepared into the cache on first use
     c.data.cache_dir = str(tmp_path_factory.mktemp("cache"))
     c.eval_batch_size = EVAL_BATCH
-    run = pretrain.Pretraining(c, sharding.make_mesh((1, 1, 1), jax.devices()[:1]))
+    run = pretrain.Pretraining.from_config(c, sharding.make_mesh((1, 1, 1), jax.devices()[:1]))
     params = run.engine.init_state(0).params
-    phase = pretrain.phases(c)[0]
+    phase = run.run.phases()[0]
     held_out = prepared_cache.open_prepared(run.data, "eval", phase.max_seq_length, int(c.seed)).size
     return run, params, phase, held_out // EVAL_BATCH
 
@@ -32,7 +34,7 @@ def setup(tmp_path_factory):
 def _evaluate(setup, eval_steps: int, monkeypatch) -> tuple[dict, np.ndarray, int]:
     """Metrics, targets and the number of eval steps run with `eval_steps`."""
     run, params, phase, _ = setup
-    run.config.eval_steps = eval_steps
+    run.run = dataclasses.replace(run.run, eval_steps=eval_steps)  # kept: `_host_sums` reads the same
     step, calls = run.engine.eval_step, []
     with monkeypatch.context() as m:
         m.setitem(run.engine.__dict__, "eval_step", lambda p, b: calls.append(1) or step(p, b))

@@ -1,38 +1,56 @@
-"""Phase 2's own remat policy and gradient accumulation (`phase2_remat_policy`,
-`phase2_grad_accum_steps`): checked before the run, applied when the run switches phase,
-and the same training as without them."""
+"""The typed run's phases (`PretrainSettings`); phase 2's own remat policy and gradient
+accumulation (`phase2_remat_policy`, `phase2_grad_accum_steps`): checked before the run,
+applied when the run switches phase, and the same training as without them."""
 
 import json
 
 import pytest
 
-from bert_jax.pretraining import phase_steps, pretrain
+from bert_jax.pretraining import pretrain
+from bert_jax.pretraining.settings import PhaseStep, PretrainSettings
 from bert_jax.training import engine
 from tests.conftest import tiny_pretraining
 
 
 def _config(**overrides):
-    return tiny_pretraining(
-        **{"model.hidden_dropout_prob": 0.0, "model.attention_probs_dropout_prob": 0.0},
-        num_train_steps=4,
-        eval_every_steps=0,
-        checkpoint_every_steps=0,
-        phase2_fraction=0.5,
-        phase2_max_seq_length=64,
-        phase2_max_predictions_per_seq=8,
-        **overrides,
-    )
+    settings = {
+        "model.hidden_dropout_prob": 0.0,
+        "model.attention_probs_dropout_prob": 0.0,
+        "num_train_steps": 4,
+        "eval_every_steps": 0,
+        "checkpoint_every_steps": 0,
+        "phase2_fraction": 0.5,
+        "phase2_max_seq_length": 64,
+        "phase2_max_predictions_per_seq": 8,
+    }
+    return tiny_pretraining(**{**settings, **overrides})
 
 
-def test_settings_fall_back_to_the_runs_and_step_config_copies_only_when_they_differ() -> None:
+def test_phase_step_falls_back_to_the_runs_and_for_phase_changes_only_what_differs() -> None:
     c = _config(remat_policy="dots", grad_accum_steps=2)
-    assert phase_steps.settings(c, 1) == phase_steps.settings(c, 2) == ("dots", 2)
-    assert phase_steps.step_config(c, 2) is c
+    run = PretrainSettings.from_config(c)
+    assert run.phase_step(1) == run.phase_step(2) == PhaseStep("dots", 2)
+    assert run.for_phase(2) is run
     c.phase2_remat_policy, c.phase2_grad_accum_steps = "full", 4
-    assert phase_steps.settings(c, 1) == ("dots", 2) and phase_steps.settings(c, 2) == ("full", 4)
-    second = phase_steps.step_config(c, 2)
-    assert second is not c and (second.remat_policy, second.grad_accum_steps) == ("full", 4)
-    assert (c.remat_policy, c.grad_accum_steps) == ("dots", 2)  # the run's config is untouched
+    run = PretrainSettings.from_config(c)
+    assert run.phase_step(1) == PhaseStep("dots", 2) and run.phase_step(2) == PhaseStep("full", 4)
+    second = run.for_phase(2)
+    assert (second.training.numerics.remat_policy, second.training.grad_accum_steps) == ("full", 4)
+    assert (run.training.numerics.remat_policy, run.training.grad_accum_steps) == ("dots", 2)  # untouched
+    assert second.phase_step(1) == PhaseStep("full", 4) and second.model == run.model
+
+
+def test_phases_split_the_steps_as_the_paper_does() -> None:
+    run = PretrainSettings.from_config(_config(num_train_steps=1000, phase2_fraction=0.1))
+    first, second = run.phases()
+    assert (first.start, first.end, first.max_seq_length) == (0, 900, 32)
+    assert (second.start, second.end, second.max_seq_length, second.max_predictions_per_seq) == (
+        900,
+        1000,
+        64,
+        8,
+    )
+    assert [p.end for p in PretrainSettings.from_config(_config(phase2_fraction=0.0)).phases()] == [4]
 
 
 @pytest.mark.parametrize(
@@ -47,7 +65,7 @@ def test_settings_fall_back_to_the_runs_and_step_config_copies_only_when_they_di
 )
 def test_check_refuses_a_bad_phase_setting_in_one_line_naming_the_key(key, value, named) -> None:
     with pytest.raises(ValueError) as err:
-        pretrain.check_config(_config(**{key: value}))
+        pretrain.resolve(_config(**{key: value}))
     assert named in str(err.value) and "\n" not in str(err.value)
 
 

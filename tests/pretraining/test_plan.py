@@ -6,6 +6,7 @@ step once: BERT-Base's two phases on v5e:2x2 (shared by the tests through a modu
 fixture and a cache of identical step programs), and BERT-Large at sequence 512.
 """
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -29,11 +30,12 @@ def _config(preset: str, **overrides):
     return config
 
 
-def _program_key(config, where) -> str:
-    """What the compiled step depends on: the config without the phase keys (`Pretraining`
-    reads none of them; the planner has already set the step's shapes and settings)."""
-    c = config.to_dict()
-    for key in [k for k in c if k.startswith("phase2_")]:
+def _program_key(run, where) -> str:
+    """What the compiled step depends on: the typed run without the phase fields and the
+    config as written (`Pretraining` reads neither; the planner has already set the step's
+    shapes and settings)."""
+    c = dataclasses.asdict(run)
+    for key in [k for k in c if k.startswith("phase2_") or k == "config"]:
         del c[key]
     return json.dumps([c, where.topology_name], sort_keys=True, default=str)
 
@@ -44,11 +46,11 @@ def compiles():
     the same steps compile them once. Counts the real compiles."""
     measure, seen, count = plan_compile.measure, {}, {"compiled": 0}
 
-    def remembered(config, where):
-        key = _program_key(config, where)
+    def remembered(run, where):
+        key = _program_key(run, where)
         if key not in seen:
             count["compiled"] += 1
-            seen[key] = measure(config, where)
+            seen[key] = measure(run, where)
         return seen[key]
 
     with pytest.MonkeyPatch.context() as mp:

@@ -96,7 +96,7 @@ def test_recipes_set_their_switches_and_sizes_keep_theirs() -> None:
         assert c.model.hidden_size == 768 and c.data.full_sentences, name
         wanted = round((c.max_seq_length - 2) * c.data.masked_lm_prob)
         assert c.max_predictions_per_seq >= wanted, name  # the masking rate is not capped
-        pretrain.check_config(c)  # a recipe's own settings pass its checks
+        pretrain.resolve(c)  # a recipe's own settings pass its checks
     get = pretrain_config.get_config
     positions = {r: get(f"base+{r}").model.position_embedding_type for r in pretrain_config.RECIPES}
     assert positions == dict(bert="absolute", cramming="sinusoidal", mosaicbert="alibi", modernbert="rotary")
@@ -114,12 +114,12 @@ def _synthetic(recipe: str = "bert", **changes):
 
 def test_contradictory_switches_are_refused_naming_the_keys(capsys) -> None:
     with pytest.raises(ValueError, match=r"data\.full_sentences=True .* --config\.data\.nsp=False"):
-        pretrain.check_config(_synthetic(**{"data.full_sentences": True}))
-    pretrain.check_config(_synthetic(**{"data.masked_lm_prob": 0.4}))
+        pretrain.resolve(_synthetic(**{"data.full_sentences": True}))
+    pretrain.resolve(_synthetic(**{"data.masked_lm_prob": 0.4}))
     (line,) = capsys.readouterr().out.splitlines()
     assert line.startswith("warning: config.data.masked_lm_prob=0.4 masks up to 25 of 64 tokens")
     assert "set --config.max_predictions_per_seq=25" in line
-    pretrain.check_config(_synthetic("modernbert"))  # a recipe's own settings pass
+    pretrain.resolve(_synthetic("modernbert"))  # a recipe's own settings pass
     assert not capsys.readouterr().out
 
 

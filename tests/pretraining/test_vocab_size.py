@@ -76,9 +76,9 @@ def test_the_demo_is_planned_at_its_learned_size_without_learning_it(tmp_path) -
     assert planned.model.vocab_size == 8192 and demo.model.vocab_size == 0  # a copy
     assert model_vocab.planned(planned) is planned  # a written size is kept as it is
     mesh = sharding.make_mesh((1, 1, 1), jax.devices()[:1])
-    run = pretrain.Pretraining(demo, mesh)
+    run = pretrain.Pretraining.from_config(demo, mesh)
     assert run.model_config.vocab_size == run.model_config.padded_vocab_size == 8192
-    assert run.config.model.vocab_size == 8192
+    assert run.run.model.vocab_size == 8192 and run.run.config["model"]["vocab_size"] == 8192
     assert _learned_files(tmp_path) == []  # nothing was learned to know it
 
 
@@ -105,7 +105,7 @@ def test_zero_takes_the_tokenizers_size_and_a_smaller_one_is_refused(tmp_path) -
     assert model_vocab.run_size(*_sizes(c)) == 512 and model_vocab.resolved(c) is c
     c.model.vocab_size = 200
     with pytest.raises(ValueError) as e:
-        pretrain.check_config(c)
+        pretrain.resolve(c)
     assert str(e.value) == (
         "the vocabulary has 300 tokens but config.model.vocab_size is 200: set "
         "--config.model.vocab_size=300 (or 0: the tokenizer's size)"

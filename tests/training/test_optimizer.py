@@ -77,7 +77,7 @@ def _one_step(accum: int) -> tuple[dict, dict]:
     config.model.hidden_dropout_prob = 0.0
     config.model.attention_probs_dropout_prob = 0.0
     mesh = sharding.make_mesh((1, 1, 1))
-    setup = pretrain.Pretraining(config, mesh)
+    setup = pretrain.Pretraining.from_config(config, mesh)
     batch = synthetic.global_batch(
         0,
         seed=0,
