@@ -259,7 +259,8 @@ def run_one(
     config.data_dir = task_data.resolve(config.task, config.data_dir, data_cache)
     print(f"== {table.table} / {row} / {column}: {plan['approach']}, seed {seed} in {seed_dir}", flush=True)
     if plan["approach"] == "features":
-        feature_based.train(config, table.feature_bilstm, plan["layers"], plan["combine"], seed_dir)
+        bilstm = feature_based.FeatureBiLSTMSettings.from_config(table.feature_bilstm)
+        feature_based.train(config, bilstm, plan["layers"], plan["combine"], seed_dir)
     else:
         result = finetune.finetune(config, seed_dir)
         if result.stopped:
