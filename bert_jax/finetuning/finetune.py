@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import math
 import os
 import shutil
 import time
@@ -114,6 +115,12 @@ def load_inputs(settings: FinetuneSettings) -> FinetuningInputs:
     loaded, bert_config = convert.load_checkpoint(
         checkpoint, vocab_pad_multiple=settings.vocab_pad_multiple or None
     )
+    table = bert_config.max_position_embeddings
+    if bert_config.position_embedding_type == "absolute" and settings.max_seq_length > table:
+        raise ValueError(
+            f"config.max_seq_length={settings.max_seq_length} is longer than the position table of "
+            f"{checkpoint} (max_position_embeddings={table}): set --config.max_seq_length={table} or less"
+        )
     bert_config = bert_config.replace(
         hidden_dropout_prob=settings.hidden_dropout_prob,
         attention_probs_dropout_prob=settings.attention_probs_dropout_prob,
@@ -145,6 +152,36 @@ def steps_per_epoch(settings: FinetuneSettings, inputs: FinetuningInputs) -> int
     return max(1, len(inputs.train) // min(settings.global_batch_size, len(inputs.train)))
 
 
+def _pad_token_axes(outputs: Any, axes: Any, width: int) -> Any:
+    """`outputs` with each leaf's token axis (``axes``: an int or None per leaf) padded to
+    `width`: float leaves with a large negative number, others with 0."""
+
+    def pad(x: np.ndarray, axis: int | None) -> np.ndarray:
+        if axis is None or x.shape[axis] >= width:
+            return x
+        widths = [(0, 0)] * x.ndim
+        widths[axis] = (0, width - x.shape[axis])
+        floating = np.issubdtype(x.dtype, np.floating) or x.dtype == jnp.bfloat16
+        fill = float(jnp.finfo(x.dtype).min) / 2 if floating else 0
+        return np.pad(x, widths, constant_values=fill)
+
+    leaves, treedef = jax.tree.flatten(outputs)
+    axis_leaves = jax.tree.leaves(axes, is_leaf=lambda x: x is None)
+    return treedef.unflatten([pad(x, a) for x, a in zip(leaves, axis_leaves, strict=True)])
+
+
+def _abstract_at(x: jax.Array, token_shape: tuple[int, ...], width: int) -> jax.ShapeDtypeStruct:
+    """`x` as an abstract array, `width` long on its last axis if it is a per-token input."""
+    shape = (*x.shape[:-1], width) if x.shape == token_shape else x.shape
+    return jax.ShapeDtypeStruct(shape, x.dtype)
+
+
+# Packed batches hold a varying number of rows, and each new count compiles a program (~3.5 s
+# for a small model here, 8-10 counts an epoch of 32 sentences in rows of 64). Rounding the
+# count up to a multiple of 4 leaves ~3 counts for at most 3 empty rows a batch.
+PACKED_ROW_MULTIPLE = 4
+
+
 class Finetuning:
     """The task model, objective, engine and batches of one fine-tuning run on a mesh."""
 
@@ -156,12 +193,14 @@ class Finetuning:
             settings.training,
             {"global_batch_size": self.batch_size, "eval_batch_size": settings.eval_batch_size},
         )
-        # Packed training rows: their count is rounded to what the mesh and accumulation split.
+        # Packed training rows: their count is rounded to what the mesh and accumulation split
+        # and to `PACKED_ROW_MULTIPLE` (a few row counts an epoch, each one compiled program).
         # (Not for a left-to-right model: its pooled output is each row's last token.)
         causal = inputs.bert_config.causal_attention
         self.packed = settings.pack_examples and inputs.task.packable and not causal
         self.settings = settings.training
-        self.row_multiple = self.mesh.shape["data"] * self.mesh.shape["fsdp"] * self.settings.grad_accum_steps
+        splits = self.mesh.shape["data"] * self.mesh.shape["fsdp"] * self.settings.grad_accum_steps
+        self.row_multiple = math.lcm(splits, PACKED_ROW_MULTIPLE)
         self.model_config = inputs.bert_config
         self.numerics = self.settings.numerics.for_platform(engine.platform(self.mesh))
         # Every head module takes the run's numerics beside the model config.
@@ -169,6 +208,7 @@ class Finetuning:
         self.objective = FinetuningObjective(model, inputs.task)
         tx, schedule = self.settings.optimizer.build(total_steps)
         sample = _sample(inputs.train)
+        self._token_axes_at: dict[int, Any] = {}
         self.engine = engine.Engine(
             objective=self.objective,
             init_params=lambda rng: model.init(rng, *sample)["params"],
@@ -199,33 +239,65 @@ class Finetuning:
             step += 1
 
     def predict(self, params: Any, split: Split, batch_size: int) -> Any:
-        """Head outputs for every row of `split` (numpy pytree). The last batch is padded
-        to `batch_size` so one compiled shape serves the whole split."""
+        """Head outputs for every row of `split` (numpy pytree, the split's order and
+        ``max_seq_length`` wide). Rows are batched by length (shortest first) and each batch
+        cut to the shortest of ``length_buckets`` that holds it, as training batches are;
+        per-token outputs are padded back (float outputs with a large negative number, so no
+        padded position wins an argmax). The last batch is padded to `batch_size`: at most
+        one compiled shape per bucket."""
         inputs = {k: split.arrays[k] for k in MODEL_INPUTS}
         n, chunks = len(split), []
+        lengths = np.sum(
+            inputs["input_mask"].reshape(n, -1, inputs["input_mask"].shape[-1]) > 0, axis=-1
+        ).max(-1)
+        order = np.argsort(lengths, kind="stable")
         for start in range(0, n, batch_size):
-            batch = {k: v[start : start + batch_size] for k, v in inputs.items()}
+            batch = {k: v[order[start : start + batch_size]] for k, v in inputs.items()}
             pad = batch_size - len(batch["input_ids"])
             if pad:
                 batch = {
                     k: np.concatenate([v, np.zeros((pad, *v.shape[1:]), v.dtype)]) for k, v in batch.items()
                 }
-            out = jax.device_get(self.engine.eval_step(params, self.engine.place(batch, process_local=False)))
-            chunks.append(jax.tree.map(lambda x, keep=batch_size - pad: np.asarray(x)[:keep], out))
-        return jax.tree.map(lambda *xs: np.concatenate(xs), *chunks)
+            length = bucket_length(batch["input_mask"], self.run.length_buckets, self.run.max_seq_length)
+            batch = cut_to_length(batch, length)
+            placed = self.engine.place(batch, process_local=False)
+            out = jax.device_get(self.engine.eval_step(params, placed))
+            out = jax.tree.map(np.asarray, out)
+            if length < self.run.max_seq_length:
+                out = _pad_token_axes(out, self._token_axes(params, placed), self.run.max_seq_length)
+            chunks.append(jax.tree.map(lambda x, keep=batch_size - pad: x[:keep], out))
+        merged = jax.tree.map(lambda *xs: np.concatenate(xs), *chunks)
+        back = np.empty_like(order)
+        back[order] = np.arange(n)
+        return jax.tree.map(lambda x: x[back], merged)
 
-    def evaluate(self, params: Any, out_dir: str) -> dict[str, float]:
-        """Scores of every eval split (the first split's keys plain, others ``split/key``);
-        the task's prediction files go to ``out_dir/<split>/``."""
-        per_split = {}
-        for split in self.inputs.evals:
-            outputs = self.predict(params, split, self.run.eval_batch_size)
-            per_split[split.name] = self.inputs.task.score(outputs, split, os.path.join(out_dir, split.name))
+    def _token_axes(self, params: Any, batch: dict[str, jax.Array]) -> Any:
+        """Per output leaf, the axis that follows the input's length (None for per-example
+        outputs): where the abstract outputs at two lengths differ."""
+        length = batch["input_ids"].shape[-1]
+        if length not in self._token_axes_at:
+            shapes = {}
+            for width in (length, length + 1):
+                abstract = {k: _abstract_at(v, batch["input_ids"].shape, width) for k, v in batch.items()}
+                shapes[width] = jax.eval_shape(self.objective.eval_outputs, params, abstract)
+            self._token_axes_at[length] = jax.tree.map(
+                lambda a, b: next(
+                    (i for i, (x, y) in enumerate(zip(a.shape, b.shape, strict=True)) if x != y), None
+                ),
+                shapes[length],
+                shapes[length + 1],
+            )
+        return self._token_axes_at[length]
+
+    def evaluate(self, params: Any, out_dir: str, splits: list[Split] | None = None) -> dict[str, float]:
+        """Scores of the eval splits (`splits`: all by default; the first eval split's keys
+        plain, others ``split/key``); the task's prediction files go to ``out_dir/<split>/``."""
         first = self.inputs.evals[0].name
-        out = dict(per_split[first])
-        for name, values in per_split.items():
-            if name != first:
-                out.update({f"{name}/{k}": v for k, v in values.items()})
+        out = {}
+        for split in self.inputs.evals if splits is None else splits:
+            outputs = self.predict(params, split, self.run.eval_batch_size)
+            values = self.inputs.task.score(outputs, split, os.path.join(out_dir, split.name))
+            out.update(values if split.name == first else {f"{split.name}/{k}": v for k, v in values.items()})
         return out
 
     def flops(self, batch: dict[str, jax.Array]) -> float:
@@ -245,7 +317,7 @@ def mesh_for_batches(settings: TrainingSettings, batch_sizes: dict[str, int]) ->
 class EpochEnd:
     """Fine-tuning's hooks: each step's loss recorded (`record`), and at each epoch's last
     step (`close`) the dev scores, the epoch's mean training loss, the history and (when it
-    is the best) the saved model."""
+    is the best) the other eval splits' scores and the saved model."""
 
     def __init__(self, ft: Finetuning, loop: TrainingRun, history: EpochHistory, workdir: str) -> None:
         self.ft, self.loop, self.history, self.workdir = ft, loop, history, workdir
@@ -264,7 +336,14 @@ class EpochEnd:
         # Over the steps this process ran (a resumed epoch: those after the resume).
         train_loss = float(np.mean(jax.device_get(self.losses)))
         seconds = time.time() - self.start
-        scores = self.ft.evaluate(state.params, os.path.join(self.workdir, "eval", f"epoch{epoch}"))
+        # The first eval split (dev) every epoch; the others (a test split) only for an epoch
+        # that is the best so far, the one whose figures are reported.
+        out_dir = os.path.join(self.workdir, "eval", f"epoch{epoch}")
+        first, *others = inputs.evals
+        scores = self.ft.evaluate(state.params, out_dir, [first])
+        best, main = self.history.best(), inputs.task.main_metric
+        if others and (not best or scores[main] >= best[main]):
+            scores.update(self.ft.evaluate(state.params, out_dir, others))
         self.loop.logger.write(step, scores, split="dev")
         self.loop.logger.write(step, {"epoch_train_loss": train_loss, "epoch_seconds": seconds})
         print(

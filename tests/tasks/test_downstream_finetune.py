@@ -60,3 +60,33 @@ def test_dialog_pairs_through_the_python_api(tmp_path, downstream_root, tiny_che
     assert results["train_rows"] == 128 and results["main_metric"] == "accuracy"
     for key in ("accuracy", "f1", "test/accuracy", "test/f1"):
         assert 0.0 <= best.metrics[key] <= 1.0, key
+
+
+def test_the_test_split_is_scored_only_for_an_epoch_that_is_the_best_so_far(
+    tmp_path, downstream_root, tiny_checkpoint, monkeypatch
+) -> None:
+    c = any_config.get_config("dialog_pairs")
+    c.init_checkpoint, c.data.vocab_file, c.data_dir = (
+        tiny_checkpoint,
+        tokenization.default_vocab_file(),
+        str(downstream_root),
+    )
+    c.max_train_examples, c.max_eval_examples, c.num_epochs, c.global_batch_size = 64, 48, 4, 16
+    c.learning_rate, c.random_init_baseline = 3e-3, False
+    scored = []
+    predict = finetune.Finetuning.predict
+    monkeypatch.setattr(
+        finetune.Finetuning,
+        "predict",
+        lambda self, p, split, b: scored.append(split.name) or predict(self, p, split, b),
+    )
+    best = finetune.finetune(c, str(tmp_path))
+    epochs = json.loads((tmp_path / "results.json").read_text())["epochs"]
+    assert scored.count("dev") == len(epochs) == 4
+    running, want = None, []
+    for e in epochs:  # ties go to the later epoch, as the best epoch's choice does
+        if running is None or e["accuracy"] >= running:
+            running = e["accuracy"]
+            want.append(e["epoch"])
+    assert [e["epoch"] for e in epochs if "test/accuracy" in e] == want
+    assert scored.count("test") == len(want) and "test/accuracy" in best.metrics

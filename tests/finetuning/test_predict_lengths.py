@@ -1,0 +1,83 @@
+"""Evaluation batches cut to length buckets (`Finetuning.predict`): the same outputs as
+at the full width, in the split's order, for a per-example head (classification) and a
+per-token head (SQuAD spans), with fewer positions computed."""
+
+from __future__ import annotations
+
+import json
+
+import jax
+import numpy as np
+import pytest
+
+from bert_jax.data import tokenization
+from bert_jax.finetuning import finetune
+from bert_jax.training import run_config
+from configs import glue as glue_config
+from configs import squad as squad_config
+from tests.helpers.task_data import build_squad, write_sst2
+
+
+def _predict_both_ways(config):
+    """Outputs of the first eval split with the default buckets and with none (every batch
+    at max_seq_length), from the same parameters; and the lengths the batches ran at."""
+    settings = finetune.resolve(config)
+    inputs = finetune.load_inputs(settings)
+    got = {}
+    for buckets in (settings.length_buckets, ()):
+        run = settings.__class__(**{**settings.__dict__, "length_buckets": buckets})
+        ft = finetune.Finetuning(run, inputs, total_steps=1)
+        widths = []
+        step = ft.engine.eval_step
+        ft.engine.__dict__["eval_step"] = lambda p, b, step=step, widths=widths: (
+            widths.append(b["input_ids"].shape[-1]) or step(p, b)
+        )
+        state = ft.engine.init_state(0, inputs.params)
+        got[buckets] = (ft.predict(state.params, inputs.evals[0], run.eval_batch_size), widths)
+    return got[settings.length_buckets], got[()], settings.max_seq_length
+
+
+def _tiny(config, checkpoint, **overrides):
+    config.init_checkpoint = checkpoint
+    config.data.vocab_file = tokenization.default_vocab_file()
+    return run_config.set_keys(config, overrides)
+
+
+def test_classification_outputs_equal_the_full_width_ones(tmp_path, tiny_checkpoint) -> None:
+    c = _tiny(glue_config.get_config("sst2"), tiny_checkpoint, data_dir=str(write_sst2(tmp_path)),
+              max_seq_length=64, eval_batch_size=8)  # fmt: skip
+    (cut, widths), (full, full_widths), width = _predict_both_ways(c)
+    assert set(full_widths) == {width} and max(widths) < width  # shorter batches ran
+    for a, b in zip(jax.tree.leaves(cut), jax.tree.leaves(full), strict=True):
+        assert a.shape == b.shape
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+
+
+def test_span_outputs_equal_the_full_width_ones_on_every_real_token(tmp_path, tiny_checkpoint) -> None:
+    dataset = build_squad(version_2=False, n_articles=3)
+    for name in ("train-v1.1.json", "dev-v1.1.json"):
+        (tmp_path / name).write_text(json.dumps(dataset))
+    c = _tiny(squad_config.get_config("1.1"), tiny_checkpoint, data_dir=str(tmp_path), max_seq_length=128,
+              doc_stride=48, max_query_length=24, eval_batch_size=4)  # fmt: skip
+    (cut, widths), (full, _), width = _predict_both_ways(c)
+    assert min(widths) < width
+    settings = finetune.resolve(c)
+    real = finetune.load_inputs(settings).evals[0].arrays["input_mask"] > 0
+    for a, b in zip(jax.tree.leaves(cut), jax.tree.leaves(full), strict=True):
+        assert a.shape == b.shape == real.shape  # per-token, padded back to the full width
+        np.testing.assert_allclose(a[real], b[real], rtol=1e-5, atol=1e-5)
+        filled = a < -1e30  # beyond the batch's cut: can win no argmax
+        assert filled.any() and not (filled & real).any()
+
+
+def test_a_length_beyond_the_checkpoints_position_table_is_refused_in_one_line(
+    tmp_path, tiny_checkpoint
+) -> None:
+    """The tiny checkpoint's table holds 128 positions: 192 would read past it (NaN outputs)."""
+    c = _tiny(glue_config.get_config("sst2"), tiny_checkpoint, data_dir=str(write_sst2(tmp_path)),
+              max_seq_length=192)  # fmt: skip
+    with pytest.raises(ValueError) as err:
+        finetune.load_inputs(finetune.resolve(c))
+    message = str(err.value)
+    assert "config.max_seq_length=192" in message and "max_position_embeddings=128" in message
+    assert "\n" not in message
