@@ -15,7 +15,8 @@ best round of each counts, so a neighbour's load does not decide the ratio):
   `Finetuning.batches` (packed or bucketed, as the run does) into `engine.train_step`
   for ``--steps`` steps after one warm-up step per distinct shape (compiles, reported
   apart, with the number of programs an epoch compiles); then `Finetuning.predict`
-  on the dev split (evaluation: unpacked rows of ``max_seq_length``), and the host's
+  on the dev split (evaluation: unpacked rows, batched by length and cut to the length
+  buckets; its padding is of the positions computed), and the host's
   batch preparation alone.
 
 Tokens/s counts real (non-padding) tokens; "padded" counts every position computed.
@@ -127,6 +128,8 @@ def finetune_worker(preset: str, task: str, steps: int, checkpoint: str) -> dict
     dev = ft.inputs.evals[0]
     batch = config.eval_batch_size
     ft.predict(state.params, dev, batch)  # compiles
+    computed, eval_step = [], ft.engine.eval_step  # the positions evaluation computes
+    ft.engine.__dict__["eval_step"] = lambda p, b: computed.append(b["input_ids"].size) or eval_step(p, b)
     start = time.perf_counter()
     ft.predict(state.params, dev, batch)
     eval_seconds = time.perf_counter() - start
@@ -147,7 +150,7 @@ def finetune_worker(preset: str, task: str, steps: int, checkpoint: str) -> dict
         "load_seconds": load,
         "eval_examples_per_sec": len(dev) / eval_seconds,
         "eval_tokens_per_sec": int((dev.arrays["input_mask"] > 0).sum()) / eval_seconds,
-        "eval_padding": 1 - float((dev.arrays["input_mask"] > 0).mean()),
+        "eval_padding": 1 - int((dev.arrays["input_mask"] > 0).sum()) / sum(computed),
         "eval_rows": len(dev),
         "eval_splits": len(ft.inputs.evals),
         "train_rows": len(ft.inputs.train),

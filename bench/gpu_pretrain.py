@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import ast
 import json
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -34,42 +33,19 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench import workers  # noqa: E402
+
 SHAPES = {"128": (256, 128, 20), "512": (64, 512, 77), "128x512": (512, 128, 20)}  # batch, length, masked
 CONTENDERS = ("bert_jax", "bert_jax_cudnn", "torch")
 
 
 def _bert_jax_step(batch: int, seq: int, masked: int, attention_dropout: float, changes: dict):
-    import jax
-
     from bench import peers
-    from bert_jax.model import flops
     from bert_jax.model.config import model_config_dict
-    from bert_jax.pretraining import pretrain
-    from bert_jax.training import run_config, sharding
-    from configs import pretrain as pretrain_config
 
-    c = pretrain_config.get_config("tiny")
-    c.model = model_config_dict("base", attention_probs_dropout_prob=attention_dropout)
-    c.data.source = "synthetic"
-    c.compute_dtype = "bfloat16"
-    c.attention_kernel = "auto"
-    c.global_batch_size, c.max_seq_length, c.max_predictions_per_seq = batch, seq, masked
-    c.warmup_steps = 10
-    run_config.set_keys(c, changes)
-    mesh = sharding.make_mesh((1, 1, 1), jax.devices()[:1])
-    setup = pretrain.Pretraining.from_config(c, mesh)
-    model_config = setup.model_config
-    data = peers.random_batch(model_config, batch, seq, masked)
-    with jax.set_mesh(mesh):
-        state = {"s": setup.engine.init_state(0)}
-        gbatch = setup.global_batch(data)
-
-    def step() -> float:
-        with jax.set_mesh(mesh):
-            state["s"], metrics = setup.train_step(state["s"], gbatch)
-        return float(metrics["loss"])
-
-    return step, flops.model_flops_per_step(model_config, batch, seq, masked)
+    model = model_config_dict("base", attention_probs_dropout_prob=attention_dropout)
+    changes = {"compute_dtype": "bfloat16", "attention_kernel": "auto", **changes}
+    return peers.bert_jax_pretraining_step(model, batch, seq, masked, changes)
 
 
 def _torch_step(batch: int, seq: int, masked: int):
@@ -142,29 +118,15 @@ def measured_bf16_peak() -> tuple[float, str]:
 
 
 def _run_worker(name: str, shape: str, steps: int, changes: dict):
-    proc = subprocess.run(
-        [
-            sys.executable,
-            __file__,
-            "--worker",
-            name,
-            shape,
-            "--steps",
-            str(steps),
-            "--set_json",
-            json.dumps(changes),
-        ],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-    )
-    line = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
-    if proc.returncode or not line:
-        print(f"{name} on {shape} failed:\n{proc.stderr[-3000:]}", flush=True)
+    argv = [sys.executable, __file__, "--worker", name, shape, "--steps", str(steps)]
+    argv += ["--set_json", json.dumps(changes)]
+    try:
+        return workers.run(argv, what=f"{name} on {shape}")
+    except workers.WorkerFailed as e:
+        print(e, flush=True)
         if name == "peak":
-            raise SystemExit(1)
+            raise SystemExit(1) from e
         return {"tokens_per_sec": 0.0, "flops_per_sec": 0.0, "loss": float("nan")}
-    return json.loads(line[0][7:])
 
 
 def main() -> None:
@@ -187,7 +149,7 @@ def main() -> None:
         name, shape = args.worker
         changes = json.loads(args.set_json)
         result = measured_bf16_peak() if name == "peak" else run_one(name, shape, args.steps, changes)
-        print("RESULT " + json.dumps(result), flush=True)
+        workers.report(result)
         return
     from bert_jax.training import hardware
 

@@ -178,6 +178,40 @@ def torch_classification_step(
     return step
 
 
+def bert_jax_pretraining_step(
+    model: dict[str, Any], batch: int, seq: int, masked: int, changes: dict[str, Any] | None = None
+) -> tuple[Callable[[], float], float]:
+    """bert_jax's pre-training step (MLM + NSP, AdamW) of `model` (a ``config.model`` dict)
+    on one device over one random batch, with run-config `changes`; returns the step
+    function and the step's model FLOPs (the MLM head on the masked positions only)."""
+    import jax
+
+    from bert_jax.model import flops
+    from bert_jax.pretraining import pretrain
+    from bert_jax.training import run_config, sharding
+    from configs import pretrain as pretrain_config
+
+    c = pretrain_config.get_config("tiny")
+    c.model = model
+    c.data.source = "synthetic"
+    c.global_batch_size, c.max_seq_length, c.max_predictions_per_seq = batch, seq, masked
+    c.warmup_steps = 10
+    run_config.set_keys(c, changes or {})
+    mesh = sharding.make_mesh((1, 1, 1), jax.devices()[:1])
+    setup = pretrain.Pretraining.from_config(c, mesh)
+    data = random_batch(setup.model_config, batch, seq, masked)
+    with jax.set_mesh(mesh):
+        state = {"s": setup.engine.init_state(0)}
+        placed = setup.global_batch(data)
+
+    def step() -> float:
+        with jax.set_mesh(mesh):
+            state["s"], metrics = setup.train_step(state["s"], placed)
+        return float(metrics["loss"])
+
+    return step, flops.model_flops_per_step(setup.model_config, batch, seq, masked)
+
+
 def time_steps(step: Callable[[], float], warmup: int, iters: int) -> float:
     """Seconds per step, after `warmup` untimed steps (compilation, allocator warm-up)."""
     for _ in range(warmup):

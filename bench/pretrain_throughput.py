@@ -18,9 +18,7 @@ faster peer's) as its last two lines.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -28,39 +26,17 @@ ROOT = Path(__file__).resolve().parents[1]
 os.environ.setdefault("JAX_PLATFORMS", "cpu")  # the matmul peak below: no TPU plugin probing
 sys.path.insert(0, str(ROOT))
 
+from bench import workers  # noqa: E402
+
 SHAPES = {"mini": ("mini", 32, 128), "base": ("base", 8, 128)}
 NUM_MASKED = 20  # 15% of 128
 
 
 def _bert_jax_step(preset: str, batch: int, seq: int):
-    import jax
-
     from bench import peers
-    from bert_jax.model import flops
     from bert_jax.model.config import model_config_dict
-    from bert_jax.pretraining import pretrain
-    from bert_jax.training import sharding
-    from configs import pretrain as pretrain_config
 
-    c = pretrain_config.get_config("tiny")
-    c.model = model_config_dict(preset)
-    c.data.source = "synthetic"
-    c.global_batch_size, c.max_seq_length, c.max_predictions_per_seq = batch, seq, NUM_MASKED
-    c.warmup_steps = 10
-    mesh = sharding.make_mesh((1, 1, 1), jax.devices()[:1])
-    setup = pretrain.Pretraining.from_config(c, mesh)
-    model_config = setup.model_config
-    data = peers.random_batch(model_config, batch, seq, NUM_MASKED)
-    with jax.set_mesh(mesh):
-        state = {"s": setup.engine.init_state(0)}
-        gbatch = setup.global_batch(data)
-
-    def step() -> float:
-        with jax.set_mesh(mesh):
-            state["s"], metrics = setup.train_step(state["s"], gbatch)
-        return float(metrics["loss"])
-
-    return step, flops.model_flops_per_step(model_config, batch, seq, NUM_MASKED)
+    return peers.bert_jax_pretraining_step(model_config_dict(preset), batch, seq, NUM_MASKED)
 
 
 def run_one(name: str, shape: str, steps: int) -> dict:
@@ -119,17 +95,8 @@ def cpu_description() -> str:
 
 
 def _run_worker(name: str, shape: str, steps: int, env: dict[str, str]) -> dict:
-    proc = subprocess.run(
-        [sys.executable, __file__, "--worker", name, shape, "--steps", str(steps)],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=ROOT,
-    )
-    line = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
-    if proc.returncode or not line:
-        raise RuntimeError(f"{name} on {shape} failed:\n{proc.stderr[-3000:]}")
-    return json.loads(line[0][7:])
+    argv = [sys.executable, __file__, "--worker", name, shape, "--steps", str(steps)]
+    return workers.run(argv, env=env, what=f"{name} on {shape}")
 
 
 def main() -> None:
@@ -140,7 +107,7 @@ def main() -> None:
     parser.add_argument("--worker", nargs=2, metavar=("NAME", "SHAPE"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        print("RESULT " + json.dumps(run_one(*args.worker, args.steps)), flush=True)
+        workers.report(run_one(*args.worker, args.steps))
         return
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "TF_CPP_MIN_LOG_LEVEL": "3"}
     print(f"cpu: {cpu_description()}")

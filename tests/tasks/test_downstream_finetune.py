@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from typing import Any
 
 import pytest
 
@@ -46,13 +47,18 @@ def test_disfl_qa_from_the_command_line(tmp_path, downstream_root, tiny_checkpoi
     assert best["test/best_f1"] == best["test/f1"]
 
 
-def test_dialog_pairs_through_the_python_api(tmp_path, downstream_root, tiny_checkpoint) -> None:
+def _dialog_pairs(checkpoint: str, root) -> Any:
     c = any_config.get_config("dialog_pairs")
     c.init_checkpoint, c.data.vocab_file, c.data_dir = (
-        tiny_checkpoint,
+        checkpoint,
         tokenization.default_vocab_file(),
-        str(downstream_root),
+        str(root),
     )
+    return c
+
+
+def test_dialog_pairs_through_the_python_api(tmp_path, downstream_root, tiny_checkpoint) -> None:
+    c = _dialog_pairs(tiny_checkpoint, downstream_root)
     c.max_train_examples, c.max_eval_examples, c.num_epochs, c.global_batch_size = 128, 64, 1, 16
     best = finetune.finetune(c, str(tmp_path))
     results = json.loads((tmp_path / "results.json").read_text())
@@ -65,12 +71,7 @@ def test_dialog_pairs_through_the_python_api(tmp_path, downstream_root, tiny_che
 def test_the_test_split_is_scored_only_for_an_epoch_that_is_the_best_so_far(
     tmp_path, downstream_root, tiny_checkpoint, monkeypatch
 ) -> None:
-    c = any_config.get_config("dialog_pairs")
-    c.init_checkpoint, c.data.vocab_file, c.data_dir = (
-        tiny_checkpoint,
-        tokenization.default_vocab_file(),
-        str(downstream_root),
-    )
+    c = _dialog_pairs(tiny_checkpoint, downstream_root)
     c.max_train_examples, c.max_eval_examples, c.num_epochs, c.global_batch_size = 64, 48, 4, 16
     c.learning_rate, c.random_init_baseline = 3e-3, False
     scored = []
