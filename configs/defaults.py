@@ -122,6 +122,10 @@ def finetuning() -> ml_collections.ConfigDict:
     # rows of max_seq_length (each attends to itself only, positions restart; same logits as
     # alone), so short sentences compute little padding. Other tasks use length_buckets.
     c.pack_examples = True
+    # Packed batches hold a varying number of rows and each count compiles a program: >1
+    # rounds the count up to a multiple (a few programs an epoch, up to multiple-1 empty rows
+    # a batch). 1 suits long runs (no padding); short runs gain (configs/downstream.py: 4).
+    c.pack_row_multiple = 1
     c.global_batch_size = 32
     c.eval_batch_size = 0  # 0 = global_batch_size
     c.seed = 0

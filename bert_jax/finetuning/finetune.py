@@ -176,12 +176,6 @@ def _abstract_at(x: jax.Array, token_shape: tuple[int, ...], width: int) -> jax.
     return jax.ShapeDtypeStruct(shape, x.dtype)
 
 
-# Packed batches hold a varying number of rows, and each new count compiles a program (~3.5 s
-# for a small model here, 8-10 counts an epoch of 32 sentences in rows of 64). Rounding the
-# count up to a multiple of 4 leaves ~3 counts for at most 3 empty rows a batch.
-PACKED_ROW_MULTIPLE = 4
-
-
 class Finetuning:
     """The task model, objective, engine and batches of one fine-tuning run on a mesh."""
 
@@ -194,13 +188,13 @@ class Finetuning:
             {"global_batch_size": self.batch_size, "eval_batch_size": settings.eval_batch_size},
         )
         # Packed training rows: their count is rounded to what the mesh and accumulation split
-        # and to `PACKED_ROW_MULTIPLE` (a few row counts an epoch, each one compiled program).
+        # and to ``pack_row_multiple`` (fewer row counts an epoch, each one compiled program).
         # (Not for a left-to-right model: its pooled output is each row's last token.)
         causal = inputs.bert_config.causal_attention
         self.packed = settings.pack_examples and inputs.task.packable and not causal
         self.settings = settings.training
         splits = self.mesh.shape["data"] * self.mesh.shape["fsdp"] * self.settings.grad_accum_steps
-        self.row_multiple = math.lcm(splits, PACKED_ROW_MULTIPLE)
+        self.row_multiple = math.lcm(splits, settings.pack_row_multiple)
         self.model_config = inputs.bert_config
         self.numerics = self.settings.numerics.for_platform(engine.platform(self.mesh))
         # Every head module takes the run's numerics beside the model config.

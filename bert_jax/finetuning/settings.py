@@ -41,6 +41,7 @@ class FinetuneSettings:
     max_seq_length: int
     length_buckets: tuple[int, ...]
     pack_examples: bool
+    pack_row_multiple: int  # packed rows a batch rounded up to a multiple of this
     global_batch_size: int
     eval_batch_size: int  # resolved: never 0
     num_epochs: int
@@ -67,6 +68,7 @@ class FinetuneSettings:
             max_seq_length=int(config.max_seq_length),
             length_buckets=tuple(int(b) for b in config.length_buckets),
             pack_examples=bool(config.pack_examples),
+            pack_row_multiple=int(config.pack_row_multiple),
             global_batch_size=batch,
             eval_batch_size=int(config.eval_batch_size) or batch,
             num_epochs=int(config.num_epochs),

@@ -32,6 +32,7 @@ RULES: dict[str, Rule] = {
     "eval_batch_size": _NON_NEGATIVE_INT,
     "num_train_steps": _POSITIVE_INT,
     "num_epochs": _POSITIVE_INT,
+    "pack_row_multiple": _POSITIVE_INT,
     "warmup_steps": _NON_NEGATIVE_INT,
     "warmup_proportion": _PROBABILITY,
     "max_seq_length": (lambda v: isinstance(v, int) and v >= 8, "an integer >= 8"),

@@ -103,3 +103,32 @@ def test_a_left_to_right_model_classifies_from_the_last_token() -> None:
     before = np.asarray(model.apply({"params": params}, *inputs))
     after = np.asarray(model.apply({"params": params}, changed, *inputs[1:]))
     assert np.all(np.abs(after - before).max(-1) > 1e-4)
+
+
+def test_pack_row_multiple_rounds_the_packed_row_count(tmp_path, tiny_checkpoint) -> None:
+    """`pack_row_multiple`: every packed batch's row count is a multiple of it (fewer
+    compiled shapes); the extra rows are empty and carry no loss."""
+    from bert_jax.data import tokenization
+    from bert_jax.finetuning import finetune
+    from bert_jax.training import run_config
+    from configs import glue as glue_config
+    from tests.helpers.task_data import write_sst2
+
+    counts, data = {}, str(write_sst2(tmp_path / "glue"))
+    for multiple in (1, 4):
+        c = run_config.set_keys(
+            glue_config.get_config("sst2"),
+            {"init_checkpoint": tiny_checkpoint, "data.vocab_file": tokenization.default_vocab_file(),
+             "data_dir": data, "max_seq_length": 128, "global_batch_size": 24,
+             "pack_row_multiple": multiple},
+        )  # fmt: skip
+        settings = finetune.resolve(c)
+        inputs = finetune.load_inputs(settings)
+        ft = finetune.Finetuning(settings, inputs, total_steps=4)
+        rows = [ft.rows(s) for s in range(4)]
+        counts[multiple] = [len(r["input_ids"]) for r in rows]
+        real = [int((r["input_mask"].sum(-1) > 0).sum()) for r in rows]
+        assert all(
+            n % multiple == 0 and n - k < multiple for n, k in zip(counts[multiple], real, strict=True)
+        )
+    assert counts[4] != counts[1] and all(a <= b for a, b in zip(counts[1], counts[4], strict=True))
