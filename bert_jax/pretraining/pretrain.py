@@ -162,8 +162,10 @@ def data_iterator(
 
 
 def resolve(config: ml_collections.ConfigDict) -> PretrainSettings:
-    """The run's settings from its config: checked (`run_config.check`, each phase's step,
-    `check_recipe`), then with the vocabulary size the run trains with
+    """The run's settings from its config: checked (`run_config.check`: first, so that a
+    removed or mistyped key is named before the vocabulary size is read; then
+    `check_recipe` at the planned vocabulary size, so contradictory switches are refused
+    before a vocabulary is learned), then with the size the run trains with
     (`model_vocab.resolved`: learning the vocabulary once where the data config learns
     one, refusing an explicit size the tokenizer's ids do not fit). Everything that can
     refuse the run, before anything is written."""
@@ -295,7 +297,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> JobRe
     multihost.check_same_run(settings.config)
     files.check_reachable(workdir, "--workdir", writable=True)
     mesh = sharding.make_mesh(settings.training.mesh_shape)
-    phase_numbers = (1, 2) if len(settings.phases()) == 2 else (1,)
+    phase_numbers = range(1, len(settings.phases()) + 1)
     sharding.check_batches(
         mesh,
         {"global_batch_size": settings.global_batch_size, "eval_batch_size": settings.eval_batch_size},

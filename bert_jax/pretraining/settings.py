@@ -3,7 +3,7 @@
 The config files and flags stay what users write (`configs/pretrain.py` on
 `configs/defaults.py`); at the entry point (`pretrain.train_and_evaluate`, `plan`, the
 benchmarks) they become this frozen record: checked (`run_config.check`: the job, removed
-names, value ranges; `check_phases`: each phase's step), the eval batch resolved, the model
+names, value ranges, each phase's step among them), the eval batch resolved, the model
 built at the config's vocabulary size. The pre-training job (`Pretraining`, the phases, the
 evaluation hook) reads typed fields from here; the engine's share is `TrainingSettings`,
 the data layer's `DataSettings`.
@@ -21,7 +21,6 @@ import ml_collections
 
 from bert_jax.data.settings import DataSettings
 from bert_jax.model.config import BertConfig
-from bert_jax.model.numerics import REMAT_POLICIES
 from bert_jax.training import run_config
 from bert_jax.training.settings import TrainingSettings
 
@@ -72,7 +71,6 @@ class PretrainSettings:
         """The settings of `config` at its ``model.vocab_size`` (pass it through
         `model_vocab.resolved` or `planned` first where it may be 0)."""
         run_config.check(config, "pretrain")
-        check_phases(config)
         batch = int(config.global_batch_size)
         return cls(
             model=run_config.bert_config(config),
@@ -144,22 +142,6 @@ class PretrainSettings:
         )
 
 
-# The keys that set a phase's step, by phase (1 or 2).
+# The keys that set a phase's step, by phase (1 or 2); their ranges are checked with every
+# other setting's (`training.value_ranges`).
 PHASE_KEYS = {1: ("remat_policy", "grad_accum_steps"), 2: ("phase2_remat_policy", "phase2_grad_accum_steps")}
-
-
-def check_phases(config: ml_collections.ConfigDict) -> None:
-    """Refuses, in one line naming the key, a remat policy that does not exist or an
-    accumulation that does not split the global batch (before the run starts, not when
-    phase 2 does)."""
-    batch = int(config.global_batch_size)
-    for phase, (remat_key, accum_key) in PHASE_KEYS.items():
-        remat = str(config[remat_key])
-        if remat not in REMAT_POLICIES and not (phase == 2 and remat == ""):
-            raise ValueError(f"config.{remat_key}={remat!r} is not one of {', '.join(REMAT_POLICIES)}")
-        accum = int(config[accum_key])
-        if accum < (0 if phase == 2 else 1) or (accum and batch % accum):
-            raise ValueError(
-                f"config.{accum_key}={accum} must split config.global_batch_size={batch} into equal "
-                "micro-batches" + (" (0: grad_accum_steps)" if phase == 2 else "")
-            )

@@ -41,6 +41,7 @@ RULES: dict[str, Rule] = {
     "phase2_max_predictions_per_seq": _POSITIVE_INT,
     "phase2_fraction": _FRACTION,
     "grad_accum_steps": _POSITIVE_INT,
+    "phase2_grad_accum_steps": _NON_NEGATIVE_INT,  # 0: grad_accum_steps
     "learning_rate": _POSITIVE,
     "weight_decay": _NON_NEGATIVE,
     "grad_clip_norm": _NON_NEGATIVE,
@@ -72,6 +73,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "compute_dtype": numerics.DTYPES,
     "param_dtype": numerics.DTYPES,
     "remat_policy": numerics.REMAT_POLICIES,
+    "phase2_remat_policy": ("", *numerics.REMAT_POLICIES),  # "": remat_policy
     "weight_grad_matmul": numerics.WEIGHT_GRAD_MATMULS,
     "dropout_rng": numerics.DROPOUT_RNGS,
     "attention_kernel": numerics.ATTENTION_KERNELS,
@@ -134,10 +136,18 @@ def _check_positions(config: ml_collections.ConfigDict) -> None:
 
 
 def _check_accumulation(config: ml_collections.ConfigDict) -> None:
-    present, accum = _get(config, "grad_accum_steps")
+    """Each phase's micro-batches split the global batch (phase 2's before the run starts,
+    not when it reaches phase 2; its 0 means the run's)."""
     _, batch = _get(config, "global_batch_size")
+    present, accum = _get(config, "grad_accum_steps")
     if present and batch and batch % accum:
         raise ValueError(
             f"config.global_batch_size={batch} does not split into "
             f"config.grad_accum_steps={accum} micro-batches"
+        )
+    present, accum = _get(config, "phase2_grad_accum_steps")
+    if present and accum and batch and batch % accum:
+        raise ValueError(
+            f"config.phase2_grad_accum_steps={accum} must split config.global_batch_size={batch} into equal "
+            "micro-batches (0: grad_accum_steps)"
         )
