@@ -72,7 +72,9 @@ def device_events(path: str) -> list[tuple[str, str, float, str]]:
     events = []
     if gpus:
         lines = list(gpus[0].lines)
-        ops = [ln for ln in lines if ln.name == "XLA Ops"] or [ln for ln in lines if ln.name.startswith("Stream")]
+        ops = [ln for ln in lines if ln.name == "XLA Ops"] or [
+            ln for ln in lines if ln.name.startswith("Stream")
+        ]
         for line in ops:
             for e in line.events:
                 stats = dict(e.stats)
@@ -143,12 +145,16 @@ def main() -> None:
         kinds[kind_of(name, category)] += seconds
     device = jax.devices()[0].device_kind
     print(f"{device}: {args.model}, batch {batch} x seq {seq}, {args.steps} steps profiled")
-    print(f"per step: wall {wall * 1e3:.2f} ms, in operations {busy * 1e3:.2f} ms, other {(wall - busy) * 1e3:.2f} ms")
+    print(
+        f"per step: wall {wall * 1e3:.2f} ms, in operations {busy * 1e3:.2f} ms, other {(wall - busy) * 1e3:.2f} ms"
+    )
     print(f"\n{'kind':<22}{'ms/step':>10}{'share':>8}")
     for kind, seconds in sorted(kinds.items(), key=lambda kv: -kv[1]):
         print(f"{kind:<22}{seconds * 1e3:>10.2f}{seconds / max(busy, 1e-12):>8.1%}")
     print(f"\n{'operation':<48}{'category':<24}{'ms/step':>9}{'share':>8}{'calls':>7}")
-    for name, (seconds, calls, category, where) in sorted(by_op.items(), key=lambda kv: -kv[1][0])[: args.top]:
+    for name, (seconds, calls, category, where) in sorted(by_op.items(), key=lambda kv: -kv[1][0])[
+        : args.top
+    ]:
         print(
             f"{name[:47]:<48}{(category or kind_of(name, ''))[:23]:<24}{seconds * 1e3:>9.3f}"
             f"{seconds / max(busy, 1e-12):>8.1%}{calls // args.steps:>7}"
