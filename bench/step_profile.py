@@ -146,7 +146,8 @@ def main() -> None:
     device = jax.devices()[0].device_kind
     print(f"{device}: {args.model}, batch {batch} x seq {seq}, {args.steps} steps profiled")
     print(
-        f"per step: wall {wall * 1e3:.2f} ms, in operations {busy * 1e3:.2f} ms, other {(wall - busy) * 1e3:.2f} ms"
+        f"per step: wall {wall * 1e3:.2f} ms, in operations {busy * 1e3:.2f} ms,"
+        f" other {(wall - busy) * 1e3:.2f} ms"
     )
     print(f"\n{'kind':<22}{'ms/step':>10}{'share':>8}")
     for kind, seconds in sorted(kinds.items(), key=lambda kv: -kv[1]):
