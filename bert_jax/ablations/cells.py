@@ -16,9 +16,9 @@ from typing import Any
 import ml_collections
 
 from bert_jax.ablations import grid, task_data
+from bert_jax.ablations.spec import AblationTable
 from bert_jax.finetuning import feature_based, finetune
 from bert_jax.model.flops import model_flops_per_step
-from bert_jax.pretraining import model_vocab
 from bert_jax.pretraining.settings import PretrainSettings
 from bert_jax.storage import atomic_files
 from bert_jax.tasks import downstream_classification, downstream_qa
@@ -34,22 +34,22 @@ _FAMILY = {
 }
 
 
-def cell_plan(table: ml_collections.ConfigDict, row: str, column: str) -> dict[str, Any]:
+def cell_plan(table: AblationTable, row: str, column: str) -> dict[str, Any]:
     """How one cell is made: approach, the task config (with model, seed 0, data folder),
     the head, the layers and their combination."""
     settings, col = table.row_settings[row], table.columns[column]
     approach = col.approach if col.approach == "lm_ppl" else (settings.approach or col.approach)
     plan: dict[str, Any] = {"approach": approach, "model_from": settings.model_from, "metric": col.metric}
-    if col.get("skip"):
+    if col.skip:
         return {**plan, "approach": "n/a", "reason": col.skip}
-    random_init = bool(settings.get("random_init", False))
+    random_init = settings.random_init
     if random_init and approach != "finetune":
         return {**plan, "approach": "n/a", "reason": "a random-init row is fine-tuned only (not pre-trained)"}
     if approach == "lm_ppl":
         return plan
-    config = ml_collections.ConfigDict(col.finetune.to_dict())
+    config = ml_collections.ConfigDict(col.finetune.to_dict())  # the column's job config
     config.init_checkpoint = settings.model_from  # resolved to its folder at run time
-    config.data.do_lower_case = bool(table.rows[settings.model_from].data.do_lower_case)
+    config.data.do_lower_case = table.pretraining[settings.model_from].data.do_lower_case
     config.save_best_model = False  # one model per cell and seed would fill the disk
     if "random_init_baseline" in config:
         config.random_init_baseline = False  # the table has its own random_init row
@@ -73,15 +73,15 @@ def cell_plan(table: ml_collections.ConfigDict, row: str, column: str) -> dict[s
     return plan
 
 
-def paper_values(table: ml_collections.ConfigDict, row: str, cols: list[str]) -> dict[str, float | None]:
+def paper_values(table: AblationTable, row: str, cols: list[str]) -> dict[str, float | None]:
     """The paper's figure of each column (an offline column: that of the paper's column it
     stands in for), None where the paper has none."""
     published = table.paper.get(row, {})
-    keys = {c: table.columns[c].get("stands_for") or c for c in cols}
+    keys = {c: table.columns[c].stands_for or c for c in cols}
     return {c: (float(published[keys[c]]) if keys[c] in published else None) for c in cols}
 
 
-def row_config(table: ml_collections.ConfigDict, row: str, cols: list[str]) -> dict[str, Any]:
+def row_config(table: AblationTable, row: str, cols: list[str]) -> dict[str, Any]:
     """What the row runs: its settings, its pre-training config (rows that pre-train) and
     each column's cell plan (task config and how it is made)."""
     out: dict[str, Any] = {"settings": table.row_settings[row].to_dict()}
@@ -94,7 +94,7 @@ def row_config(table: ml_collections.ConfigDict, row: str, cols: list[str]) -> d
             plan["config"] = plan["config"].to_dict()
         cells[c] = plan
     out["cells"] = cells
-    out["finetune_seeds"] = int(table.finetune_seeds)
+    out["finetune_seeds"] = table.finetune_seeds
     return out
 
 
@@ -109,57 +109,54 @@ def read_pretraining(row_dir: str) -> dict[str, Any] | None:
         return json.load(f)
 
 
-def pretraining_summary(
-    table: ml_collections.ConfigDict, source: str, done: dict[str, Any] | None
-) -> dict[str, Any]:
-    config = table.rows[source]
+def pretraining_summary(table: AblationTable, source: str, done: dict[str, Any] | None) -> dict[str, Any]:
+    run = table.pretraining[source]
     final = (done or {}).get("final", {})
-    m, r = float(config.data.mask_token_prob), float(config.data.random_token_prob)
-    nsp = bool(config.data.nsp)
+    m, r = run.data.mask_token_prob, run.data.random_token_prob
+    nsp = run.data.nsp
     return {
         "model_from": source,
-        "objective": config.data.objective,
+        "objective": run.data.objective,
         "nsp": nsp,
-        "layers": int(config.model.num_hidden_layers),
-        "hidden": int(config.model.hidden_size),
-        "heads": int(config.model.num_attention_heads),
+        "layers": run.model.num_hidden_layers,
+        "hidden": run.model.hidden_size,
+        "heads": run.model.num_attention_heads,
         "mask/same/rnd": f"{round(100 * m)}/{round(100 * (1 - m - r))}/{round(100 * r)}",
-        "steps": int(config.num_train_steps),
+        "steps": run.num_train_steps,
         "lm_accuracy": final.get("mlm_accuracy"),
         "lm_accuracy_changed": final.get("mlm_accuracy_changed"),
         "lm_loss": final.get("mlm_loss"),
         "nsp_accuracy": final.get("nsp_accuracy") if nsp else None,
         "done": done is not None,
-        "pretraining_flops": pretraining_flops(config),
-        "recipe": recipe_summary(config),
-        "plan": f"bert-jax plan --config=configs/ablations.py:{table.table}.{table.preset}/{source} "
+        "pretraining_flops": pretraining_flops(run),
+        "recipe": recipe_summary(run),
+        "plan": f"bert-jax plan --config=configs/ablations.py:{table.name}.{table.preset}/{source} "
         "--topology=TOPOLOGY",
     }
 
 
-def recipe_summary(config: ml_collections.ConfigDict) -> str:
+def recipe_summary(run: PretrainSettings) -> str:
     """The pre-training recipe of a row in one line: its model switches, masking rate,
     schedule, dropout, batch and vocabulary (what a report names as its base recipe)."""
 
-    model = model_vocab.model_config(config)
+    model, data, optimizer = run.model, run.data, run.training.optimizer
     switches = ", ".join(model.switches_on()) or "the paper's architecture (post-LN, learned positions)"
     vocab = (
-        f"a WordPiece vocabulary of {int(config.data.learned_vocab_size):,} learned on the corpus"
-        if int(config.data.learned_vocab_size)
+        f"a WordPiece vocabulary of {data.learned_vocab_size:,} learned on the corpus"
+        if data.learned_vocab_size
         else "the bert-base-uncased vocabulary"
     )
     return (
-        f"{switches}; masking {float(config.data.masked_lm_prob):.0%}; {config.lr_schedule} schedule, "
-        f"peak {float(config.learning_rate):g}; dropout {model.hidden_dropout_prob:g}; "
-        f"batch {int(config.global_batch_size)} x {int(config.max_seq_length)}; {vocab}"
+        f"{switches}; masking {data.masked_lm_prob:.0%}; {optimizer.schedule} schedule, "
+        f"peak {optimizer.learning_rate:g}; dropout {model.hidden_dropout_prob:g}; "
+        f"batch {run.global_batch_size} x {run.max_seq_length}; {vocab}"
     )
 
 
-def pretraining_flops(config: ml_collections.ConfigDict) -> float:
+def pretraining_flops(run: PretrainSettings) -> float:
     """Training FLOPs of the whole pre-training run (matmuls, as `bert-jax plan` counts
     them; each phase at its own length): divided by a slice's sustained FLOP/s, its time."""
 
-    run = PretrainSettings.from_config(model_vocab.planned(config))
     return float(
         sum(
             (p.end - p.start)
@@ -174,16 +171,16 @@ def pretraining_flops(config: ml_collections.ConfigDict) -> float:
 # --- cells ----------------------------------------------------------------------------
 
 
-def _seed_dirs(table: ml_collections.ConfigDict, cell_dir: str) -> list[str]:
-    return [os.path.join(cell_dir, f"seed{k}") for k in range(int(table.finetune_seeds))]
+def _seed_dirs(table: AblationTable, cell_dir: str) -> list[str]:
+    return [os.path.join(cell_dir, f"seed{k}") for k in range(table.finetune_seeds)]
 
 
-def _has_grid(table: ml_collections.ConfigDict, row: str, column: str) -> bool:
+def _has_grid(table: AblationTable, row: str, column: str) -> bool:
     return "grid" in cell_plan(table, row, column)
 
 
 def cell_values(
-    table: ml_collections.ConfigDict, row: str, column: str, pretraining: dict[str, Any] | None, cell_dir: str
+    table: AblationTable, row: str, column: str, pretraining: dict[str, Any] | None, cell_dir: str
 ) -> list[float]:
     """The cell's figures in the paper's units, one per finished seed (a grid cell: those
     of the point chosen on dev, none until it is chosen)."""
@@ -193,28 +190,28 @@ def cell_values(
             return []
         loss = (pretraining or {}).get("final", {}).get("mlm_loss")
         return [] if loss is None else [math.exp(float(loss))]
-    metric = col.get("report_metric", col.metric)
+    metric = col.report_metric
     if _has_grid(table, row, column):
-        raw = grid.chosen_values(col, cell_dir, int(table.grid_seeds), int(table.finetune_seeds))
+        raw = grid.chosen_values(col, cell_dir, table.grid_seeds, table.finetune_seeds)
     else:
         raw = []
         for seed_dir in _seed_dirs(table, cell_dir):
             results = grid.read_results(seed_dir)
             if results is not None:
                 raw.append(grid.metric_of(results, metric, seed_dir))
-    return [v * float(col.scale) for v in raw]
+    return [v * col.scale for v in raw]
 
 
-def cell_selection(table: ml_collections.ConfigDict, row: str, column: str, cell_dir: str) -> dict | None:
+def cell_selection(table: AblationTable, row: str, column: str, cell_dir: str) -> dict | None:
     """A grid cell's dev figures per point and the point chosen (None: no grid)."""
     if not _has_grid(table, row, column):
         return None
     col = table.columns[column]
-    return {**grid.selection(col, cell_dir, int(table.grid_seeds)), "scale": float(col.scale)}
+    return {**grid.selection(col, cell_dir, table.grid_seeds), "scale": col.scale}
 
 
 def pending_runs(
-    table: ml_collections.ConfigDict, row: str, column: str, cell_dir: str
+    table: AblationTable, row: str, column: str, cell_dir: str
 ) -> list[tuple[int, str, dict[str, Any]]]:
     """The cell's runs that can start now: (seed, folder, config changes). A grid cell's
     chosen point's seeds become pending once every point has its grid seeds."""
@@ -222,7 +219,7 @@ def pending_runs(
         return []
     if _has_grid(table, row, column):
         col = table.columns[column]
-        return grid.pending(col, cell_dir, int(table.grid_seeds), int(table.finetune_seeds))
+        return grid.pending(col, cell_dir, table.grid_seeds, table.finetune_seeds)
     return [
         (seed, seed_dir, {})
         for seed, seed_dir in enumerate(_seed_dirs(table, cell_dir))
@@ -230,17 +227,17 @@ def pending_runs(
     ]
 
 
-def cell_done(table: ml_collections.ConfigDict, row: str, column: str, cell_dir: str) -> bool:
+def cell_done(table: AblationTable, row: str, column: str, cell_dir: str) -> bool:
     """Whether the cell has nothing left to train: every seed finished (a grid cell: at
     the chosen point), or nothing to run (a skipped column, one the row's approach does
     not serve, or perplexity)."""
     if cell_plan(table, row, column)["approach"] in ("lm_ppl", "n/a"):
         return True
-    return len(cell_values(table, row, column, None, cell_dir)) == int(table.finetune_seeds)
+    return len(cell_values(table, row, column, None, cell_dir)) == table.finetune_seeds
 
 
 def run_one(
-    table: ml_collections.ConfigDict,
+    table: AblationTable,
     row: str,
     column: str,
     model_dir: str,
@@ -257,10 +254,9 @@ def run_one(
     for key, value in changes.items():
         config[key] = value
     config.data_dir = task_data.resolve(config.task, config.data_dir, data_cache)
-    print(f"== {table.table} / {row} / {column}: {plan['approach']}, seed {seed} in {seed_dir}", flush=True)
+    print(f"== {table.name} / {row} / {column}: {plan['approach']}, seed {seed} in {seed_dir}", flush=True)
     if plan["approach"] == "features":
-        bilstm = feature_based.FeatureBiLSTMSettings.from_config(table.feature_bilstm)
-        feature_based.train(config, bilstm, plan["layers"], plan["combine"], seed_dir)
+        feature_based.train(config, table.feature_bilstm, plan["layers"], plan["combine"], seed_dir)
     else:
         result = finetune.finetune(config, seed_dir)
         if result.stopped:
@@ -268,7 +264,7 @@ def run_one(
 
 
 def fill_cell(
-    table: ml_collections.ConfigDict,
+    table: AblationTable,
     row: str,
     column: str,
     model_dir: str,

@@ -17,20 +17,21 @@ import os
 from collections.abc import Iterator
 
 import jax
-import ml_collections
 from jax.experimental.compilation_cache import compilation_cache as jax_cache
 
+from bert_jax.ablations.spec import AblationTable
 
-def folder(table: ml_collections.ConfigDict, workdir: str) -> str | None:
+
+def folder(table: AblationTable, workdir: str) -> str | None:
     """The table's cache folder, None when off."""
-    where = str(table.get("compilation_cache", ""))
+    where = table.compilation_cache
     if where == "none":
         return None
     return where or os.path.join(workdir, "xla_cache")
 
 
 @contextlib.contextmanager
-def use(table: ml_collections.ConfigDict, workdir: str) -> Iterator[str | None]:
+def use(table: AblationTable, workdir: str) -> Iterator[str | None]:
     """Compiles inside the block are cached in (and read from) the table's folder; the
     process's own setting comes back after it. Yields the folder in use."""
     path = folder(table, workdir)

@@ -19,11 +19,10 @@ import math
 import os
 from typing import Any
 
-import ml_collections
-
 from bert_jax.ablations import cells, grid
+from bert_jax.ablations.spec import AblationTable
 from bert_jax.model.flops import model_flops_per_step
-from bert_jax.pretraining import model_vocab, plan
+from bert_jax.pretraining import plan
 from bert_jax.storage import atomic_files
 from bert_jax.training import hardware
 
@@ -59,23 +58,23 @@ def _hours(seconds: float) -> float:
     return seconds / 3600.0
 
 
-def run_epochs(table: ml_collections.ConfigDict, row: str, column: str) -> list[int]:
+def run_epochs(table: AblationTable, row: str, column: str) -> list[int]:
     """The epoch count of each run a cell makes: its seeds, or for a grid cell every
     point's grid seeds and the chosen point's other seeds (counted at the grid's most
     epochs); [] for cells that train nothing."""
     plan = cells.cell_plan(table, row, column)
     if plan["approach"] in ("lm_ppl", "n/a"):
         return []
-    seeds, epochs = int(table.finetune_seeds), int(plan["config"].num_epochs)
+    seeds, epochs = table.finetune_seeds, int(plan["config"].num_epochs)
     if "grid" not in plan:
         return [epochs] * seeds
     points = grid.points(table.columns[column])
     counts = [int(p.get("num_epochs", epochs)) for p in points]
-    grid_seeds = int(table.grid_seeds)
+    grid_seeds = table.grid_seeds
     return [n for n in counts for _ in range(grid_seeds)] + [max(counts)] * (seeds - grid_seeds)
 
 
-def finetune_flops(table: ml_collections.ConfigDict, row: str, column: str) -> float:
+def finetune_flops(table: AblationTable, row: str, column: str) -> float:
     """FLOPs of one epoch of one seed of one cell (0 for ``lm_ppl`` and cells that do not
     apply); `run_epochs` says how many epochs a cell runs in all."""
     plan = cells.cell_plan(table, row, column)
@@ -88,27 +87,27 @@ def finetune_flops(table: ml_collections.ConfigDict, row: str, column: str) -> f
         raise ValueError(f"column {column}: no training-set size known for task {task!r}")
     if int(config.max_train_examples):
         rows = min(rows, round(int(config.max_train_examples) * QA_WINDOWS_PER_QUESTION.get(task, 1)))
-    model = model_vocab.model_config(table.rows[plan["model_from"]])
+    model = table.pretraining[plan["model_from"]].model
     if plan["approach"] == "features":
-        batch, share = int(table.feature_bilstm.global_batch_size), 1 / 3
+        batch, share = table.feature_bilstm.global_batch_size, 1 / 3
     else:
         batch, share = int(config.global_batch_size), 1.0
     steps = math.ceil(rows / batch)
     return steps * share * model_flops_per_step(model, batch, int(config.max_seq_length), 0, nsp=False)
 
 
-def cell_flops(table: ml_collections.ConfigDict, row: str, column: str) -> float:
+def cell_flops(table: AblationTable, row: str, column: str) -> float:
     """FLOPs of every run of one cell (see `run_epochs`)."""
     plan = cells.cell_plan(table, row, column)
     if plan["approach"] == "features":
-        epochs = [int(table.feature_bilstm.num_epochs)] * int(table.finetune_seeds)
+        epochs = [table.feature_bilstm.num_epochs] * table.finetune_seeds
     else:
         epochs = run_epochs(table, row, column)
     return finetune_flops(table, row, column) * sum(epochs)
 
 
 def estimate(
-    table: ml_collections.ConfigDict,
+    table: AblationTable,
     topology: str,
     mfu: float = 0.45,
     chip_hour_usd: float = 0.0,
@@ -125,15 +124,15 @@ def estimate(
     sources = list(dict.fromkeys(table.row_settings[r].model_from for r in names))
     pretraining = []
     for source in sources:
-        flops = cells.pretraining_flops(model_vocab.planned(table.rows[source]))  # vocab_size=0: its size
+        flops = cells.pretraining_flops(table.pretraining[source])  # at the planned vocabulary size
         entry = {"row": source, "flops": flops, "seconds": flops / sustained}
         if compile:
             report = plan.plan(table.rows[source], topology, mfu_assumed=mfu)
             entry.update(seconds=report.est_total_time_s, hbm_per_chip_bytes=report.hbm_per_chip_bytes,
                          fits=report.fits)  # fmt: skip
         pretraining.append(entry)
-    stages = len(table.get("steps", ())) or 1  # Figure 5 fine-tunes from each stage
-    seeds = int(table.finetune_seeds)
+    stages = len(table.steps) or 1  # Figure 5 fine-tunes from each stage
+    seeds = table.finetune_seeds
     finetuning = []
     for row in names:
         for column in cols:
@@ -142,7 +141,7 @@ def estimate(
     seconds = sum(e["seconds"] for e in pretraining) + sum(e["seconds"] for e in finetuning)
     chip_hours = _hours(seconds) * chips
     return {
-        "table": table.table,
+        "table": table.name,
         "preset": table.preset,
         "topology": topology,
         "chips": chips,

@@ -15,6 +15,7 @@ import ml_collections
 
 from bert_jax.ablations import reports
 from bert_jax.ablations.cells import cell_done, cell_values, fill_cell, row_config
+from bert_jax.ablations.spec import AblationTable
 from bert_jax.pretraining import pretrain
 from bert_jax.storage import atomic_files
 
@@ -26,9 +27,9 @@ def latest_checkpoint_step(row_dir: str) -> int | None:
 
 
 def run(
-    table: ml_collections.ConfigDict, workdir: str, names: list[str], cols: list[str], dry_run: bool
+    table: AblationTable, workdir: str, names: list[str], cols: list[str], dry_run: bool
 ) -> dict[str, Any]:
-    steps = [int(s) for s in table.steps]
+    steps = list(table.steps)
 
     def report() -> dict[str, Any]:
         out_rows = []
@@ -38,7 +39,7 @@ def run(
                 out_rows.append(
                     {
                         "row": f"{row}@{k}",
-                        "objective": table.rows[row].data.objective,
+                        "objective": table.pretraining[row].data.objective,
                         "step": k,
                         "seeds": {c: cell_values(table, row, c, None, os.path.join(cells, c)) for c in cols},
                         "paper": {},
@@ -46,7 +47,7 @@ def run(
                     }
                 )
         labels = {c: table.columns[c].label for c in cols}
-        rep = reports.build(table.table, table.title, cols, labels, out_rows)
+        rep = reports.build(table.name, table.title, cols, labels, out_rows)
         rep["notes"] = [
             "The paper publishes Figure 5 as a plot only: MLM overtakes LTR almost at once, "
             "and 1M steps give almost 1.0% more MNLI accuracy than 500k (Appendix C.1).",
@@ -61,7 +62,7 @@ def run(
         return report()
     for row in names:
         config, row_dir = table.rows[row], os.path.join(workdir, row)
-        total = int(config.num_train_steps)
+        total = table.pretraining[row].num_train_steps
         bad = [k for k in steps if not 0 < k <= total]
         if bad:
             raise ValueError(f"figure5 steps {bad} are not within the {total} pre-training steps of {row}")

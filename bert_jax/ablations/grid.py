@@ -17,19 +17,19 @@ import json
 import os
 from typing import Any
 
-import ml_collections
+from bert_jax.ablations.spec import Column
 
 # Short names of grid keys in a point's folder name.
 _SHORT = {"learning_rate": "lr", "num_epochs": "ep", "global_batch_size": "bs"}
 
 
-def points(column: ml_collections.ConfigDict) -> list[dict[str, Any]]:
+def points(column: Column) -> list[dict[str, Any]]:
     """Every point of the column's grid, in grid order ([] for a column without one)."""
-    grid = column.get("grid") or {}
-    keys = [k for k in grid if len(grid[k])]
-    if not keys:
+    if not column.grid:
         return []
-    return [dict(zip(keys, values, strict=True)) for values in itertools.product(*(grid[k] for k in keys))]
+    keys = [k for k, _ in column.grid]
+    product = itertools.product(*(values for _, values in column.grid))
+    return [dict(zip(keys, values, strict=True)) for values in product]
 
 
 def point_name(point: dict[str, Any]) -> str:
@@ -50,7 +50,7 @@ def metric_of(results: dict[str, Any], metric: str, path: str) -> float:
     return float(results["best"][metric])
 
 
-def selection(column: ml_collections.ConfigDict, cell_dir: str, grid_seeds: int) -> dict[str, Any]:
+def selection(column: Column, cell_dir: str, grid_seeds: int) -> dict[str, Any]:
     """Each point's dev figures (its first `grid_seeds` seeds) and the chosen point (None
     until every point has them)."""
     table: dict[str, Any] = {}
@@ -65,7 +65,7 @@ def selection(column: ml_collections.ConfigDict, cell_dir: str, grid_seeds: int)
 
 
 def pending(
-    column: ml_collections.ConfigDict, cell_dir: str, grid_seeds: int, seeds: int
+    column: Column, cell_dir: str, grid_seeds: int, seeds: int
 ) -> list[tuple[int, str, dict[str, Any]]]:
     """The runs of a grid cell that can start now, as (seed, folder, config changes): the
     grid seeds of every point until one is chosen, then the chosen point's other seeds."""
@@ -82,9 +82,7 @@ def pending(
     return out
 
 
-def chosen_values(
-    column: ml_collections.ConfigDict, cell_dir: str, grid_seeds: int, seeds: int
-) -> list[float]:
+def chosen_values(column: Column, cell_dir: str, grid_seeds: int, seeds: int) -> list[float]:
     """The chosen point's ``report_metric`` per finished seed (raw, not scaled)."""
     chosen = selection(column, cell_dir, grid_seeds)["chosen"]
     if chosen is None:

@@ -32,9 +32,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import ml_collections
-
 from bert_jax.ablations import cells
+from bert_jax.ablations.spec import AblationTable
 
 # The worker's exit codes (besides 0).
 USER_ERROR, STOPPED = 2, 3
@@ -53,13 +52,13 @@ def worker_env(base: dict[str, str]) -> dict[str, str]:
     return env
 
 
-def _pretrained(table: ml_collections.ConfigDict, workdir: str, source: str) -> bool:
+def _pretrained(table: AblationTable, workdir: str, source: str) -> bool:
     done = cells.read_pretraining(os.path.join(workdir, source))
-    return done is not None and done["num_train_steps"] == int(table.rows[source].num_train_steps)
+    return done is not None and done["num_train_steps"] == table.pretraining[source].num_train_steps
 
 
 def ready_jobs(
-    table: ml_collections.ConfigDict, workdir: str, names: list[str], cols: list[str]
+    table: AblationTable, workdir: str, names: list[str], cols: list[str]
 ) -> list[tuple[str, dict[str, Any]]]:
     """Every job that can start now, (key, job), pre-training first then cells in order."""
     sources = list(dict.fromkeys(table.row_settings[r].model_from for r in names))
@@ -94,7 +93,7 @@ class _Slots:
     code beside it (``<job>.rc``) when done. A worker keeps its imports, the task data it
     read and its compiled programs from one job to the next."""
 
-    def __init__(self, processes: int, workdir: str, table: ml_collections.ConfigDict) -> None:
+    def __init__(self, processes: int, workdir: str, table: AblationTable) -> None:
         cores = sorted(os.sched_getaffinity(0))
         self.cores = [cores[i % len(cores)] for i in range(processes)]
         self.running: dict[int, tuple[str, str]] = {}  # slot -> (job key, job file)
@@ -127,7 +126,7 @@ class _Slots:
         worker.stdin.write(path + "\n")
         worker.stdin.flush()
         log = path.removesuffix(".job") + ".log"
-        print(f"== {self.table.table}: {key} on core {self.cores[slot]} (log: {log})", flush=True)
+        print(f"== {self.table.name}: {key} on core {self.cores[slot]} (log: {log})", flush=True)
         self.running[slot] = (key, path)
 
     def finished(self) -> list[tuple[str, int, str]]:
@@ -176,7 +175,7 @@ def _failure(key: str, rc: int, log: str) -> Exception:
 
 
 def run(
-    table: ml_collections.ConfigDict,
+    table: AblationTable,
     workdir: str,
     names: list[str],
     cols: list[str],
@@ -184,7 +183,7 @@ def run(
 ) -> dict[str, Any]:
     """Runs every job of the chosen rows and columns on ``table.processes`` cores; the
     report (`write`) is rewritten after each job. Returns the last report."""
-    slots = _Slots(int(table.processes), workdir, table)
+    slots = _Slots(table.processes, workdir, table)
     failures: list[Exception] = []
     ended: set[str] = set()  # jobs that exited 0: ready again means they left no result
     stopped = False
@@ -203,7 +202,7 @@ def run(
                 break
             for key, rc, log in slots.finished():
                 if rc == STOPPED:  # stop_after_step or a preemption: a rerun continues
-                    print(f"== {table.table}: {key} stopped before its end; rerun to continue", flush=True)
+                    print(f"== {table.name}: {key} stopped before its end; rerun to continue", flush=True)
                     stopped = True
                 elif rc:
                     failures.append(_failure(key, rc, log))

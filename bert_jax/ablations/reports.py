@@ -25,6 +25,7 @@ import os
 from typing import Any
 
 from bert_jax.ablations import cells
+from bert_jax.ablations.spec import AblationTable
 from bert_jax.storage import atomic_files
 
 
@@ -165,29 +166,29 @@ def selections(report: dict[str, Any]) -> list[str]:
     return head + lines
 
 
-def column_notes(table: Any, rows: list[str], cols: list[str]) -> list[str]:
-    """What the report's notes say of its rows and columns (`table`: the table config)."""
+def column_notes(table: AblationTable, rows: list[str], cols: list[str]) -> list[str]:
+    """What the report's notes say of its rows and columns."""
     notes, reasons, labels = [], {}, {c: table.columns[c].label for c in cols}
     for c in cols:
-        if table.columns[c].get("skip"):
+        if table.columns[c].skip:
             reasons.setdefault(table.columns[c].skip, []).append(labels[c])
     notes += [f"Not run ({why}): {', '.join(names)}." for why, names in reasons.items()]
     for c in cols:
         col = table.columns[c]
-        grid = {k: tuple(v) for k, v in (col.get("grid") or {}).items() if len(v)}
+        grid = dict(col.grid)
         if not grid:
             continue
-        stands = table.columns[col.stands_for].label if col.get("stands_for") in table.columns else ""
+        stands = table.columns[col.stands_for].label if col.stands_for in table.columns else ""
         grid_text = ", ".join(f"{k} {' / '.join(f'{x:g}' for x in v)}" for k, v in grid.items())
         notes.append(
             f"{labels[c]}: `{col.report_metric}` at the grid point with the best mean dev "
             f"`{col.metric}` ({grid_text}; the epoch also chosen on dev within each run; "
-            f"{int(table.grid_seeds)} seed(s) per point, then {int(table.finetune_seeds)} at the chosen one)"
+            f"{table.grid_seeds} seed(s) per point, then {table.finetune_seeds} at the chosen one)"
             + (f"; the paper's figure beside it is its {stands}." if stands else ".")
         )
     for row in rows:
         s = table.row_settings[row]
-        if s.get("random_init"):
+        if s.random_init:
             why = {cells.cell_plan(table, row, c).get("reason") for c in cols if not table.columns[c].skip}
             why.discard(None)
             notes.append(

@@ -1,7 +1,8 @@
 """The ablation runner: pre-train the rows of a table, fill every column, write the report.
 
-A table config (`configs/ablations.py`) has pre-training configs (``rows``), each row's
-settings (``row_settings``: whose model it uses, the head, the approach) and the columns.
+A table (`spec.AblationTable`, resolved from `configs/ablations.py`) has pre-training configs
+(``rows``), each row's settings (``row_settings``: whose model it uses, the head, the
+approach) and the columns.
 For each row and column the runner fills one cell:
 
 - ``lm_ppl``: exp of the held-out LM loss of the row's pre-training;
@@ -29,9 +30,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
-import ml_collections
-
 from bert_jax.ablations import cells, compile_cache, figure5, parallel, reports
+from bert_jax.ablations.spec import AblationTable
 from bert_jax.finetuning import feature_based
 from bert_jax.pretraining import pretrain
 
@@ -45,28 +45,14 @@ def _select(kind: str, wanted: list[str] | None, known: list[str], table: str) -
     return [k for k in known if k in wanted]
 
 
-def check_table(table: ml_collections.ConfigDict) -> None:
-    """Every row's model is a pre-trained row; every approach is known; the layers of a
-    feature-based cell exist in its model (checked before anything is trained)."""
-    for row in table.row_order:
-        s = table.row_settings[row]
-        if s.model_from not in table.rows:
-            raise ValueError(
-                f"row {row}: model_from {s.model_from!r} is not a pre-training row of {table.table}"
-            )
-        if s.approach not in ("", "finetune", "features"):
-            raise ValueError(f"row {row}: approach {s.approach!r}: '', 'finetune' or 'features'")
-        if s.head not in ("", "bilstm"):
-            raise ValueError(f"row {row}: head {s.head!r}: '' or 'bilstm'")
-    for name in table.column_order:
-        col = table.columns[name]
-        if col.approach not in ("finetune", "features", "lm_ppl"):
-            raise ValueError(f"column {name}: approach {col.approach!r}: finetune, features or lm_ppl")
+def check_table(table: AblationTable) -> None:
+    """The layers of every feature-based cell exist in its model (checked before anything
+    is trained; the rest of the table is checked as it is resolved, `AblationTable`)."""
     for row in table.row_order:
         for name in table.column_order:
             plan = cells.cell_plan(table, row, name)
             if plan["approach"] == "features":
-                layers = int(table.rows[plan["model_from"]].model.num_hidden_layers)
+                layers = table.pretraining[plan["model_from"]].model.num_hidden_layers
                 try:
                     feature_based.layer_indices(plan["layers"], layers)
                 except ValueError as e:
@@ -74,7 +60,7 @@ def check_table(table: ml_collections.ConfigDict) -> None:
 
 
 def run_table(
-    table: ml_collections.ConfigDict,
+    table: AblationTable,
     workdir: str,
     rows: list[str] | None = None,
     columns: list[str] | None = None,
@@ -85,22 +71,22 @@ def run_table(
     Returns the report."""
     workdir = os.path.abspath(workdir)
     check_table(table)
-    names = _select("row", rows, list(table.row_order), table.table)
-    cols = _select("column", columns, list(table.column_order), table.table)
+    names = _select("row", rows, list(table.row_order), table.name)
+    cols = _select("column", columns, list(table.column_order), table.name)
     with compile_cache.use(table, workdir):
         return _run(table, workdir, names, cols, dry_run)
 
 
 def _run(
-    table: ml_collections.ConfigDict, workdir: str, names: list[str], cols: list[str], dry_run: bool
+    table: AblationTable, workdir: str, names: list[str], cols: list[str], dry_run: bool
 ) -> dict[str, Any]:
-    if table.table == "figure5":
+    if table.name == "figure5":
         return figure5.run(table, workdir, names, cols, dry_run)
     state = _Report(table, workdir, names, cols)
     state.write()
     if dry_run:
         return state.write()
-    if int(table.get("processes", 1)) > 1:
+    if table.processes > 1:
         return parallel.run(table, workdir, names, cols, state.write)
     pretrained: dict[str, dict[str, Any] | None] = {}
     for row in names:
@@ -119,7 +105,7 @@ def _run(
 class _Report:
     """The report of the rows and columns chosen, from what is on disk."""
 
-    def __init__(self, table: ml_collections.ConfigDict, workdir: str, names: list[str], cols: list[str]):
+    def __init__(self, table: AblationTable, workdir: str, names: list[str], cols: list[str]):
         self.table, self.workdir, self.names, self.cols = table, workdir, names, cols
 
     def rows(self) -> list[dict[str, Any]]:
@@ -136,7 +122,7 @@ class _Report:
                     "paper": cells.paper_values(self.table, row, self.cols),
                     # A random-init row has no pre-training of its own to describe.
                     "pretraining": {}
-                    if settings.get("random_init")
+                    if settings.random_init
                     else cells.pretraining_summary(self.table, settings.model_from, final),
                     "selection": {c: v for c, v in selections.items() if v is not None},
                     "config": cells.row_config(self.table, row, self.cols),
@@ -146,27 +132,28 @@ class _Report:
 
     def write(self) -> dict[str, Any]:
         labels = {c: self.table.columns[c].label for c in self.cols}
-        report = reports.build(self.table.table, self.table.title, self.cols, labels, self.rows())
+        report = reports.build(self.table.name, self.table.title, self.cols, labels, self.rows())
         report["notes"] = reports.column_notes(self.table, self.names, self.cols)
         reports.write(report, self.workdir)
         return report
 
 
-def pretrain_row(table: ml_collections.ConfigDict, row: str, workdir: str) -> dict[str, Any] | None:
+def pretrain_row(table: AblationTable, row: str, workdir: str) -> dict[str, Any] | None:
     """The row's final held-out metrics: from ``pretraining.json`` when it is of a run to
     the same ``num_train_steps``, else by pre-training (or resuming) to the end. None when
     the run stopped early (``stop_after_step`` or preemption)."""
     config, row_dir = table.rows[row], os.path.join(workdir, row)
     done = cells.read_pretraining(row_dir)
-    if done is not None and done["num_train_steps"] == int(config.num_train_steps):
-        print(f"== {table.table} / {row}: pre-trained ({row_dir})", flush=True)
+    steps = table.pretraining[row].num_train_steps
+    if done is not None and done["num_train_steps"] == steps:
+        print(f"== {table.name} / {row}: pre-trained ({row_dir})", flush=True)
         return done
-    print(f"== {table.table} / {row}: pre-training in {row_dir}", flush=True)
+    print(f"== {table.name} / {row}: pre-training in {row_dir}", flush=True)
     final = pretrain.train_and_evaluate(config, row_dir)
     if final.stopped:
         return None
     # Without held-out data ``pretraining.json`` keeps the step and the flag as its "final".
     metrics = final.metrics if final.held_out else {"step": final.step, "held_out": False}
-    record = {"num_train_steps": int(config.num_train_steps), "final": cells._plain(metrics)}
+    record = {"num_train_steps": steps, "final": cells._plain(metrics)}
     cells._write_json(os.path.join(row_dir, "pretraining.json"), record)
     return record

@@ -25,6 +25,7 @@ from absl import flags, logging
 from ml_collections import config_flags
 
 from bert_jax.ablations import cost, runner
+from bert_jax.ablations.spec import AblationTable
 from bert_jax.training import run_config
 
 FLAGS = flags.FLAGS
@@ -73,16 +74,17 @@ def main(argv: list[str]) -> None:
         raise SystemExit(f"unexpected arguments: {argv[1:]}")
     logging.set_verbosity(logging.WARNING)
 
-    table = FLAGS.config
+    config = FLAGS.config
     if FLAGS.set:
-        with table.unlocked():
-            for row in table.rows.values():
+        with config.unlocked():
+            for row in config.rows.values():
                 run_config.set_keys(row, _overrides(FLAGS.set))
     if FLAGS.finetune_set:
-        with table.unlocked():
-            for column in table.columns.values():
+        with config.unlocked():
+            for column in config.columns.values():
                 if "finetune" in column:
                     run_config.set_keys(column.finetune, _overrides(FLAGS.finetune_set))
+    table = AblationTable.from_config(config)  # checked here, read typed from here on
     if FLAGS.plan:
         if FLAGS.plan_compile:  # as `bert-jax plan`: the TPU compiler runs here without a TPU
             os.environ.setdefault("JAX_PLATFORMS", "cpu")

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from bert_jax.ablations import cells, cost, grid, parallel, runner
+from bert_jax.ablations.spec import AblationTable
 from bert_jax.data import tokenization
 from bert_jax.training import run_config
 from configs import ablations as ablation_configs
@@ -31,6 +32,7 @@ STANDS_FOR = {
 
 def test_column_sets_name_the_papers_rows_and_read_the_cache(tmp_path) -> None:
     sets = ablation_configs.get_config("table5.cpu+qa+pairs+sentiment")
+    typed = AblationTable.from_config(sets)
     assert list(sets.column_order[-5:]) == OFFLINE
     assert sets.column_order == ablation_configs.get_config("table5.cpu+offline").column_order
     assert list(ablation_configs.get_config("table6.demo+qa").column_order[-2:]) == ["disfl_qa", "cpkc"]
@@ -38,7 +40,7 @@ def test_column_sets_name_the_papers_rows_and_read_the_cache(tmp_path) -> None:
         col = sets.columns[name]
         assert words in col.label and col.skip == "" and col.report_metric == f"test/{col.metric}"
         assert col.finetune.task == name and tuple(col.grid.learning_rate) == (5e-4, 1e-3)
-        plan = cells.cell_plan(sets, "bert_base", name)
+        plan = cells.cell_plan(typed, "bert_base", name)
         assert plan["config"].data_dir == "" and plan["grid"] == ["lr0.0005_ep2", "lr0.001_ep2"]
     assert sets.columns.disfl_qa.metric == "best_f1" and sets.columns.cpkc.metric == "f1"
     assert sets.columns.mnli_m.skip  # the paper's column still needs a network
@@ -52,7 +54,7 @@ def test_column_sets_name_the_papers_rows_and_read_the_cache(tmp_path) -> None:
     with pytest.raises(ValueError, match=r"unknown column 'sentimnt'; known: .*sentiment \(set\)"):
         ablation_configs.get_config("table5.cpu+sentimnt")
     # The dry run: every header names the paper's row; its published figure beside ours.
-    report = runner.run_table(sets, str(tmp_path), dry_run=True)
+    report = runner.run_table(typed, str(tmp_path), dry_run=True)
     md = (tmp_path / "report.md").read_text()
     head = next(line for line in md.splitlines() if line.startswith("| row |"))
     assert all(sets.columns[c].label + " ours | paper" in head for c in OFFLINE)
@@ -70,8 +72,9 @@ def _result(folder: Path, dev: float, test: float, metric: str = "accuracy") -> 
 
 
 def test_grid_point_chosen_on_dev_reported_on_test_with_its_spread(tmp_path) -> None:
-    table = ablation_configs.get_config("table5.cpu+sentiment")
-    col, cell = table.columns.rotten_tomatoes, tmp_path / "bert_base" / "rotten_tomatoes"
+    table = AblationTable.from_config(ablation_configs.get_config("table5.cpu+sentiment"))
+    col, cell = table.columns["rotten_tomatoes"], tmp_path / "bert_base" / "rotten_tomatoes"
+    assert col.grid == (("learning_rate", (5e-4, 1e-3)), ("num_epochs", (2,)))
     assert (table.finetune_seeds, table.grid_seeds) == (3, 1)
     first = cells.pending_runs(table, "bert_base", "rotten_tomatoes", str(cell))
     assert [(s, Path(d).relative_to(cell).as_posix(), c) for s, d, c in first] == [
@@ -118,18 +121,20 @@ def test_grid_point_chosen_on_dev_reported_on_test_with_its_spread(tmp_path) -> 
 
 
 def test_random_init_row_sets_the_fine_tuning_key_or_says_why_not() -> None:
-    table = ablation_configs.get_config("table5.cpu+sentiment")
-    if "random_init" not in table.columns.rotten_tomatoes.finetune:
+    config = ablation_configs.get_config("table5.cpu+sentiment")
+    table = AblationTable.from_config(config)
+    if "random_init" not in config.columns.rotten_tomatoes.finetune:
         plan = cells.cell_plan(table, "random_init", "rotten_tomatoes")
         assert plan["approach"] == "n/a" and "no random_init setting" in plan["reason"]
-        table.columns.rotten_tomatoes.finetune.random_init = False  # as the key will be
+        config.columns.rotten_tomatoes.finetune.random_init = False  # as the key will be
+        table = AblationTable.from_config(config)
     plan = cells.cell_plan(table, "random_init", "rotten_tomatoes")
     assert plan["config"].random_init is True and plan["model_from"] == "bert_base"
     assert cells.cell_plan(table, "bert_base", "rotten_tomatoes")["config"].random_init is False
     # Nothing pre-trained to read a perplexity or frozen features from.
-    t6 = ablation_configs.get_config("table6.cpu")
+    t6 = AblationTable.from_config(ablation_configs.get_config("table6.cpu"))
     assert cells.cell_plan(t6, "random_init", "lm_ppl")["approach"] == "n/a"
-    t8 = ablation_configs.get_config("table8.cpu+bbc_features")
+    t8 = AblationTable.from_config(ablation_configs.get_config("table8.cpu+bbc_features"))
     assert "fine-tuned only" in cells.cell_plan(t8, "random_init", "bbc_features")["reason"]
 
 
@@ -163,7 +168,9 @@ def test_qa_column_chooses_on_dev_and_reports_test_end_to_end(tmp_path, downstre
     each, then the chosen one's second seed; the report has both seeds' test F1."""
     table = _tiny_offline(tmp_path, downstream_root, "table5.tiny+qa", ("bert_base",))
     table.finetune_seeds = 2
-    report = runner.run_table(table, str(tmp_path), rows=["bert_base"], columns=["disfl_qa"])
+    report = runner.run_table(
+        AblationTable.from_config(table), str(tmp_path), rows=["bert_base"], columns=["disfl_qa"]
+    )
     (row,) = report["rows"]
     sel = row["selection"]["disfl_qa"]
     assert sel["chosen"] in ("lr0.001_ep1", "lr0.003_ep1") and all(
@@ -196,7 +203,7 @@ def test_parallel_processes_pretrain_and_fill_the_same_figures(tmp_path, downstr
     table.columns.rotten_tomatoes.grid.learning_rate = (1e-3,)
     table.processes = 2
     rows, cols = ["bert_base", "no_nsp", "random_init"], ["rotten_tomatoes"]
-    report = runner.run_table(table, str(par), rows=rows, columns=cols)
+    report = runner.run_table(AblationTable.from_config(table), str(par), rows=rows, columns=cols)
     assert sorted(p.name for p in (par / "logs").glob("*.log")) == [  # one per job
         "bert_base--rotten_tomatoes--lr0.001_ep1--seed0.log",
         "no_nsp--rotten_tomatoes--lr0.001_ep1--seed0.log",
@@ -213,13 +220,18 @@ def test_parallel_processes_pretrain_and_fill_the_same_figures(tmp_path, downstr
         par / "bert_base", tmp_path / "seq" / "bert_base", ignore=shutil.ignore_patterns("rotten*")
     )
     table.processes = 1
-    again = runner.run_table(table, str(tmp_path / "seq"), rows=["bert_base"], columns=cols)
+    again = runner.run_table(
+        AblationTable.from_config(table), str(tmp_path / "seq"), rows=["bert_base"], columns=cols
+    )
     assert again["rows"][0]["seeds"] == report["rows"][0]["seeds"]
     # A rerun in parallel finds everything done and starts nothing.
     table.processes = 2
     for log in (par / "logs").glob("*.log"):
         log.unlink()
-    assert runner.run_table(table, str(par), rows=rows, columns=cols)["rows"] == report["rows"]
+    assert (
+        runner.run_table(AblationTable.from_config(table), str(par), rows=rows, columns=cols)["rows"]
+        == report["rows"]
+    )
     assert not list((par / "logs").glob("*.log"))
     assert (par / "xla_cache").is_dir()  # the workers' shared compilation cache
 

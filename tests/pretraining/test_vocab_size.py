@@ -11,10 +11,12 @@ import numpy as np
 import pytest
 
 from bert_jax.ablations import cells, cost
+from bert_jax.ablations.spec import AblationTable
 from bert_jax.data import tokenization
 from bert_jax.data.settings import DataSettings
 from bert_jax.model.config import BertConfig
 from bert_jax.pretraining import model_file, model_vocab, pretrain
+from bert_jax.pretraining.settings import PretrainSettings
 from bert_jax.training import run_config, sharding
 from configs import ablations as ablation_configs
 from configs import pretrain as pretrain_config
@@ -90,9 +92,11 @@ def test_ablation_costs_count_the_learned_vocabulary() -> None:
     assert table.rows[row].model.vocab_size == 0
     written = table.rows[row].copy_and_resolve_references()
     written.model.vocab_size = 8192
-    plan = cost.estimate(table, "v5e:2x2", rows=[row], columns=[table.column_order[0]])
+    plan = cost.estimate(
+        AblationTable.from_config(table), "v5e:2x2", rows=[row], columns=[table.column_order[0]]
+    )
     (entry,) = plan["pretraining"]
-    assert entry["flops"] == pytest.approx(cells.pretraining_flops(written))
+    assert entry["flops"] == pytest.approx(cells.pretraining_flops(PretrainSettings.from_config(written)))
 
 
 def test_zero_takes_the_tokenizers_size_and_a_smaller_one_is_refused(tmp_path) -> None:
