@@ -96,16 +96,9 @@ def test_embedding_gradient_is_scattered_in_the_parameter_dtype() -> None:
     """A bfloat16 run gathers rows of the float32 tables and casts them: the lookup's
     gradient is a float32 scatter-add (a bfloat16 one took half a BERT-Base step on a GPU)."""
     from bert_jax.model.embeddings import BertEmbeddings
+    from tests.helpers.task_data import TINY
 
-    config = BertConfig(
-        vocab_size=64,
-        hidden_size=16,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        intermediate_size=32,
-        max_position_embeddings=16,
-    )
-    module = BertEmbeddings(config, Numerics(compute_dtype="bfloat16"))
+    module = BertEmbeddings(TINY, Numerics(compute_dtype="bfloat16"))
     ids = np.arange(8, dtype=np.int32).reshape(1, 8)
     zeros, positions = np.zeros_like(ids), ids
     params = module.init(jax.random.key(0), ids, zeros, positions, True)
