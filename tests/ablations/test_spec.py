@@ -66,7 +66,7 @@ def test_unknown_keys_are_refused() -> None:
         AblationTable.from_config(config)
     config = ablation_configs.get_config("table5.tiny")
     config.row_settings.no_nsp.heads = "bilstm"
-    with pytest.raises(ValueError, match="row_settings.no_nsp: unknown key 'heads'"):
+    with pytest.raises(ValueError, match=r"row_settings\.no_nsp: unknown key 'heads'"):
         AblationTable.from_config(config)
 
 
