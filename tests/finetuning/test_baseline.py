@@ -6,6 +6,7 @@ import types
 import pytest
 
 from bert_jax.ablations import cells
+from bert_jax.ablations.spec import AblationTable
 from bert_jax.data import tokenization
 from bert_jax.finetuning import baseline, finetune
 from bert_jax.tasks.registry import get_task
@@ -59,7 +60,7 @@ def test_the_baseline_runs_beside_the_run_and_is_read_back(tmp_path, tiny_checkp
 def test_the_suite_prints_a_baseline_and_the_ablation_tables_do_not() -> None:
     assert all(any_config.get_config(t).random_init_baseline for t in ("cpkc", "disfl_qa", "rotten_tomatoes"))
     assert not any_config.get_config("sst2").random_init_baseline
-    table = ablations_config.get_config("table5.tiny+cpkc")
+    table = AblationTable.from_config(ablations_config.get_config("table5.tiny+cpkc"))
     assert cells.cell_plan(table, "bert_base", "cpkc")["config"].random_init_baseline is False
 
 
