@@ -149,8 +149,10 @@ class AblationTable:
         in one line naming its key."""
         _unknown(config.keys(), TABLE_KEYS, "ablation table")
         name = str(config.table)
-        rows = {str(r): c for r, c in config.rows.items()}
         row_order = tuple(str(r) for r in config.row_order)
+        # The pre-training rows in the table's order (ConfigDict keys iterate sorted).
+        ranks = {r: i for i, r in enumerate(row_order)}
+        rows = {str(r): config.rows[r] for r in sorted(config.rows, key=lambda r: ranks.get(r, len(ranks)))}
         column_order = tuple(str(c) for c in config.column_order)
         settings = {}
         for row in row_order:
@@ -176,14 +178,16 @@ class AblationTable:
         if processes < 1:
             raise ValueError(f"processes must be >= 1, got {processes}")
         steps = tuple(int(s) for s in config.get("steps", ()))
-        if any(s <= 0 for s in steps):
-            raise ValueError(f"steps must be > 0, got {list(steps)}")
         pretraining = {}
         for row, c in rows.items():
             try:
                 pretraining[row] = PretrainSettings.from_config(model_vocab.planned(c))
             except ValueError as e:
                 raise ValueError(f"rows.{row}: {e}") from None
+            total = pretraining[row].num_train_steps
+            bad = [k for k in steps if not 0 < k <= total]
+            if bad:
+                raise ValueError(f"{name} steps {bad} are not within the {total} pre-training steps of {row}")
         return cls(
             name=name,
             title=str(config.title),

@@ -59,6 +59,18 @@ def test_a_bad_value_is_refused_naming_its_key(key, value, message) -> None:
         AblationTable.from_config(config)
 
 
+def test_figure5_steps_beyond_a_rows_pretraining_are_refused() -> None:
+    config = ablation_configs.get_config("figure5.cpu")
+    config.steps = (300, 1500)
+    with pytest.raises(
+        ValueError, match=r"figure5 steps \[1500\] are not within the 1200 pre-training steps of mlm"
+    ):
+        AblationTable.from_config(config)
+    config.steps = (0, 300)
+    with pytest.raises(ValueError, match=r"figure5 steps \[0\] are not within"):
+        AblationTable.from_config(config)
+
+
 def test_unknown_keys_are_refused() -> None:
     config = ablation_configs.get_config("table5.tiny")
     config.finetune_seed = 3
