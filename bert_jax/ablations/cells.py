@@ -61,8 +61,8 @@ def cell_plan(table: AblationTable, row: str, column: str) -> dict[str, Any]:
         family = _FAMILY.get(config.task, "glue")
         config.data_dir = table.data_dirs.get(family, "")
     if approach == "features":
-        if not feature_based.supports(config.task):  # e.g. a SQuAD column added to Table 7
-            reason = "the feature-based approach serves NER and classification only"
+        if not feature_based.supports(config.task):  # e.g. a SWAG column added to Table 7
+            reason = "the feature-based approach serves NER, classification and span extraction only"
             return {**plan, "approach": "n/a", "reason": reason}
         plan.update(layers=settings.layers or col.layers, combine=settings.combine or col.combine)
     elif settings.head:

@@ -8,9 +8,13 @@ in `bert_jax.model.features`) are computed under `jax.lax.stop_gradient` and fed
 CoNLL-2003 NER (the paper's) tags each word's first WordPiece and scores entity F1;
 a sentence(-pair) classification task (e.g. BBC News topics, the offline stand-in)
 classifies the BiLSTM's sentence vector (`bilstm.sentence_vector`) and scores its own
-metric. Dev is scored every epoch. ``results.json`` has the fine-tuning job's shape
-(``main_metric``, ``best``, ``epochs``); a run whose ``results.json`` exists is not
-repeated by the ablation runner.
+metric; a span-extraction task (SQuAD and the offline QA sets) gets a start and an end
+logit per token from the BiLSTM and is scored by the official script, as fine-tuning's
+span head is. As in fine-tuning, dev is scored every epoch and the task's other eval
+splits (the offline suite's test split, keys ``test/...``) at each epoch that is the best
+so far on dev. ``results.json`` has the fine-tuning job's shape (``main_metric``,
+``best``, ``epochs``); a run whose ``results.json`` exists is not repeated by the
+ablation runner.
 """
 
 from __future__ import annotations
@@ -34,17 +38,17 @@ from bert_jax.model import features
 from bert_jax.model.bilstm import FeatureBiLSTM
 from bert_jax.model.encoder import BertModel
 from bert_jax.storage import atomic_files
-from bert_jax.tasks import classification, ner
+from bert_jax.tasks import classification, ner, squad
 from bert_jax.tasks.base import Task
 from bert_jax.tasks.registry import get_task
 from bert_jax.training.metric_writer import format_eta
 
 
 def supports(task_name: str) -> bool:
-    """Whether the feature-based approach serves the task: NER, or sentence(-pair)
-    classification and regression (not span extraction or multiple choice)."""
+    """Whether the feature-based approach serves the task: NER, sentence(-pair)
+    classification and regression, or span extraction (not multiple choice)."""
     task = get_task(task_name)
-    return isinstance(task, ner.NerTask | classification.ClassificationTask)
+    return isinstance(task, ner.NerTask | classification.ClassificationTask | squad.SquadTask)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,7 +79,19 @@ def _model(task: Task, settings: FeatureBiLSTMSettings, combine: str) -> Feature
         return FeatureBiLSTM(len(ner.TAGS), size, layers, combine)
     if isinstance(task, classification.ClassificationTask):
         return FeatureBiLSTM(task.spec.num_labels, size, layers, combine, per_token=False)
-    raise ValueError(f"task {task.name}: the feature-based approach serves NER and classification only")
+    if isinstance(task, squad.SquadTask):  # a start and an end logit per token
+        return FeatureBiLSTM(2, size, layers, combine)
+    raise ValueError(
+        f"task {task.name}: the feature-based approach serves NER, classification and span extraction only"
+    )
+
+
+def task_outputs(task: Task, logits: Any) -> Any:
+    """The BiLSTM's logits in the form the task's loss and scorer take (a span task: the
+    start and the end logits, each [B, S])."""
+    if isinstance(task, squad.SquadTask):
+        return logits[..., 0], logits[..., 1]
+    return logits
 
 
 def layer_indices(spec: str, num_layers: int) -> list[int]:
@@ -101,7 +117,7 @@ def _functions(encoder: BertModel, model: FeatureBiLSTM, task: Task, index: list
         return model.apply({"params": params}, feats, batch["input_mask"])
 
     def loss_fn(params: Any, bert: Any, batch: dict[str, jax.Array]) -> jax.Array:
-        return task.loss(logits(params, bert, batch), batch)
+        return task.loss(task_outputs(task, logits(params, bert, batch)), batch)
 
     @jax.jit
     def step(
@@ -133,7 +149,8 @@ def train(
     )
     task = get_task(run.task)
     model = _model(task, settings, combine)
-    train_split, dev = task.load(run.data, tok, "train"), task.load(run.data, tok, "dev")
+    train_split = task.load(run.data, tok, "train")
+    dev, *others = [task.load(run.data, tok, name) for name in task.eval_splits]
     index = layer_indices(layers, bert_config.num_hidden_layers)
     tx = optax.adam(settings.learning_rate)
     states, step, predict = _functions(BertModel(bert_config, add_pooler=False), model, task, index, tx)
@@ -145,6 +162,10 @@ def train(
     buckets, max_len = run.length_buckets, run.max_seq_length
     batch_size, seed = min(settings.global_batch_size, len(train_split)), run.seed
     epochs, best, num_epochs, t0 = [], None, settings.num_epochs, time.time()
+
+    def logits_of(params: Any, batch: dict[str, np.ndarray]) -> jax.Array:
+        return predict(params, bert_params, batch)
+
     for epoch in range(1, num_epochs + 1):
         start, losses, tokens = time.time(), [], 0
         for s in range(len(train_split) // batch_size):
@@ -153,12 +174,15 @@ def train(
             params, opt_state, loss = step(params, opt_state, bert_params, rows)
             losses.append(loss)
             tokens += int(rows["input_mask"].sum())
-        outputs = _predict(lambda p, b: predict(p, bert_params, b), params, dev, run.eval_batch_size)
-        scores = task.score(outputs, dev, os.path.join(workdir, "eval", f"epoch{epoch}", "dev"))
+        metric, out_dir = task.main_metric, os.path.join(workdir, "eval", f"epoch{epoch}")
+        scores = _score(task, logits_of, params, dev, run.eval_batch_size, out_dir)
+        if best is None or scores[metric] >= best[metric]:  # the other splits of a best epoch
+            for split in others:
+                values = _score(task, logits_of, params, split, run.eval_batch_size, out_dir)
+                scores.update({f"{split.name}/{k}": v for k, v in values.items()})
         entry = {"epoch": epoch, "train_loss": float(np.mean(jax.device_get(losses))),
                  "seconds": time.time() - start, **scores}  # fmt: skip
         epochs.append(entry)
-        metric = task.main_metric
         eta = (num_epochs - epoch) * (time.time() - t0) / epoch
         print(
             f"features {layers} ({combine}) epoch {epoch}/{num_epochs}: "
@@ -177,13 +201,19 @@ def train(
         "seed": run.seed,
         "bilstm": dataclasses.asdict(settings),
         "train_rows": len(train_split),
-        "eval_rows": {"dev": len(dev)},
+        "eval_rows": {split.name: len(split) for split in (dev, *others)},
         "main_metric": task.main_metric,
         "epochs": epochs,
         "best": best,
     }
     atomic_files.write_json(os.path.join(workdir, "results.json"), results, indent=2)
     return best
+
+
+def _score(task: Task, predict: Any, params: Any, split: Any, batch_size: int, out_dir: str) -> dict:
+    """The task's scores of the split (its prediction files under ``out_dir/<split>/``)."""
+    logits = _predict(predict, params, split, batch_size)
+    return task.score(task_outputs(task, logits), split, os.path.join(out_dir, split.name))
 
 
 def _predict(predict: Any, params: Any, split: Any, batch_size: int) -> np.ndarray:

@@ -155,18 +155,21 @@ def test_dry_run_reports_the_papers_figures_and_every_rows_config(tmp_path, tabl
     if table == "table7":
         cell = {r["row"]: r for r in on_disk["rows"]}["weighted_sum_all_12"]["config"]["cells"]["ner_f1"]
         assert (cell["approach"], cell["layers"], cell["combine"]) == ("features", "all", "weighted")
-        # A classification column is served by both approaches; one the feature-based
-        # approach does not serve (spans) is "n/a" in those rows, not an error.
+        # Classification and span columns are served by both approaches; one the
+        # feature-based approach does not serve (multiple choice) is "n/a" in those rows,
+        # not an error.
         extra = runner.run_table(
-            AblationTable.from_config(ablation_configs.get_config("table7+bbc+squad_f1")),
+            AblationTable.from_config(ablation_configs.get_config("table7+bbc+squad_f1+swag")),
             str(tmp_path / "bbc"),
             dry_run=True,
         )
         cells = {r["row"]: r["config"]["cells"] for r in extra["rows"]}
-        assert cells["finetune_base"]["bbc"]["approach"] == "finetune"
-        assert cells["last_hidden"]["bbc"]["approach"] == "features"
-        assert cells["last_hidden"]["squad_f1"]["approach"] == "n/a"
-        assert cells["finetune_base"]["squad_f1"]["approach"] == "finetune"
+        for column in ("bbc", "squad_f1"):
+            assert cells["finetune_base"][column]["approach"] == "finetune"
+            assert cells["last_hidden"][column]["approach"] == "features"
+        assert cells["last_hidden"]["swag"]["approach"] == "n/a"
+        assert "span extraction only" in cells["last_hidden"]["swag"]["reason"]
+        assert cells["finetune_base"]["swag"]["approach"] == "finetune"
 
 
 def test_cpu_preset_pretrains_offline_text_and_skips_columns_that_need_a_network(tmp_path) -> None:

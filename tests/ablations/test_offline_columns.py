@@ -15,6 +15,7 @@ import pytest
 from bert_jax.ablations import cells, cost, grid, parallel, runner
 from bert_jax.ablations.spec import AblationTable
 from bert_jax.data import tokenization
+from bert_jax.tasks import scorers, squad
 from bert_jax.training import run_config
 from configs import ablations as ablation_configs
 from tests.helpers.task_data import write_tiny_checkpoint
@@ -247,3 +248,29 @@ def test_a_workers_user_error_is_its_one_line(tmp_path) -> None:
     env = parallel.worker_env({"XLA_FLAGS": "--xla_force_host_platform_device_count=1"})
     assert env["XLA_FLAGS"] == "--xla_force_host_platform_device_count=1 " + parallel.XLA_SINGLE_THREAD
     assert env["OMP_NUM_THREADS"] == "1"
+
+
+def test_feature_row_extracts_spans_and_reports_the_official_test_f1(tmp_path, downstream_root) -> None:
+    """Table 7's "Last Hidden" row on the cpkc column: a BiLSTM on the frozen last layer
+    gives a start and an end logit per token; dev is scored every epoch, test at each
+    epoch that is the best so far, and the cell is the best epoch's official test F1."""
+    table = _tiny_offline(tmp_path, downstream_root, "table7.tiny+cpkc", ("finetune_base",))
+    table.finetune_seeds, table.feature_bilstm.num_epochs = 1, 3
+    report = runner.run_table(
+        AblationTable.from_config(table), str(tmp_path), rows=["last_hidden"], columns=["cpkc"]
+    )
+    (row,) = report["rows"]
+    run = tmp_path / "last_hidden" / "cpkc" / "seed0"
+    results = json.loads((run / "results.json").read_text())
+    assert (results["task"], results["approach"], results["layers"]) == ("cpkc", "features", "-1")
+    assert results["main_metric"] == "f1" and set(results["eval_rows"]) == {"dev", "test"}
+    best = results["best"]
+    assert row["seeds"]["cpkc"] == pytest.approx([best["test/f1"]])
+    best_so_far = -1.0
+    for epoch in results["epochs"]:  # test only where dev is at least the best so far
+        assert ("test/f1" in epoch) == (epoch["f1"] >= best_so_far), epoch
+        best_so_far = max(best_so_far, epoch["f1"])
+    answers = json.loads((run / "eval" / f"epoch{best['epoch']}" / "test" / "predictions.json").read_text())
+    test_file = downstream_root / "cpkc" / "test-v1.1.json"
+    data = squad.restrict(squad.load_json(str(test_file))["data"], set(answers))
+    assert len(answers) == 16 and scorers.squad_v1(data, answers)["f1"] == pytest.approx(best["test/f1"])
