@@ -53,9 +53,11 @@ reason, shown in the report) and are not run: ``--config.columns.mnli_m.skip=''`
 where TFDS can download.
 ``+COLUMN`` adds a column from `COLUMNS` (e.g. ``table5.demo+bbc`` adds BBC News topics),
 ``+SET`` a set of them: ``+qa``, ``+pairs``, ``+sentiment``, ``+offline`` (the offline
-downstream suite, scored on test at hyper-parameters chosen on dev). Tables 5, 6 and 8
+downstream suite, scored on test at hyper-parameters chosen on dev). Tables 5-8
 have a ``random_init`` row at ``tiny``/``demo``/``cpu`` (``+random_init`` at ``base``):
-the first row's model (Table 6: BERT-Base's shape) fine-tuned from fresh weights.
+the first row's model (Tables 6 and 7: BERT-Base's shape) fine-tuned from fresh weights;
+Table 7 also ``random_init_embeddings``, the feature-based approach on the frozen
+embeddings of fresh weights.
 
 Tables: ``table5`` (pre-training tasks), ``table6`` (model size), ``table7`` (feature-based
 vs fine-tuning, CoNLL-2003 NER), ``table8`` (masking mixes), ``figure5`` (MNLI-m against
@@ -145,6 +147,10 @@ TABLES: dict[str, dict[str, Any]] = {
             "weighted_sum_all_12": None,
         },
         scaled_sizes=True,
+        baseline_from="finetune_base",
+        # Beside random_init (fine-tuned from fresh weights): the feature-based approach on
+        # the frozen embeddings of fresh weights, what pre-trained features have to beat.
+        feature_baselines={"random_init_embeddings": ("0", "concat")},
         settings={
             row: dict(model_from="finetune_base", approach="features", layers=layers, combine=combine)
             for row, layers, combine in (
@@ -299,7 +305,8 @@ def get_config(spec: str = "table5") -> ml_collections.ConfigDict:
     extra = columns.expand([x for x in extra if x != RANDOM_INIT])
     if scale == "cpu" and "bbc" not in extra:  # the offline column: BBC News topics
         extra.insert(0, "bbc")
-    c.row_order = c.row_order + ((RANDOM_INIT,) if baseline else ())
+    feature_baselines = t.get("feature_baselines", {}) if baseline else {}
+    c.row_order = c.row_order + ((RANDOM_INIT, *feature_baselines) if baseline else ())
     c.column_order = tuple(t["columns"]) + tuple(x for x in extra if x not in t["columns"])
     scaled = t.get("scaled_sizes") and scale in ("tiny", "demo", "cpu")
     c.rows = ml_collections.ConfigDict(
@@ -312,6 +319,9 @@ def get_config(spec: str = "table5") -> ml_collections.ConfigDict:
     settings = dict(t.get("settings", {}))
     if baseline:  # the first row's architecture, freshly initialised
         settings[RANDOM_INIT] = dict(model_from=t["baseline_from"], random_init=True)
+        for row, (layers, combine) in feature_baselines.items():
+            features = dict(approach="features", layers=layers, combine=combine)
+            settings[row] = dict(model_from=t["baseline_from"], random_init=True, **features)
     c.row_settings = ml_collections.ConfigDict(
         {
             row: {

@@ -43,7 +43,8 @@ def cell_plan(table: AblationTable, row: str, column: str) -> dict[str, Any]:
     if col.skip:
         return {**plan, "approach": "n/a", "reason": col.skip}
     random_init = settings.random_init
-    if random_init and approach != "finetune":
+    if random_init and approach != "finetune" and settings.approach != "features":
+        # (a row that asks for features of fresh weights itself has them)
         return {**plan, "approach": "n/a", "reason": "a random-init row is fine-tuned only (not pre-trained)"}
     if approach == "lm_ppl":
         return plan

@@ -191,8 +191,13 @@ def column_notes(table: AblationTable, rows: list[str], cols: list[str]) -> list
         if s.random_init:
             why = {cells.cell_plan(table, row, c).get("reason") for c in cols if not table.columns[c].skip}
             why.discard(None)
+            how = (
+                f"the feature-based approach on layers {s.layers} ({s.combine}) of"
+                if s.approach == "features"
+                else "fine-tuned from"
+            )
             notes.append(
-                f"{row}: the {s.model_from} row's model shape and vocabulary, fine-tuned from freshly "
+                f"{row}: the {s.model_from} row's model shape and vocabulary, {how} freshly "
                 "initialised weights (no pre-training): the baseline a pre-trained row has to beat"
                 + (f" (cells not run: {'; '.join(sorted(why))})." if why else ".")
             )

@@ -24,6 +24,7 @@ import os
 import time
 from typing import Any
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import ml_collections
@@ -153,9 +154,15 @@ def train(
     dev, *others = [task.load(run.data, tok, name) for name in task.eval_splits]
     index = layer_indices(layers, bert_config.num_hidden_layers)
     tx = optax.adam(settings.learning_rate)
-    states, step, predict = _functions(BertModel(bert_config, add_pooler=False), model, task, index, tx)
-    bert_params = jax.device_put(loaded["bert"])
+    encoder = BertModel(bert_config, add_pooler=False)
+    states, step, predict = _functions(encoder, model, task, index, tx)
     sample = {k: jnp.asarray(v[:1]) for k, v in train_split.arrays.items()}
+    bert_params = jax.device_put(loaded["bert"])
+    if run.random_init:  # the baseline pre-trained features are measured against
+        print("random_init: features of the checkpoint's architecture and vocabulary, freshly initialised")
+        key = jax.random.fold_in(jax.random.key(run.seed), 1)  # not the BiLSTM's key
+        inputs = (sample["input_ids"], sample["input_mask"], sample["segment_ids"])
+        bert_params = nn.meta.unbox(encoder.init(key, *inputs))["params"]
     feats = states(bert_params, sample["input_ids"], sample["input_mask"], sample["segment_ids"])
     params = model.init(jax.random.key(run.seed), feats, sample["input_mask"])["params"]
     opt_state = tx.init(params)
@@ -199,6 +206,7 @@ def train(
         "layers": layers,
         "combine": combine,
         "seed": run.seed,
+        "random_init": run.random_init,
         "bilstm": dataclasses.asdict(settings),
         "train_rows": len(train_split),
         "eval_rows": {split.name: len(split) for split in (dev, *others)},

@@ -50,8 +50,10 @@ def test_column_sets_name_the_papers_rows_and_read_the_cache(tmp_path) -> None:
     assert "random_init" not in ablation_configs.get_config("table5").row_order
     assert ablation_configs.get_config("table8+random_init").row_settings.random_init.random_init
     assert ablation_configs.get_config("table6.cpu").row_settings.random_init.model_from == "L12_H768_A12"
-    with pytest.raises(ValueError, match="table7 has no random_init row; tables with one: table5, table6"):
-        ablation_configs.get_config("table7.cpu+random_init")
+    with pytest.raises(
+        ValueError, match="figure5 has no random_init row; tables with one: table5, table6, table7"
+    ):
+        ablation_configs.get_config("figure5.cpu+random_init")
     with pytest.raises(ValueError, match=r"unknown column 'sentimnt'; known: .*sentiment \(set\)"):
         ablation_configs.get_config("table5.cpu+sentimnt")
     # The dry run: every header names the paper's row; its published figure beside ours.
@@ -274,3 +276,37 @@ def test_feature_row_extracts_spans_and_reports_the_official_test_f1(tmp_path, d
     test_file = downstream_root / "cpkc" / "test-v1.1.json"
     data = squad.restrict(squad.load_json(str(test_file))["data"], set(answers))
     assert len(answers) == 16 and scorers.squad_v1(data, answers)["f1"] == pytest.approx(best["test/f1"])
+
+
+def test_table7_feature_baseline_reads_the_embeddings_of_fresh_weights(tmp_path, downstream_root) -> None:
+    """Table 7's ``random_init_embeddings`` row: the same BiLSTM, seed and layer as the
+    Embeddings row, on the frozen embeddings of a freshly initialised encoder of the
+    BERT-Base row's shape (the baseline its features have to beat)."""
+    table = _tiny_offline(tmp_path, downstream_root, "table7.tiny+sentiment", ("finetune_base",))
+    assert table.row_order[-2:] == ("random_init", "random_init_embeddings")
+    settings = table.row_settings.random_init_embeddings
+    assert (settings.model_from, settings.approach, settings.layers, settings.random_init) == (
+        "finetune_base", "features", "0", True
+    )  # fmt: skip
+    table.finetune_seeds = 1
+    rows = ["embeddings", "random_init_embeddings"]
+    report = runner.run_table(
+        AblationTable.from_config(table), str(tmp_path), rows=rows, columns=["rotten_tomatoes"]
+    )
+    results = {
+        row: json.loads((tmp_path / row / "rotten_tomatoes" / "seed0" / "results.json").read_text())
+        for row in rows
+    }
+    assert [results[r]["random_init"] for r in rows] == [False, True]
+    assert all(results[r]["layers"] == "0" and results[r]["seed"] == 0 for r in rows)
+    # The same BiLSTM, data and seed: only the features differ.
+    losses = {r: [e["train_loss"] for e in results[r]["epochs"]] for r in rows}
+    assert losses["embeddings"] != losses["random_init_embeddings"]
+    (baseline,) = [r for r in report["rows"] if r["row"] == "random_init_embeddings"]
+    assert baseline["seeds"]["rotten_tomatoes"] == [
+        pytest.approx(100 * results["random_init_embeddings"]["best"]["test/accuracy"])
+    ]
+    assert baseline["pretraining"] == {}
+    md = (tmp_path / "report.md").read_text()
+    note = "random_init_embeddings: the finetune_base row's model shape and vocabulary, the feature-based"
+    assert f"{note} approach on layers 0 (concat) of freshly initialised weights" in md
