@@ -157,13 +157,13 @@ def train(
     encoder = BertModel(bert_config, add_pooler=False)
     states, step, predict = _functions(encoder, model, task, index, tx)
     sample = {k: jnp.asarray(v[:1]) for k, v in train_split.arrays.items()}
+    inputs = (sample["input_ids"], sample["input_mask"], sample["segment_ids"])
     bert_params = jax.device_put(loaded["bert"])
     if run.random_init:  # the baseline pre-trained features are measured against
         print("random_init: features of the checkpoint's architecture and vocabulary, freshly initialised")
         key = jax.random.fold_in(jax.random.key(run.seed), 1)  # not the BiLSTM's key
-        inputs = (sample["input_ids"], sample["input_mask"], sample["segment_ids"])
         bert_params = nn.meta.unbox(encoder.init(key, *inputs))["params"]
-    feats = states(bert_params, sample["input_ids"], sample["input_mask"], sample["segment_ids"])
+    feats = states(bert_params, *inputs)
     params = model.init(jax.random.key(run.seed), feats, sample["input_mask"])["params"]
     opt_state = tx.init(params)
     buckets, max_len = run.length_buckets, run.max_seq_length
@@ -183,7 +183,8 @@ def train(
             tokens += int(rows["input_mask"].sum())
         metric, out_dir = task.main_metric, os.path.join(workdir, "eval", f"epoch{epoch}")
         scores = _score(task, logits_of, params, dev, run.eval_batch_size, out_dir)
-        if best is None or scores[metric] >= best[metric]:  # the other splits of a best epoch
+        is_best = best is None or scores[metric] >= best[metric]  # ties go to the later epoch
+        if is_best:  # the other splits (test) are scored for a best epoch only
             for split in others:
                 values = _score(task, logits_of, params, split, run.eval_batch_size, out_dir)
                 scores.update({f"{split.name}/{k}": v for k, v in values.items()})
@@ -197,7 +198,7 @@ def train(
             f"tok/s {tokens / entry['seconds']:,.0f}  eta {format_eta(eta)}",
             flush=True,
         )
-        if best is None or scores[metric] >= best[metric]:
+        if is_best:
             best = {"epoch": epoch, **scores}
     results = {
         "task": task.name,
