@@ -102,6 +102,7 @@ def main(argv: list[str]) -> None:
     params, config = convert.load_checkpoint(FLAGS.src, vocab_pad_multiple=FLAGS.vocab_pad_multiple or None)
     vocab = FLAGS.vocab_file or tokenization.vocab_beside(FLAGS.src)  # refuses before writing
     tokenization.load_vocab(vocab)
+    convert.check_tokenizer_size(vocab, config)
     casing = (
         convert.source_casing(FLAGS.src) if FLAGS.do_lower_case == "auto" else FLAGS.do_lower_case == "true"
     )

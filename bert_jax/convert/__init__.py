@@ -35,12 +35,13 @@ from bert_jax.convert.layout import (
     validate,
 )
 from bert_jax.convert.tf_format import load_tf, save_tf
-from bert_jax.convert.tokenizer_files import source_casing, write_tokenizer_files
+from bert_jax.convert.tokenizer_files import check_tokenizer_size, source_casing, write_tokenizer_files
 from bert_jax.model.config import BertConfig
 
 __all__ = [
     "Params",
     "canonical",
+    "check_tokenizer_size",
     "detect_format",
     "expected_shapes",
     "flatten",
@@ -79,17 +80,36 @@ def detect_format(path: str) -> str:
     )
 
 
+# The heads a checkpoint may hold beside the encoder (`load_checkpoint`'s `heads`).
+HEADS = {"mlm": "masked-LM head", "nsp": "next-sentence head", "classifier": "sequence classifier"}
+
+
 def load_checkpoint(
-    path: str, expected: BertConfig | None = None, vocab_pad_multiple: int | None = None
+    path: str,
+    expected: BertConfig | None = None,
+    vocab_pad_multiple: int | None = None,
+    heads: tuple[str, ...] = (),
 ) -> tuple[Params, BertConfig]:
-    """Params (``{"bert": ...}`` plus ``mlm``/``nsp`` when present) and the model config,
-    the params padded for that config's vocabulary.
+    """Params (``{"bert": ...}`` plus ``mlm``/``nsp``/``classifier`` when present) and the
+    model config, the params padded for that config's vocabulary.
 
     `vocab_pad_multiple` (e.g. 128, for tensor parallelism over the vocabulary) replaces
     the source's own (1 for Hugging Face and TF checkpoints, whatever a bert_jax export
-    recorded)."""
+    recorded). `heads`: the heads the caller's model needs (``("mlm", "nsp")`` for
+    `BertForPreTraining`, ``("mlm",)`` for `BertForMaskedLM`); one the checkpoint lacks is
+    refused in one line naming it and the checkpoint."""
     fmt = detect_format(path)
     params, config = {"hf": load_hf, "tf": load_tf, "bert_jax": load_bert_jax}[fmt](path, expected)
+    missing = [h for h in heads if h not in params]
+    if missing:
+        unknown = sorted(set(missing) - set(HEADS))
+        if unknown:
+            raise ValueError(f"heads={unknown}: the heads are {', '.join(HEADS)}")
+        held = [HEADS[h] for h in HEADS if h in params] or ["no head"]
+        raise ValueError(
+            f"{path} has no {' and no '.join(f'{HEADS[h]} ({h})' for h in missing)}: it holds the "
+            f"encoder with {', '.join(held)}; load it into a model without that head"
+        )
     if vocab_pad_multiple is not None and vocab_pad_multiple != config.vocab_pad_multiple:
         config = config.replace(vocab_pad_multiple=vocab_pad_multiple)
         params = for_config(params, config)

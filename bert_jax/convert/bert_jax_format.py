@@ -21,9 +21,12 @@ def save_bert_jax(folder: str, params: Params, config: BertConfig) -> None:
     """Params (scanned or not, padded or not) → ``folder/params`` and ``bert_config.json``.
 
     The tensors are written unpadded; the config keeps `vocab_pad_multiple`, so that a
-    load pads them again."""
+    load pads them again. A sequence classifier (``classifier``) is written beside them."""
+    params, classifier = layout.split_classifier(params)
     params = layout.canonical(params, config)
     layout.validate(params, config, "params to export")
+    if classifier is not None:
+        params["classifier"] = layout.check_classifier(classifier, config, "params to export")
     folder = os.path.abspath(folder)
     os.makedirs(folder, exist_ok=True)
     with open(os.path.join(folder, "bert_config.json"), "w") as f:
@@ -86,6 +89,10 @@ def load_bert_jax(path: str, expected: BertConfig | None = None) -> tuple[Params
     else:
         params = _restore_workdir_params(path)
     config = config.replace(scan_layers=False)
+    params, classifier = layout.split_classifier(params)
     params = layout.canonical(params, config)
     layout.validate(params, config, path)
-    return layout.for_config(params, config), config
+    params = layout.for_config(params, config)
+    if classifier is not None:
+        params["classifier"] = layout.check_classifier(classifier, config, path)
+    return params, config

@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any
 
 import numpy as np
 from safetensors.numpy import load_file, save_file
 
-from bert_jax.convert import layout, modernbert_format, names
+from bert_jax.convert import hf_configs, layout, modernbert_format, names
 from bert_jax.convert.layout import Params
 from bert_jax.model.config import BertConfig
 
@@ -28,12 +27,15 @@ _IGNORABLE = (
 def from_hf_state_dict(
     state: dict[str, np.ndarray], config: BertConfig, source: str = "state dict"
 ) -> Params:
-    """A Hugging Face BERT state dict (with or without the ``bert.`` prefix) → params,
-    the vocabulary padded for `config`."""
+    """A Hugging Face BERT state dict (with or without the ``bert.`` prefix; a
+    BertForSequenceClassification's ``classifier.*`` too) → params, the vocabulary padded
+    for `config`."""
     state = {k: np.asarray(v, np.float32) for k, v in state.items()}
     if not any(k.startswith("bert.") for k in state):
-        state = {(k if k.startswith("cls.") else f"bert.{k}"): v for k, v in state.items()}
+        state = {(k if k.startswith(("cls.", "classifier.")) else f"bert.{k}"): v for k, v in state.items()}
     heads = any(k.startswith("cls.predictions.transform") for k in state)
+    if "cls.predictions.decoder.bias" in state:  # what transformers 5 computes with (4.x: the same tensor)
+        state["cls.predictions.bias"] = state["cls.predictions.decoder.bias"]
     flat, used = {}, set()
     for entry in names.entries(config, heads):
         found = next((name for name in entry.hf if name in state), None)
@@ -41,20 +43,55 @@ def from_hf_state_dict(
             continue  # reported as missing by `validate`
         used.add(found)
         flat[entry.path] = layout.relayout(state[found], entry.hf_layout, found, source, config)
-    decoder = state.get("cls.predictions.decoder.weight")
-    word = state.get("bert.embeddings.word_embeddings.weight")
-    if decoder is not None and word is not None and not np.array_equal(decoder, word):
-        raise ValueError(f"{source}: the MLM decoder is not tied to the word embeddings")
+    if heads:
+        flat.update(_decoder_from(state, used, config, source))
+    if "classifier.weight" in state:
+        flat[("classifier", "kernel")] = np.ascontiguousarray(state["classifier.weight"].T)
+        labels = state["classifier.weight"].shape[0]
+        flat[("classifier", "bias")] = state.get("classifier.bias", np.zeros(labels, np.float32))
+        used.update(("classifier.weight", "classifier.bias"))
     extra = sorted(k for k in state if k not in used and k not in _IGNORABLE)
     if extra:
         raise ValueError(f"{source}: unexpected tensors not in a BERT model: {', '.join(extra[:10])}")
-    params = layout.nest(flat)
+    params, classifier = layout.split_classifier(layout.nest(flat))
+    if "pooler" not in params.get("bert", {}):
+        params["bert"]["pooler"] = _fresh_pooler(config, source)
     layout.validate(params, config, source)
-    return layout.for_config(params, config)
+    params = layout.for_config(params, config)
+    if classifier is not None:
+        params["classifier"] = layout.check_classifier(classifier, config, source)
+    return params
+
+
+def _decoder_from(state: dict, used: set[str], config: BertConfig, source: str) -> dict:
+    """An untied decoder's own matrix (``tie_word_embeddings: false``), or nothing: a tied
+    one must equal the word embeddings."""
+    decoder = state.get("cls.predictions.decoder.weight")
+    word = state.get("bert.embeddings.word_embeddings.weight")
+    if not config.tie_word_embeddings:
+        if decoder is None:
+            raise ValueError(f"{source}: tie_word_embeddings=false but no cls.predictions.decoder.weight")
+        used.add("cls.predictions.decoder.weight")
+        return {("mlm", "decoder"): decoder}
+    if decoder is not None and word is not None and not np.array_equal(decoder, word):
+        raise ValueError(
+            f"{source}: the MLM decoder is not tied to the word embeddings (tie_word_embeddings=true)"
+        )
+    return {}
+
+
+def _fresh_pooler(config: BertConfig, source: str) -> Params:
+    """A pooler as `transformers` initialises BERT's (a BertForMaskedLM folder has none),
+    with a warning line: the sentence-level tasks start it afresh either way."""
+    print(f"warning: {source} has no bert.pooler.* tensors: the pooler starts from a fresh initialisation")
+    h = config.hidden_size
+    kernel = np.random.default_rng(0).normal(0.0, config.initializer_range, (h, h)).astype(np.float32)
+    return {"dense": {"kernel": kernel, "bias": np.zeros(h, np.float32)}}
 
 
 def to_hf_state_dict(params: Params, config: BertConfig) -> dict[str, np.ndarray]:
-    """Params → a `transformers` BertForPreTraining (or BertModel, without heads) state dict.
+    """Params → a `transformers` BertForPreTraining (or BertForSequenceClassification with
+    a classifier, or BertModel without heads) state dict.
 
     The tied decoder weight (and its bias alias) are written too: `from_pretrained`
     then reports no missing keys, and the tie makes them the same tensors again.
@@ -65,6 +102,7 @@ def to_hf_state_dict(params: Params, config: BertConfig) -> dict[str, np.ndarray
             f"the Hugging Face BertModel cannot represent {', '.join(config.switches_on())}: "
             "a model of the ModernBERT family exports with save_hf"
         )
+    params, classifier = layout.split_classifier(params)
     params = layout.canonical(params, config)
     layout.validate(params, config, "params to export")
     heads = "mlm" in params
@@ -72,17 +110,25 @@ def to_hf_state_dict(params: Params, config: BertConfig) -> dict[str, np.ndarray
     out = {
         entry.hf[0]: names.from_jax(np.asarray(flat[entry.path], np.float32), entry.hf_layout)
         for entry in names.entries(config, heads)
+        if entry.path in flat  # (`validate` allows a masked-LM head without the next-sentence one)
     }
     if heads:
-        out["cls.predictions.decoder.weight"] = out["bert.embeddings.word_embeddings.weight"]
+        decoder = out["bert.embeddings.word_embeddings.weight"]
+        if not config.tie_word_embeddings:
+            decoder = np.asarray(flat[("mlm", "decoder")], np.float32)
+        out["cls.predictions.decoder.weight"] = decoder
         out["cls.predictions.decoder.bias"] = out["cls.predictions.bias"]
+    if classifier is not None:
+        classifier = layout.check_classifier(classifier, config, "params to export")
+        out["classifier.weight"] = np.ascontiguousarray(classifier["kernel"].T)
+        out["classifier.bias"] = classifier["bias"]
     return out
 
 
-def hf_config_dict(config: BertConfig) -> dict[str, Any]:
+def hf_config_dict(config: BertConfig, architecture: str = "BertForPreTraining", num_labels: int = 0) -> dict:
     """`config.json` of `transformers.BertConfig` (the vocabulary unpadded, as the weights)."""
-    return {
-        "architectures": ["BertForPreTraining"],
+    out = {
+        "architectures": [architecture],
         "model_type": "bert",
         "vocab_size": config.vocab_size,
         "hidden_size": config.hidden_size,
@@ -96,8 +142,19 @@ def hf_config_dict(config: BertConfig) -> dict[str, Any]:
         "type_vocab_size": config.type_vocab_size,
         "initializer_range": config.initializer_range,
         "layer_norm_eps": config.layer_norm_eps,
+        "tie_word_embeddings": config.tie_word_embeddings,
         "pad_token_id": 0,
     }
+    return {**out, **hf_configs.labels_dict(num_labels)}
+
+
+def bert_architecture(params: Params) -> str:
+    """The `transformers` BERT class that holds `params`' heads."""
+    if "classifier" in params:
+        return "BertForSequenceClassification"
+    if "mlm" in params:
+        return "BertForPreTraining" if "nsp" in params else "BertForMaskedLM"
+    return "BertModel"
 
 
 def _read_state(folder: str) -> dict[str, np.ndarray]:
@@ -130,7 +187,8 @@ def load_hf(folder: str, expected: BertConfig | None = None) -> tuple[Params, Be
         layout.check_expected(config, expected, folder)
         state = _read_state(folder)
         return modernbert_format.from_state_dict(state, config, folder, values.get("architectures")), config
-    config = layout.read_config(path, folder)
+    layout.check_model_type(values, path, ("bert",))
+    config = hf_configs.bert_config(values, path)
     layout.check_expected(config, expected, folder)
     return from_hf_state_dict(_read_state(folder), config, folder), config
 
@@ -140,7 +198,9 @@ def save_hf(folder: str, params: Params, config: BertConfig, fold_segment: bool 
     row 0 of a segment embedding trained on segment 0 only; `modernbert_format`)."""
     os.makedirs(folder, exist_ok=True)
     if layout.hf_family(config) == "bert":
-        state, hf_config = to_hf_state_dict(params, config), hf_config_dict(config)
+        labels = np.shape(params["classifier"]["bias"])[0] if "classifier" in params else 0
+        state = to_hf_state_dict(params, config)
+        hf_config = hf_config_dict(config, bert_architecture(params), labels)
     else:
         state, architecture, held = modernbert_format.to_state_dict(params, config, fold_segment)
         labels = np.shape(params["classifier"]["bias"])[0] if "classifier" in params else 0

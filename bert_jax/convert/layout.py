@@ -126,8 +126,25 @@ def check_expected(config: BertConfig, expected: BertConfig | None, source: str)
 
 def hf_family(config: BertConfig) -> str:
     """The `transformers` model a ``--dst_format=hf`` export writes: "bert" for the paper's
-    architecture (no recipe switch on), else "modernbert"."""
-    return "modernbert" if config.switches_on() else "bert"
+    architecture (no recipe switch on but an untied MLM decoder, which `transformers`' BERT
+    holds too), else "modernbert"."""
+    return "modernbert" if [s for s in config.switches_on() if s != "tie_word_embeddings=False"] else "bert"
+
+
+def split_classifier(params: Params) -> tuple[Params, Params | None]:
+    """(the model's params without a sequence classifier, the classifier or None)."""
+    return {k: v for k, v in params.items() if k != "classifier"}, params.get("classifier")
+
+
+def check_classifier(classifier: Params, config: BertConfig, source: str) -> Params:
+    """A sequence classifier (``kernel`` [H, labels], ``bias`` [labels]) that fits `config`."""
+    kernel, bias = np.asarray(classifier["kernel"], np.float32), np.asarray(classifier["bias"], np.float32)
+    if kernel.ndim != 2 or kernel.shape[0] != config.hidden_size or bias.shape != kernel.shape[1:]:
+        raise ValueError(
+            f"{source}: a classifier of shape {kernel.shape} (bias {bias.shape}) does not fit "
+            f"hidden_size={config.hidden_size}"
+        )
+    return {"kernel": kernel, "bias": bias}
 
 
 def check_exportable(config: BertConfig, fmt: str, fold_segment: bool = False) -> None:
@@ -139,7 +156,7 @@ def check_exportable(config: BertConfig, fmt: str, fold_segment: bool = False) -
     from bert_jax.convert import modernbert_format  # (it imports this module)
 
     switches = config.switches_on()
-    if not switches:
+    if not switches or (fmt == "hf" and hf_family(config) == "bert"):
         return
     if fmt == "hf":
         reasons = modernbert_format.cannot_hold(config, fold_segment)

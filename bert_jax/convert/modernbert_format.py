@@ -27,12 +27,12 @@ from typing import Any
 
 import numpy as np
 
-from bert_jax.convert import layout
+from bert_jax.convert import hf_configs, layout
 from bert_jax.convert import modernbert_names as names
 from bert_jax.convert.layout import Params
 from bert_jax.model.config import BertConfig
 
-# `transformers.ModernBertConfig`'s defaults (4.57), for keys a config.json leaves out.
+# `transformers.ModernBertConfig`'s defaults (4.57 and 5.24), for keys a config.json leaves out.
 HF_DEFAULTS: dict[str, Any] = {
     "vocab_size": 50368,
     "hidden_size": 768,
@@ -61,14 +61,22 @@ HF_DEFAULTS: dict[str, Any] = {
 _ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "relu": "relu"}
 _HF_ACTIVATION = {"gelu": "gelu", "gelu_tanh": "gelu_pytorch_tanh", "relu": "relu"}
 _BIAS_FLAGS = ("attention_bias", "mlp_bias", "classifier_bias")
+# The 5.x schema's rotary and attention-pattern keys (and 4.x's scaling key), read by `hf_configs`.
+_ROPE_AND_PATTERN_KEYS = ("rope_parameters", "layer_types", "rope_scaling")
 
 
 def bert_config(values: dict[str, Any], source: str) -> BertConfig:
-    """A ModernBERT config.json → the `BertConfig` of the same model (one line naming the
-    key where bert_jax has no equivalent)."""
-    v = {**HF_DEFAULTS, **{k: x for k, x in values.items() if x is not None or k == "local_rope_theta"}}
-    if v.get("rope_scaling"):
-        raise ValueError(f"{source}: rope_scaling={v['rope_scaling']!r} is not supported (plain rotary only)")
+    """A ModernBERT config.json (the 4.x or the 5.x schema: `hf_configs`) → the
+    `BertConfig` of the same model (one line naming the key where bert_jax has no
+    equivalent; one warning line naming keys it does not know)."""
+    hf_configs.warn_unknown(values, {*HF_DEFAULTS, *_ROPE_AND_PATTERN_KEYS}, source)
+    v = {**HF_DEFAULTS, **{k: x for k, x in values.items() if x is not None}}
+    global_base, local_base = hf_configs.rotary_bases(
+        values, HF_DEFAULTS["global_rope_theta"], HF_DEFAULTS["local_rope_theta"], source
+    )
+    every, layer_types = hf_configs.attention_pattern(
+        values, v["num_hidden_layers"], HF_DEFAULTS["global_attn_every_n_layers"], source
+    )
     acts = {k: v[k] for k in ("hidden_activation", "classifier_activation")}
     if any(a not in _ACTIVATIONS for a in acts.values()) or len({_ACTIVATIONS[a] for a in acts.values()}) > 1:
         raise ValueError(
@@ -94,13 +102,14 @@ def bert_config(values: dict[str, Any], source: str) -> BertConfig:
         pre_layer_norm=True,
         gated_ffn=True,
         position_embedding_type="rotary",
-        rotary_base=float(v["global_rope_theta"]),
+        rotary_base=global_base,
         use_bias=biases["attention_bias"],
         first_layer_attention_norm=False,
         norm_bias=bool(v["norm_bias"]),
-        global_attn_every_n_layers=v["global_attn_every_n_layers"],
+        global_attn_every_n_layers=every,
         local_attention=v["local_attention"],
-        local_rotary_base=float(v["local_rope_theta"] or v["global_rope_theta"]),
+        local_rotary_base=local_base,
+        layer_types=layer_types,
         tie_word_embeddings=bool(v["tie_word_embeddings"]),
         classifier_pooling=v["classifier_pooling"],
     )
@@ -143,6 +152,15 @@ def hf_config(config: BertConfig, architecture: str, num_labels: int = 0) -> dic
         "initializer_range": c.initializer_range,
         "norm_eps": c.layer_norm_eps,
         "norm_bias": c.norm_bias,
+        # The 5.x schema (`rope_parameters`, `layer_types`) and the 4.x one beside it.
+        "rope_parameters": {
+            "full_attention": {"rope_type": "default", "rope_theta": c.rotary_base},
+            "sliding_attention": {"rope_type": "default", "rope_theta": c.local_rotary_base},
+        },
+        "layer_types": [
+            "full_attention" if c.layer_window(i) is None or not c.has_local_layers else "sliding_attention"
+            for i in range(c.num_hidden_layers)
+        ],
         "global_rope_theta": c.rotary_base,
         "local_rope_theta": c.local_rotary_base,
         "global_attn_every_n_layers": c.global_attn_every_n_layers,
@@ -158,11 +176,7 @@ def hf_config(config: BertConfig, architecture: str, num_labels: int = 0) -> dic
         # ModernBERT's own ids where its vocabulary is there, else none (set from a tokenizer).
         **{f"{r}_token_id": (i if c.vocab_size > 50283 else None) for r, i in _MODERNBERT_IDS.items()},
     }
-    if num_labels:
-        out["num_labels"] = num_labels
-        out["id2label"] = {str(i): f"LABEL_{i}" for i in range(num_labels)}
-        out["label2id"] = {f"LABEL_{i}": i for i in range(num_labels)}
-    return out
+    return {**out, **hf_configs.labels_dict(num_labels)}
 
 
 _MODERNBERT_IDS = {"pad": 50283, "bos": 50281, "eos": 50282, "cls": 50281, "sep": 50282}
@@ -211,19 +225,11 @@ def from_state_dict(
     params = layout.nest(flat)
     if "pooler" not in params["bert"]:
         params["bert"]["pooler"] = _fresh_pooler(config, source)
-    classifier = params.pop("classifier", None)
+    params, classifier = layout.split_classifier(params)
     layout.validate(params, config, source)
     params = layout.for_config(params, config)
     if classifier is not None:
-        if (
-            classifier["kernel"].shape[0] != config.hidden_size
-            or classifier["bias"].shape != classifier["kernel"].shape[1:]
-        ):
-            raise ValueError(
-                f"{source}: classifier.weight {classifier['kernel'].T.shape} does not fit "
-                f"hidden_size={config.hidden_size}"
-            )
-        params["classifier"] = classifier
+        params["classifier"] = layout.check_classifier(classifier, config, source)
     return params
 
 

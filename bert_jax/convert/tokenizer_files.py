@@ -25,8 +25,10 @@ def source_casing(src: str) -> bool | None:
 
 
 def write_tokenizer_files(folder: str, vocab_file: str, do_lower_case: bool, config: BertConfig) -> None:
-    """`vocab.txt` and a `tokenizer_config.json` that `transformers.AutoTokenizer` reads as
-    a BertTokenizer; for a tokenizer.json, `write_tokenizer_json_files` (its casing is its own)."""
+    """`vocab.txt`, the same WordPiece as a `tokenizer.json` (`transformers` 5 builds a
+    ModernBERT's tokenizer from that file alone) and a `tokenizer_config.json` that
+    `transformers.AutoTokenizer` reads as a BertTokenizer; for a tokenizer.json,
+    `write_tokenizer_json_files` (its casing is its own)."""
     set_special_ids(folder, vocab_file)
     if tokenizer_json.is_tokenizer_json(vocab_file):
         write_tokenizer_json_files(
@@ -44,8 +46,32 @@ def write_tokenizer_files(folder: str, vocab_file: str, do_lower_case: bool, con
     }
     if config.type_vocab_size <= 1:  # no segment embedding to feed (ModernBERT takes none)
         tokenizer_config["model_input_names"] = ["input_ids", "attention_mask"]
+    atomic_files.write_text(os.path.join(folder, "tokenizer.json"), wordpiece_json(dst, do_lower_case))
     with open(os.path.join(folder, "tokenizer_config.json"), "w") as f:
         json.dump(tokenizer_config, f, indent=2)
+
+
+def wordpiece_json(vocab_file: str, do_lower_case: bool) -> str:
+    """A WordPiece vocab.txt as a Hugging Face tokenizer.json: BERT's normaliser, word
+    splitter, WordPiece and [CLS] ... [SEP] template (`tokenizers`' own BertWordPiece)."""
+    from tokenizers.implementations import BertWordPieceTokenizer  # deferred: only exports need it
+
+    tokenizer = BertWordPieceTokenizer(vocab_file, lowercase=do_lower_case, strip_accents=None)
+    return tokenizer._tokenizer.to_str(pretty=True)
+
+
+def check_tokenizer_size(vocab_file: str, config: BertConfig) -> None:
+    """One line with both sizes when the tokenizer has ids the model's embeddings lack
+    (a smaller tokenizer is fine: a vocabulary padded to a multiple)."""
+    from bert_jax.data import tokenization  # deferred: loads TensorFlow for WordPiece
+
+    kind = "sentencepiece" if vocab_file.endswith(".model") else "wordpiece"
+    size = tokenization.load_tokenizer(vocab_file, kind=kind).vocab_size
+    if size > config.vocab_size:
+        raise ValueError(
+            f"{vocab_file} has {size} tokens but the model's vocabulary has {config.vocab_size} rows: "
+            "pass the tokenizer the model was trained with (--vocab_file)"
+        )
 
 
 def write_tokenizer_json_files(

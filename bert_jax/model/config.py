@@ -44,11 +44,15 @@ ARCHITECTURE_KEYS = (
     "global_attn_every_n_layers",
     "local_attention",
     "local_rotary_base",
+    "layer_types",
     "tie_word_embeddings",
     "classifier_pooling",
 )
 # Keys that mean nothing unless some layers are local (`global_attn_every_n_layers` > 1).
 _LOCAL_KEYS = ("local_attention", "local_rotary_base")
+# The kinds of layer of an explicit attention pattern (`BertConfig.layer_types`; the names
+# `transformers` 5 writes in a ModernBERT config).
+LAYER_TYPES = ("full_attention", "sliding_attention")
 POSITION_EMBEDDINGS = ("absolute", "rotary", "sinusoidal", "alibi")
 # "bert": the paper's pooler (dense + tanh at [CLS]); "cls" / "mean": ModernBERT's head
 # (the [CLS] vector or the mean of the real tokens → dense → activation → LayerNorm).
@@ -124,6 +128,10 @@ class BertConfig:
     global_attn_every_n_layers: int = 1
     local_attention: int = 128
     local_rotary_base: float = 10_000.0
+    # An explicit pattern instead of every n-th layer: one of `LAYER_TYPES` per layer
+    # ("sliding_attention": within the window above, with the local rotary base), as
+    # `transformers` 5 writes ``layer_types``. None: the every-n-th rule.
+    layer_types: tuple[str, ...] | None = None
     # False: the MLM decoder has its own [V, H] matrix instead of the word embeddings.
     tie_word_embeddings: bool = True
     # The sentence-level representation (`CLASSIFIER_POOLINGS`): "bert" the paper's tanh
@@ -164,12 +172,29 @@ class BertConfig:
             raise ValueError(f"global_attn_every_n_layers={n!r} must be an integer >= 1")
         if not isinstance(self.local_attention, int) or self.local_attention < 1:
             raise ValueError(f"local_attention={self.local_attention!r} must be a positive number of tokens")
+        self._check_layer_types()
         if self.classifier_pooling not in CLASSIFIER_POOLINGS:
             raise ValueError(f"classifier_pooling={self.classifier_pooling!r} not in {CLASSIFIER_POOLINGS}")
         if not self.first_layer_attention_norm and not self.pre_layer_norm:
             raise ValueError(
                 "first_layer_attention_norm=False needs pre_layer_norm=True (a post-LN layer's "
                 "attention LayerNorm normalises its output)"
+            )
+
+    def _check_layer_types(self) -> None:
+        """An explicit pattern: a tuple (a JSON list is taken) of one `LAYER_TYPES` per layer."""
+        if self.layer_types is None:
+            return
+        if not isinstance(self.layer_types, list | tuple) or isinstance(self.layer_types, str):
+            raise ValueError(
+                f"layer_types={self.layer_types!r} must be a list of {LAYER_TYPES}, one per layer"
+            )
+        object.__setattr__(self, "layer_types", tuple(self.layer_types))  # hashable: a static jit argument
+        wrong = sorted({t for t in self.layer_types if t not in LAYER_TYPES}, key=str)
+        if wrong or len(self.layer_types) != self.num_hidden_layers:
+            raise ValueError(
+                f"layer_types has {len(self.layer_types)} entries {wrong or ''}: it needs one of "
+                f"{LAYER_TYPES} for each of the {self.num_hidden_layers} layers"
             )
 
     @property
@@ -190,11 +215,15 @@ class BertConfig:
 
     @property
     def has_local_layers(self) -> bool:
+        if self.layer_types is not None:
+            return "sliding_attention" in self.layer_types
         return self.global_attn_every_n_layers > 1 and self.num_hidden_layers > 1
 
     def layer_window(self, index: int) -> int | None:
         """The attention window of layer `index` (None: global), as ModernBERT: layers
-        0, n, 2n, ... global, the others local."""
+        0, n, 2n, ... global, the others local; or as `layer_types` says."""
+        if self.layer_types is not None:
+            return self.local_attention if self.layer_types[index] == "sliding_attention" else None
         return None if index % self.global_attn_every_n_layers == 0 else self.local_attention
 
     def layer_rotary_base(self, index: int) -> float:

@@ -52,8 +52,22 @@ def _remat(policy: str) -> Callable[[type[nn.Module]], type[nn.Module]]:
 def scan_plan(config: BertConfig) -> tuple[int, int, int]:
     """(layers run before the stack, layers per scanned step, scanned steps)."""
     head = 0 if config.first_layer_attention_norm else 1
-    period = config.global_attn_every_n_layers if config.has_local_layers else 1
+    if config.layer_types is not None:
+        period = _pattern_period(config, head)
+    else:
+        period = config.global_attn_every_n_layers if config.has_local_layers else 1
     return head, period, (config.num_hidden_layers - head) // period
+
+
+def _pattern_period(config: BertConfig, head: int) -> int:
+    """The shortest group of layers after `head` whose windows repeat over at least two
+    groups (an explicit `layer_types` pattern); else every layer in one group."""
+    windows = [layer_window(config, i) for i in range(head, config.num_hidden_layers)]
+    for period in range(1, len(windows) // 2 + 1):
+        whole = len(windows) // period * period
+        if all(windows[i] == windows[i % period] for i in range(whole)):
+            return period
+    return max(len(windows), 1)
 
 
 def layer_window(config: BertConfig, index: int) -> int | None:

@@ -11,7 +11,9 @@ the step lowered for one CPU device with the layers unrolled).
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import math
+import os
 import re
 import time
 from typing import Any
@@ -35,14 +37,61 @@ def per_device_bytes(tree: Any) -> int:
     return total
 
 
+class NoTpuCompiler(OSError):
+    """libtpu (the TPU compiler `plan` compiles with) is not installed."""
+
+
+# libtpu lays a topology out in hosts of 2x2 chips (its default host bounds), so it
+# describes a slice whose first two sizes are even: Cloud TPU's slices of that kind.
+SLICE_SHAPES = {
+    2: ("2x2", "2x4", "4x4", "4x8", "8x8", "8x16", "16x16"),  # v5e, v6e: chips in a plane
+    3: ("2x2x1", "2x2x2", "2x2x4", "2x4x4", "4x4x4", "4x4x8", "4x8x8", "8x8x8"),  # v4, v5p: a cube
+}
+
+
+def check_topology(topology_name: str) -> hardware.Topology:
+    """The parsed topology, when libtpu can describe it; else one line listing the
+    shapes it can (before libtpu is loaded)."""
+    try:
+        topo = hardware.parse_topology(topology_name)
+    except ValueError as e:
+        raise ValueError(f"--topology {topology_name}: {e}") from None
+    if any(d % 2 for d in topo.dims[:2]):
+        gen = topo.generation.name
+        shapes = SLICE_SHAPES[3 if gen in ("v4", "v5p") else 2]
+        raise ValueError(
+            f"--topology {topology_name}: libtpu describes slices of whole 2x2-chip hosts, so the first "
+            f"two sizes must be even, e.g. {', '.join(f'{gen}:{s}' for s in shapes)}"
+        )
+    return topo
+
+
+def quiet_libtpu(topo: hardware.Topology) -> None:
+    """Without a TPU, libtpu asks the environment for the slice's accelerator type and
+    worker hostnames (a TPU VM's metadata server holds them) and prints six lines of
+    warnings when they are missing; log-level variables (``TPU_MIN_LOG_LEVEL``,
+    ``TPU_STDERR_LOG_LEVEL``, ``TF_CPP_MIN_LOG_LEVEL``, ``GRPC_VERBOSITY``) do not silence
+    them. The planned slice's type and this host are what it asks for; the description
+    is the same with or without them. Set before libtpu loads, and only off a TPU VM."""
+    if hardware.local_accelerator() == "tpu":
+        return
+    os.environ.setdefault("TPU_ACCELERATOR_TYPE", topo.accelerator_type)
+    os.environ.setdefault("TPU_WORKER_HOSTNAMES", "localhost")
+
+
 def topology_devices(topology_name: str) -> list[jax.Device]:
+    """The devices of a TPU slice, as libtpu describes it (no TPU needed)."""
+    quiet_libtpu(check_topology(topology_name))
     try:
         desc = topologies.get_topology_desc(platform="tpu", topology_name=topology_name)
     except Exception as e:
-        raise RuntimeError(
-            f"cannot describe TPU topology {topology_name!r}: {e}. Install the TPU compiler "
-            "with `pip install -e '.[tpu]'` (libtpu matching jax)."
-        ) from e
+        if importlib.util.find_spec("libtpu") is None or "not installed" in str(e):
+            raise NoTpuCompiler(
+                "plan compiles with the TPU compiler, libtpu, which is not installed: "
+                "pip install -e '.[tpu]' (libtpu matching jax)"
+            ) from None
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ValueError(f"--topology {topology_name}: libtpu cannot describe it ({first})") from None
     return list(desc.devices)
 
 
@@ -116,8 +165,8 @@ class Measured:
 
 
 def placement(run: PretrainSettings, topology_name: str) -> Placement:
-    topo = hardware.parse_topology(topology_name)
     all_devices = topology_devices(topology_name)
+    topo = hardware.parse_topology(topology_name)
     devices = _mesh_devices(run.training.mesh_shape, all_devices)
     devices_per_chip = len(all_devices) // topo.num_chips
     mesh = sharding.make_mesh(run.training.mesh_shape, devices)
@@ -212,6 +261,6 @@ def step_flops(run: PretrainSettings) -> float:
     model = run.model
     rows, seq, _ = _batch_shape(run)
     masked = flops.model_flops_per_step(
-        model.replace(global_attn_every_n_layers=1), rows, seq, 0, nsp=False
+        model.replace(global_attn_every_n_layers=1, layer_types=None), rows, seq, 0, nsp=False
     ) - flops.model_flops_per_step(model, rows, seq, 0, nsp=False)
     return float(cost["flops"]) - masked
