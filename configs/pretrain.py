@@ -136,6 +136,9 @@ def get_config(preset: str = "tiny") -> ml_collections.ConfigDict:
     c.eval_steps = 100  # batches per eval: the first of the held-out order; 0 = the whole split
     c.eval_batch_size = 0  # 0 = global_batch_size
     c.baseline_batches = 0  # >0: also report the unigram baseline from that many batches
+    # JAX's persistent compilation cache (`bert_jax.training.compile_cache`): "" = WORKDIR/
+    # compilation_cache, a folder or gs:// path, or "none" (off). A restart compiles nothing anew.
+    c.compilation_cache_dir = ""
     c.update(SIZES[size]())
     run_config.set_keys(c, RECIPES[recipe or "bert"])
     if recipe:

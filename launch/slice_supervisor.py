@@ -32,7 +32,7 @@ class SlicePlan:
 
     name: str
     describe: list[str]  # prints the state, e.g. READY
-    job_status: list[str]  # prints running | exited N | stopped | lost | none
+    job_status: list[str]  # prints running | exited 0 | failed N (WHY): LINE | stopped | lost | none
     delete: list[list[str]]
     create: list[list[str]]
     setup: list[list[str]]
@@ -157,7 +157,10 @@ class Supervisor:
         if status == "stopped":
             log("job stopped (tpu_pod.py stop); supervision ends")
             return 0
-        if status.startswith("exited "):
+        if status.startswith("failed "):  # the workers' loop ended it: see `worker_loop`
+            log(f"giving up: job {status}")
+            return 1
+        if status.startswith("exited "):  # a loop that does not say why
             log(f"giving up: job {status} after the workers' own restarts (--max_restarts)")
             return 1
         self.started = False  # lost, none, or unreachable too often: start it again
@@ -193,4 +196,4 @@ def print_plan(plan: SlicePlan, settings: SuperviseSettings) -> None:
     print("# slice READY/ACTIVE and no job running: setup, then start the job")
     for cmd in [*plan.setup, *plan.start]:
         print(shlex.join(cmd))
-    print("# job status 'exited 0' or 'stopped': done; 'exited N': give up; lost: start it again")
+    print("# job status 'exited 0' or 'stopped': done; 'failed N ...': give up; lost: start it again")

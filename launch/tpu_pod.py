@@ -19,12 +19,13 @@ reviewed — and tested — before it costs anything.
 ``setup`` runs ``launch/install_on_vm.sh`` on every worker: uv makes a Python >= 3.11
 venv (the TPU VM images ship 3.10), installs ``.[tpu]`` into it, and then every worker
 must list its TPU chips in ``jax.devices()``. ``run`` starts the same command on all
-workers (``--worker=all``) under a restart loop: after a crash the job is started again
-and resumes from the latest checkpoint in its workdir (data and checkpoints live on
-``gs://``). A preempted or suspended slice takes that loop with it; ``supervise`` (see
-``slice_supervisor.py``) re-creates the slice, sets it up and starts the job again. With
-``--queued`` the slice is requested as a queued resource (``--spot`` for spot capacity),
-the way large pods are obtained.
+workers (``--worker=all``) under a restart loop: after a preemption, a lost peer or a
+crash by signal the job is started again and resumes from the latest checkpoint in its
+workdir (data and checkpoints live on ``gs://``); a user error, a divergence or an
+out-of-memory ends it at once (``worker_loop.py``). A preempted or suspended slice takes
+that loop with it; ``supervise`` (see ``slice_supervisor.py``) re-creates the slice, sets
+it up and starts the job again. With ``--queued`` the slice is requested as a queued
+resource (``--spot`` for spot capacity), the way large pods are obtained.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from slice_supervisor import SlicePlan, SuperviseSettings, print_plan, supervise
+from worker_loop import loop_script
 
 from bert_jax.training.hardware import parse_topology
 
@@ -47,7 +49,7 @@ from bert_jax.training.hardware import parse_topology
 # `stop` finds exactly this checkout's job (`pkill -f` on that path).
 REMOTE_DIR = "$HOME/bert_jax"
 REMOTE_LOG = "$HOME/bert_jax.log"
-REMOTE_STATUS = "$HOME/bert_jax.status"  # running | exited N | stopped
+REMOTE_STATUS = "$HOME/bert_jax.status"  # running | exited 0 | failed N (WHY): LINE | stopped
 REMOTE_JOB = f"{REMOTE_DIR}/.venv/bin/bert-jax"
 LOOP_MARK = "bert_jax_loop:$HOME"  # the restart loop's $0, what `stop` and `status` look for
 TARBALL = "/tmp/bert_jax_src.tar.gz"
@@ -110,22 +112,25 @@ def setup_commands(args: argparse.Namespace) -> list[list[str]]:
 
 
 def run_commands(args: argparse.Namespace, job: Sequence[str]) -> list[list[str]]:
-    """The same `bert-jax ...` command on every worker, restarted after failures.
+    """The same `bert-jax ...` command on every worker, restarted when a restart can help.
 
     Each host calls ``jax.distributed.initialize()`` with no arguments (the TPU runtime
-    tells it its peers); a restart resumes from the workdir's latest checkpoint. The loop
-    writes the job's end (``exited N``) to the status file that ``status`` and
+    tells it its peers); a restart (after a preemption, a lost peer or a crash by signal:
+    `worker_loop`) resumes from the workdir's latest checkpoint. The loop writes the job's
+    end (``exited 0`` or ``failed N (WHY): LINE``) to the status file that ``status`` and
     ``supervise`` read.
     """
     if not job:
         raise SystemExit("error: run/supervise: give the bert-jax command after `--`, e.g. -- pretrain ...")
     bert = " ".join([f'"{REMOTE_JOB}"', *(shlex.quote(w) for w in job)])
-    loop = (
-        f"rc=1; cd {REMOTE_DIR} && export BERT_JAX_DISTRIBUTED=1 && "
-        f"for i in $(seq 1 {args.max_restarts}); do {bert}; rc=$?; [ $rc -eq 0 ] && break; "
-        'echo "bert-jax exited ($rc); restarting from the latest checkpoint"; '
-        f'sleep {args.restart_pause_s}; done; echo "exited $rc" > {REMOTE_STATUS}'
+    restarts = loop_script(
+        bert,
+        max_restarts=args.max_restarts,
+        pause_s=args.restart_pause_s,
+        log=REMOTE_LOG,
+        status_file=REMOTE_STATUS,
     )
+    loop = f"cd {REMOTE_DIR} && export BERT_JAX_DISTRIBUTED=1 && {{ {restarts}; }}"
     remote = (
         f"echo running > {REMOTE_STATUS}; "
         f'nohup bash -c {shlex.quote(loop)} "{LOOP_MARK}" > {REMOTE_LOG} 2>&1 < /dev/null &'
@@ -142,7 +147,8 @@ def describe_command(args: argparse.Namespace) -> list[str]:
 
 
 def job_status_command(args: argparse.Namespace) -> list[str]:
-    """Worker 0 prints running | exited N | stopped | lost (the loop is gone) | none."""
+    """Worker 0 prints running | exited 0 | failed N (WHY): LINE | stopped | lost (the loop is
+    gone) | none."""
     query = (
         f"s=$(cat {REMOTE_STATUS} 2>/dev/null || echo none); "
         f'if [ "$s" = running ] && ! pgrep -f "{LOOP_MARK}" > /dev/null; then s=lost; fi; echo "$s"'
@@ -189,7 +195,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--topology", default="v5e:2x2", help="e.g. v4:2x2x4, v5e:4x4, v6e:8x8")
     p.add_argument("--queued", action="store_true", help="use queued resources")
     p.add_argument("--spot", action="store_true", help="spot / preemptible capacity")
-    p.add_argument("--max_restarts", type=int, default=100, help="job starts per worker, per run")
+    p.add_argument(
+        "--max_restarts", type=int, default=100, help="job starts per worker, per run (restartable ends only)"
+    )
     p.add_argument("--restart_pause_s", type=int, default=30, help="pause before a restart on a worker")
     p.add_argument("--max_recreations", type=int, default=10, help="supervise: recoveries before giving up")
     p.add_argument("--poll_s", type=float, default=60.0, help="supervise: seconds between polls")

@@ -26,6 +26,7 @@ from ml_collections import config_flags
 
 from bert_jax.ablations import cost, runner
 from bert_jax.ablations.spec import AblationTable
+from bert_jax.storage import files
 from bert_jax.training import run_config
 
 FLAGS = flags.FLAGS
@@ -85,6 +86,7 @@ def main(argv: list[str]) -> None:
                 if "finetune" in column:
                     run_config.set_keys(column.finetune, _overrides(FLAGS.finetune_set))
     table = AblationTable.from_config(config)  # checked here, read typed from here on
+    files.check_reachable(FLAGS.workdir, "--workdir", writable=True)  # before any run or plan
     if FLAGS.plan:
         if FLAGS.plan_compile:  # as `bert-jax plan`: the TPU compiler runs here without a TPU
             os.environ.setdefault("JAX_PLATFORMS", "cpu")

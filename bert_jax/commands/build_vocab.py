@@ -32,7 +32,7 @@ def define_flags() -> None:
         None,
         "vocab.txt to write, the SentencePiece model prefix, or (bpe) the tokenizer.json or its folder.",
     )
-    flags.DEFINE_integer("vocab_size", 8000, "Target vocabulary size.")
+    flags.DEFINE_integer("vocab_size", 8000, "Target vocabulary size.", lower_bound=1)
     flags.DEFINE_enum("tokenizer", "wordpiece", ["wordpiece", "sentencepiece", "bpe"], "Which kind.")
     flags.DEFINE_bool(
         "do_lower_case", None, "Lower-case before learning (default: true, but false for bpe, as ModernBERT)."

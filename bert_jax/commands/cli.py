@@ -4,7 +4,9 @@ Each subcommand lives in `bert_jax/commands/<name>.py` and exposes `define_flags
 `main(argv)`. Only the chosen subcommand's flags are defined, so `bert-jax SUB --help`
 lists exactly that subcommand's flags (plus absl's own). Errors a user's input causes
 (files, flags, config keys, data, checkpoints) print one line and exit with 1, here and
-nowhere else; ``BERT_JAX_DEBUG=1`` shows their traceback.
+nowhere else; ``BERT_JAX_DEBUG=1`` shows their traceback. A run that diverged, ran out of
+memory or lost a peer process exits with its own code (`bert_jax.training.exit_codes`),
+so that a restart loop restarts only what a restart can fix.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from typing import Any, NoReturn
 from absl import app, flags
 
 from bert_jax.storage import emulator
-from bert_jax.training import hardware
+from bert_jax.training import exit_codes, hardware
 from bert_jax.training.run_config import REMOVED_KEYS
 
 # name -> (module, one-line description)
@@ -78,10 +80,30 @@ DEBUG_ENV = "BERT_JAX_DEBUG"  # =1: errors show their traceback instead of one l
 USER_ERRORS = (ValueError, OSError)
 
 
-def fail(name: str, message: str) -> NoReturn:
+def fail(name: str, message: str, code: int = exit_codes.USER_ERROR) -> NoReturn:
     text = " ".join(message.split())
     print(f"bert-jax {name}: error: {text}  [{DEBUG_ENV}=1 for the traceback]", file=sys.stderr)
-    sys.exit(1)
+    sys.exit(code)
+
+
+def exit_code_for(error: BaseException) -> int:
+    """The exit status of an error that ends a command (`exit_codes`): divergence and out of
+    memory have their own, any other user error is 1."""
+    if exit_codes.out_of_memory(error):
+        return exit_codes.OUT_OF_MEMORY
+    loop = sys.modules.get("bert_jax.training.loop")  # not loaded: nothing diverged
+    if loop is not None and isinstance(error, loop.DivergedError):
+        return exit_codes.DIVERGED
+    return exit_codes.USER_ERROR
+
+
+def fail_at_once(name: str, error: BaseException) -> NoReturn:
+    """A lost peer: one line, then exit with `exit_codes.PEER_LOST` without the interpreter's
+    shutdown, whose JAX distributed shutdown would wait for the lost peer (minutes)."""
+    line = f"bert-jax {name}: error: {exit_codes.first_line(error)}  [{DEBUG_ENV}=1 for the traceback]"
+    print(line, file=sys.stderr, flush=True)
+    sys.stdout.flush()
+    os._exit(exit_codes.PEER_LOST)
 
 
 def flag_error_message(error: Exception, args: list[str]) -> str:
@@ -116,15 +138,23 @@ def guarded(name: str, main: Callable[[list[str]], Any]) -> Callable[[list[str]]
     def run_main(argv: list[str]) -> Any:
         try:
             return main(argv)
+        except exit_codes.PeerLost as e:
+            if os.environ.get(DEBUG_ENV):
+                raise
+            fail_at_once(name, e)
         except USER_ERRORS as e:
             if os.environ.get(DEBUG_ENV):
                 raise
-            fail(name, str(e) or type(e).__name__)
+            fail(name, str(e) or type(e).__name__, exit_code_for(e))
+        except (RuntimeError, MemoryError) as e:  # out of memory: one line; anything else is a bug
+            if os.environ.get(DEBUG_ENV) or not exit_codes.out_of_memory(e):
+                raise
+            fail(name, exit_codes.first_line(e), exit_codes.OUT_OF_MEMORY)
         except KeyboardInterrupt:  # a second Ctrl-C (the first saves: `training.loop`)
             if os.environ.get(DEBUG_ENV):
                 raise
             print(f"bert-jax {name}: interrupted", file=sys.stderr, flush=True)
-            sys.exit(130)
+            sys.exit(exit_codes.INTERRUPTED)
 
     return run_main
 
@@ -156,7 +186,7 @@ def run(argv: list[str] | None = None) -> None:
     name = argv[1]
     if name not in COMMANDS:
         print(f"bert-jax: unknown subcommand {name!r}\n\n{usage()}", file=sys.stderr)
-        sys.exit(2)
+        sys.exit(exit_codes.USAGE)
     module = importlib.import_module(COMMANDS[name][0])
     module.define_flags()
     if any(a in ("-h", "--help", "--helpshort") for a in argv[2:]):

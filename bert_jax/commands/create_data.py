@@ -30,19 +30,21 @@ def define_flags() -> None:
     flags.DEFINE_string(
         "input_file",
         None,
-        "Input text glob(s), comma-separated: one sentence per line, blank lines between documents.",
+        "Input text glob(s), comma-separated: one sentence per line, blank lines between documents; "
+        "a one-line document (prose, a paragraph a line) is split into sentences.",
     )
     flags.DEFINE_string("output_file", None, "Output prefix: PREFIX-00000-of-0000K.tfrecord.")
     flags.DEFINE_string("vocab_file", "", "vocab.txt (default: bundled bert-base-uncased).")
     flags.DEFINE_bool("do_lower_case", True, "Lower-case and strip accents.")
     flags.DEFINE_bool("do_whole_word_mask", False, "Mask whole words (all their pieces).")
     flags.DEFINE_integer("max_seq_length", 128, "Maximum sequence length.")
-    flags.DEFINE_integer("max_predictions_per_seq", 20, "Maximum masked LM predictions.")
+    flags.register_validator("max_seq_length", lambda v: v >= 8, "must be at least 8")
+    flags.DEFINE_integer("max_predictions_per_seq", 20, "Maximum masked LM predictions.", lower_bound=1)
     flags.DEFINE_integer("random_seed", 12345, "Random seed.")
-    flags.DEFINE_integer("dupe_factor", 10, "Versions of the data with different masks.")
+    flags.DEFINE_integer("dupe_factor", 10, "Versions of the data with different masks.", lower_bound=1)
     flags.DEFINE_float("masked_lm_prob", 0.15, "Masked LM probability.")
     flags.DEFINE_float("short_seq_prob", 0.1, "Probability of a shorter target length.")
-    flags.DEFINE_integer("num_shards", 1, "Output files.")
+    flags.DEFINE_integer("num_shards", 1, "Output files.", lower_bound=1)
     flags.DEFINE_bool("overwrite", False, "Replace existing files of the --output_file prefix.")
     flags.mark_flags_as_required(["input_file", "output_file"])
 
@@ -57,6 +59,7 @@ def earlier_files(prefix: str, overwrite: bool) -> list[str]:
         found = sorted(tensorflow_runtime.tensorflow().io.gfile.glob(prefix + shards))
     else:
         found = sorted(glob.glob(glob.escape(prefix) + shards))
+        files.check_can_create(prefix, "--output_file", folder=os.path.dirname(os.path.abspath(prefix)))
     if found and not overwrite:
         raise FileExistsError(
             f"--output_file {prefix}: {found[0]} already exists: pass --overwrite to replace "

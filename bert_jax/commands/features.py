@@ -1,7 +1,11 @@
 """`bert-jax features --checkpoint=PATH --input=TEXT --output=F.npy [--layers=-1]`.
 
 An existing non-empty ``--output`` is refused unless ``--overwrite``; it is written whole,
-once the features are computed.
+once the features are computed. Refused at start, in one line naming the flag: an
+``--output`` whose folder cannot be made or written, a ``--max_seq_length`` longer than
+the checkpoint's position table (a model with learned absolute positions), and sizes
+whose output or activations cannot fit this host's or device's memory
+(`training.memory_fit`).
 """
 
 from __future__ import annotations
@@ -15,8 +19,10 @@ from absl import flags, logging
 from bert_jax import convert
 from bert_jax.data import tokenization, user_paths, vocab_fit
 from bert_jax.model import features
+from bert_jax.model.config import BertConfig
 from bert_jax.model.numerics import DTYPES, Numerics
 from bert_jax.storage import atomic_files
+from bert_jax.training import memory_fit
 
 FLAGS = flags.FLAGS
 
@@ -31,9 +37,12 @@ def define_flags() -> None:
     )
     flags.DEFINE_list("layer_weights", None, "Weights of --combine=sum, one per layer (default all 1).")
     flags.DEFINE_integer("max_seq_length", 128, "Tokens per example (padded/truncated).")
+    flags.register_validator(
+        "max_seq_length", lambda v: v >= 3, "must be at least 3 (room for [CLS], a token and [SEP])"
+    )
     flags.DEFINE_string("vocab_file", None, "vocab.txt (default: the one beside the checkpoint).")
     flags.DEFINE_bool("do_lower_case", True, "Lower-case and strip accents (uncased vocabularies).")
-    flags.DEFINE_integer("batch_size", 32, "Examples per forward pass.")
+    flags.DEFINE_integer("batch_size", 32, "Examples per forward pass.", lower_bound=1)
     flags.DEFINE_enum(
         "compute_dtype", "float32", list(DTYPES), "Compute dtype (whatever the checkpoint was trained in)."
     )
@@ -50,15 +59,18 @@ def main(argv: list[str]) -> None:
         raise FileNotFoundError(f"--checkpoint {FLAGS.checkpoint} does not exist")
     user_paths.input_file(FLAGS.input, "--input")
     user_paths.output_file(FLAGS.output, "--output", FLAGS.overwrite)
+    convert.check_same_vocabulary(FLAGS.vocab_file, FLAGS.checkpoint, "--vocab_file")
     params, config = convert.load_checkpoint(FLAGS.checkpoint)
     vocab = FLAGS.vocab_file or tokenization.vocab_beside(FLAGS.checkpoint)
     tokenizer = tokenization.load_tokenizer(vocab, FLAGS.do_lower_case)
     vocab_fit.check_vocab_fits(tokenizer, config.vocab_size, FLAGS.checkpoint)
+    check_positions(config)
     texts_a, texts_b = features.read_examples(FLAGS.input)
-    batch = tokenizer.encode_pairs(texts_a, texts_b, FLAGS.max_seq_length)
     layers = features.parse_layers(FLAGS.layers, config.num_hidden_layers)
     weights = [float(x) for x in FLAGS.layer_weights] if FLAGS.layer_weights else None
     numerics = Numerics(compute_dtype=FLAGS.compute_dtype)
+    check_memory(config, numerics, len(texts_a), len(layers))
+    batch = tokenizer.encode_pairs(texts_a, texts_b, FLAGS.max_seq_length)
     out = features.extract(
         params["bert"], config, batch, layers, FLAGS.batch_size, FLAGS.combine, weights, numerics
     )
@@ -68,3 +80,38 @@ def main(argv: list[str]) -> None:
     with user_paths.removed_if_failed(os.path.dirname(FLAGS.output)):
         atomic_files.write_bytes(FLAGS.output, buffer.getvalue())  # local or gs://, written whole
     print(f"wrote {FLAGS.output}: {out.shape} ({FLAGS.combine} of layers {layers})")
+
+
+def check_positions(config: BertConfig) -> None:
+    """A learned position table must hold every position (past it, rows would be NaN)."""
+    table = config.max_position_embeddings
+    if config.position_embedding_type == "absolute" and FLAGS.max_seq_length > table:
+        raise ValueError(
+            f"--max_seq_length={FLAGS.max_seq_length} is longer than the position table of "
+            f"{FLAGS.checkpoint} (max_position_embeddings={table}): set --max_seq_length={table} or less"
+        )
+
+
+def check_memory(config: BertConfig, numerics: Numerics, examples: int, num_layers: int) -> None:
+    """The output (and the token ids) on the host, one batch's layer on the device."""
+    tokens = FLAGS.max_seq_length
+    width = config.hidden_size * (1 if FLAGS.combine == "sum" else num_layers)
+    memory_fit.refuse_above(
+        f"--max_seq_length={tokens}",
+        f"the output for {examples:,} examples of --input ({tokens} tokens x {width} floats each)",
+        examples * tokens * (width * 4 + 12),
+        memory_fit.HOST,
+        "lower --max_seq_length, give fewer --layers or split --input",
+    )
+    rows = min(FLAGS.batch_size, examples)
+    scores = memory_fit.materializes_scores(config, numerics)
+    need = memory_fit.layer_device_bytes(
+        rows, tokens, config.hidden_size, config.num_attention_heads, numerics.dtype.itemsize, scores
+    )
+    memory_fit.refuse_above(
+        f"--max_seq_length={tokens} with --batch_size={FLAGS.batch_size}",
+        f"one layer of activations for {rows:,} rows of {tokens} tokens",
+        need,
+        memory_fit.DEVICE,
+        "lower --batch_size or --max_seq_length",
+    )

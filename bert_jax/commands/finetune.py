@@ -1,6 +1,8 @@
 """`bert-jax finetune --config=configs/glue.py:sst2 --workdir=DIR [--config.k=v] [--sweep]`.
 
 Configs: configs/{glue,squad,ner,swag,bbc}.py (or configs/finetune.py:TASK for any task).
+A finished run in DIR is read back, not trained again; one of another config is refused
+unless --overwrite, which trains anew in its place.
 With --sweep, runs the grid of `config.sweep` (batch sizes x learning rates x epochs x
 seeds) into DIR/bs<B>_lr<LR>_ep<E>_seed<S>/ and writes DIR/sweep_table.md.
 """
@@ -24,6 +26,12 @@ def define_flags() -> None:
     )
     flags.DEFINE_string("workdir", None, "Metrics, predictions and results.json go here.")
     flags.DEFINE_bool("sweep", False, "Run the config's hyper-parameter grid (several seeds per point).")
+    flags.DEFINE_bool(
+        "overwrite",
+        False,
+        "Train anew over a run in --workdir (its results, model, predictions and logs are replaced); "
+        "without it a finished run is read back, and one of another config refused.",
+    )
     flags.mark_flags_as_required(["config", "workdir"])
 
 
@@ -40,12 +48,17 @@ def main(argv: list[str]) -> None:
     workdir = os.path.abspath(FLAGS.workdir)
     files.check_reachable(workdir, "--workdir", writable=True)
     if FLAGS.sweep:
+        if FLAGS.overwrite:
+            raise ValueError(
+                "--overwrite applies to one run, not to --sweep (a sweep reuses its finished runs): "
+                "give the sweep another --workdir"
+            )
         best = sweep.sweep(FLAGS.config, workdir)
         if best is None:  # a run stopped early and said where
             return
         print(f"best run: {best['dir']}  dev {best['metric']} {best['score']:.4f}")
         return
-    best = finetune.finetune(FLAGS.config, workdir)
+    best = finetune.finetune(FLAGS.config, workdir, overwrite=FLAGS.overwrite)
     if best.stopped:
         print(f"stopped at step {best.step}; rerun the same command to continue ({workdir})")
         return

@@ -24,17 +24,21 @@ def define_flags() -> None:
         "input_file",
         None,
         "Input text glob(s), comma-separated: one sentence per line, blank lines between "
-        "documents (.xml/.xml.bz2 files are read as MediaWiki dumps).",
+        "documents; a one-line document (prose, a paragraph a line) is split into sentences "
+        "(.xml/.xml.bz2 files are read as MediaWiki dumps).",
     )
     flags.DEFINE_string("tfds_name", "", "A TFDS text dataset instead, e.g. wikipedia/20230601.en.")
     flags.DEFINE_string("tfds_split", "train", "The TFDS split.")
-    flags.DEFINE_integer("tfds_num_shards", 64, "Parts of the TFDS split, one shard each.")
+    flags.DEFINE_integer("tfds_num_shards", 64, "Parts of the TFDS split, one shard each.", lower_bound=1)
     flags.DEFINE_string("output_dir", None, "The prepared folder (shared by all hosts of a pod).")
     flags.DEFINE_string("vocab_file", "", "vocab.txt (default: bundled bert-base-uncased).")
     flags.DEFINE_bool("do_lower_case", True, "Lower-case and strip accents.")
     flags.DEFINE_enum("tokenizer", "wordpiece", ["wordpiece", "sentencepiece"], "Tokenizer kind.")
     flags.DEFINE_integer("max_seq_length", 128, "Maximum sequence length.")
-    flags.DEFINE_integer("dupe_factor", 10, "Pairings of the data (each with its own random pairs).")
+    flags.register_validator("max_seq_length", lambda v: v >= 8, "must be at least 8")
+    flags.DEFINE_integer(
+        "dupe_factor", 10, "Pairings of the data (each with its own random pairs).", lower_bound=1
+    )
     flags.DEFINE_float("short_seq_prob", 0.1, "Probability of a shorter target length.")
     flags.DEFINE_integer("random_seed", 12345, "Random seed of the pairings.")
     flags.DEFINE_bool("nsp", True, "Sentence pairs for next-sentence prediction (False: single segments).")
@@ -49,9 +53,9 @@ def define_flags() -> None:
         "Fraction of each input's documents held out for evaluation (0: none; pretrain then "
         "trains without held-out evaluation).",
     )
-    flags.DEFINE_integer("num_workers", 1, "Worker processes on this host.")
+    flags.DEFINE_integer("num_workers", 1, "Worker processes on this host.", lower_bound=1)
     flags.DEFINE_integer("task_index", 0, "This host's index on a pod (prepares shards i, i+n, ...).")
-    flags.DEFINE_integer("num_tasks", 1, "Hosts preparing into the same output_dir.")
+    flags.DEFINE_integer("num_tasks", 1, "Hosts preparing into the same output_dir.", lower_bound=1)
     flags.DEFINE_bool(
         "overwrite",
         False,

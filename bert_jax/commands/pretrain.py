@@ -9,6 +9,7 @@ from absl import flags, logging
 from ml_collections import config_flags
 
 from bert_jax.pretraining import pretrain
+from bert_jax.training import exit_codes
 
 FLAGS = flags.FLAGS
 
@@ -29,6 +30,11 @@ def define_flags() -> None:
     flags.mark_flags_as_required(["config", "workdir"])
 
 
+def multihost_requested() -> bool:
+    """Whether this process is one of several (`initialize_distributed` joins them)."""
+    return bool(FLAGS.coordinator_address or os.environ.get("BERT_JAX_DISTRIBUTED"))
+
+
 def initialize_distributed() -> None:
     """Multi-host start-up: before anything touches a device."""
     if FLAGS.coordinator_address:
@@ -46,6 +52,8 @@ def main(argv: list[str]) -> None:
         raise SystemExit(f"unexpected arguments: {argv[1:]}")
     # Orbax logs every save step at INFO; keep the console to the progress lines.
     logging.set_verbosity(logging.WARNING)
-    initialize_distributed()
-
-    pretrain.train_and_evaluate(FLAGS.config, FLAGS.workdir)
+    # A peer that is gone (at start, or in a collective) exits with exit_codes.PEER_LOST: a
+    # restart loop starts the job again, which resumes from the latest checkpoint.
+    with exit_codes.peers_watched(multihost_requested()):
+        initialize_distributed()
+        pretrain.train_and_evaluate(FLAGS.config, FLAGS.workdir)

@@ -35,12 +35,18 @@ from bert_jax.convert.layout import (
     validate,
 )
 from bert_jax.convert.tf_format import load_tf, save_tf
-from bert_jax.convert.tokenizer_files import check_tokenizer_size, source_casing, write_tokenizer_files
+from bert_jax.convert.tokenizer_files import (
+    check_same_vocabulary,
+    check_tokenizer_size,
+    source_casing,
+    write_tokenizer_files,
+)
 from bert_jax.model.config import BertConfig
 
 __all__ = [
     "Params",
     "canonical",
+    "check_same_vocabulary",
     "check_tokenizer_size",
     "detect_format",
     "expected_shapes",

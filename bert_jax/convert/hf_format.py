@@ -15,6 +15,7 @@ from safetensors.numpy import load_file, save_file
 from bert_jax.convert import hf_configs, layout, modernbert_format, names
 from bert_jax.convert.layout import Params
 from bert_jax.model.config import BertConfig
+from bert_jax.storage import atomic_files
 
 # Tied or bookkeeping tensors that carry no parameters of their own.
 _IGNORABLE = (
@@ -206,10 +207,10 @@ def save_hf(folder: str, params: Params, config: BertConfig, fold_segment: bool 
         labels = np.shape(params["classifier"]["bias"])[0] if "classifier" in params else 0
         hf_config = modernbert_format.hf_config(held, architecture, labels)
     # safetensors refuses shared memory: the tied decoder is written as its own copy.
-    save_file(
-        {k: np.array(v, copy=True) for k, v in state.items()},
+    tensors = {k: np.array(v, copy=True) for k, v in state.items()}
+    atomic_files.write_with(  # whole, and with the umask's mode (safetensors' own file is 0600)
         os.path.join(folder, "model.safetensors"),
-        metadata={"format": "pt"},
+        lambda name: save_file(tensors, name, metadata={"format": "pt"}),
     )
     with open(os.path.join(folder, "config.json"), "w") as f:
         json.dump(hf_config, f, indent=2)

@@ -115,3 +115,34 @@ def set_special_ids(folder: str, vocab_file: str) -> None:
     ids = {"pad": special.pad, "cls": special.cls, "sep": special.sep, "bos": special.cls, "eos": special.sep}
     values.update({f"{role}_token_id": int(i) for role, i in ids.items()})
     atomic_files.write_text(path, json.dumps(values, indent=2) + "\n")
+
+
+def check_same_vocabulary(vocab_file: str, checkpoint: str, flag: str) -> None:
+    """A vocabulary given for a checkpoint that ships its own (``vocab.txt``,
+    ``spm.model`` or ``tokenizer.json`` beside it) must hold the same tokens in the same
+    order; otherwise one line naming both files (ids the model never learned would follow)."""
+    from bert_jax.data import tokenization  # deferred: loads TensorFlow for WordPiece
+
+    if not vocab_file or not os.path.exists(checkpoint):
+        return
+    try:
+        shipped = tokenization.vocab_beside(checkpoint)
+    except FileNotFoundError:
+        return  # nothing ships with it: the given file is the only vocabulary
+    if os.path.abspath(shipped) == os.path.abspath(vocab_file) or _same_tokens(shipped, vocab_file):
+        return
+    raise ValueError(
+        f"{flag} {vocab_file} differs from {shipped}, the vocabulary {checkpoint} ships with: "
+        f"leave {flag} unset to use it, or pass a checkpoint trained with {vocab_file}"
+    )
+
+
+def _same_tokens(a: str, b: str) -> bool:
+    from bert_jax.data import tokenization
+
+    with open(a, "rb") as fa, open(b, "rb") as fb:
+        if fa.read() == fb.read():
+            return True
+    if a.endswith(".model") or b.endswith(".model"):
+        return False
+    return tokenization.load_vocab(a) == tokenization.load_vocab(b)

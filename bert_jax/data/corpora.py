@@ -13,7 +13,15 @@ Formats:
 
 Bytes that are not UTF-8 are replaced by U+FFFD and counted in one ``warning:`` line per
 file (`text_files`); an empty file is an error that names it; documents of fewer than two
-sentences are skipped and counted in one ``warning:`` line: NSP needs two.
+sentences are skipped and counted in one ``warning:`` line (`keep_usable`): NSP needs two.
+
+Prose with one paragraph per line and a blank line between paragraphs (articles joined
+into one file) reads, in the ``text`` format, as one-line documents, which hold no
+sentence pair and would be skipped whole. So a ``text`` document that is a single line is taken as a
+paragraph and split into sentences (`split_paragraph`: after ``.``, ``!`` or ``?`` and
+an optional closing quote or bracket, at whitespace followed by a capital letter, a digit
+or an opening quote or bracket); the documents split are counted in one ``warning:``
+line per file. Documents of two or more lines are read as they are, one sentence per line.
 """
 
 from __future__ import annotations
@@ -24,7 +32,7 @@ import html
 import importlib.util
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 from bert_jax.data import bbc_news, text_files
 from bert_jax.storage import tensorflow_runtime
@@ -52,6 +60,42 @@ _SENTENCE_END = re.compile(r"(?<=[.!?])[\"')\]]?\s+(?=[\"'(\[]?[A-Z0-9])")
 def split_sentences(paragraph: str) -> list[str]:
     """A light rule-based splitter (terminal punctuation followed by a capital)."""
     return [s.strip() for s in _SENTENCE_END.split(paragraph) if s.strip()]
+
+
+# After ".", "!" or "?" (and a closing quote or bracket, kept with its sentence): whitespace,
+# then a capital, a digit or an opening quote or bracket.
+_PARAGRAPH_BREAK = re.compile(r"(?:(?<=[.!?])|(?<=[.!?][\"')\]]))\s+(?=[\"'(\[]?[A-Z0-9])")
+
+
+def split_paragraph(paragraph: str) -> list[str]:
+    """The sentences of a paragraph of a text file (`read_text_file`): as
+    `split_sentences`, but a closing quote or bracket stays with its sentence."""
+    return [s.strip() for s in _PARAGRAPH_BREAK.split(paragraph) if s.strip()]
+
+
+_WARNED: set[str] = set()
+
+
+def warn_once(message: str) -> None:
+    """Prints ``warning: message`` the first time this process meets it: a run reads the
+    same file for its vocabulary and again for each sequence length, and says so once."""
+    if message not in _WARNED:
+        _WARNED.add(message)
+        print(f"warning: {message}", flush=True)
+
+
+def keep_usable(docs: Iterable[Document], where: str) -> list[Document]:
+    """The documents of two or more sentences (an NSP pair needs two); the others are
+    skipped and counted in one ``warning:`` line naming `where`."""
+    kept, skipped = [], 0
+    for doc in docs:
+        if len(doc) >= 2:
+            kept.append(doc)
+        else:
+            skipped += 1
+    if skipped:
+        warn_once(f"{where}: skipped {skipped} documents with fewer than two sentences")
+    return kept
 
 
 def _strip_nested(text: str, opening: str, closing: str) -> str:
@@ -116,10 +160,27 @@ def read_wiki_dump(path: str) -> Iterator[Document]:
 
 def read_text_file(name: str, start: int = 0, end: int = -1) -> Iterator[Document]:
     """One file of the original format: one sentence per line, blank line between documents
-    (its bytes ``[start, end)`` only, with ``end`` -1 meaning the end of the file)."""
+    (its bytes ``[start, end)`` only, with ``end`` -1 meaning the end of the file). A
+    one-line document is a paragraph: split into sentences, counted in one warning (see the
+    module docstring)."""
     text = text_files.read_text(name, start, end)
     if not text.strip():
         raise ValueError(f"input file {name} is empty")
+    split = 0
+    for doc in _line_groups(text):
+        sentences = split_paragraph(doc[0]) if len(doc) == 1 else doc
+        split += len(sentences) > len(doc)
+        yield sentences
+    if split:
+        where = name if start == 0 and end < 0 else f"{name}[bytes {start}:{end if end >= 0 else 'end'}]"
+        warn_once(
+            f"{where}: split {split} one-line documents (paragraphs) into sentences at . ! or ? before a "
+            "capital; the text format is one sentence per line, a blank line between documents"
+        )
+
+
+def _line_groups(text: str) -> Iterator[Document]:
+    """The non-blank lines of `text`, stripped, in groups separated by blank lines."""
     doc: Document = []
     for line in text.splitlines():
         line = line.strip()
@@ -177,15 +238,7 @@ def load_documents(source: str, input_files: str = "", tfds_name: str = "") -> l
         docs = read_tfds(tfds_name)
     else:
         raise ValueError(f"unknown data source {source!r}: wiki_excerpt, bbc_news, text or tfds")
-    kept, skipped = [], 0
-    for doc in docs:
-        if len(doc) >= 2:
-            kept.append(doc)
-        else:
-            skipped += 1
-    if skipped:
-        where = " ".join(x for x in (source, input_files or tfds_name) if x)
-        print(f"warning: {where}: skipped {skipped} documents with fewer than two sentences", flush=True)
+    kept = keep_usable(docs, " ".join(x for x in (source, input_files or tfds_name) if x))
     if not kept:
         raise ValueError(f"no usable documents (two or more sentences) in {source} {input_files}")
     return kept

@@ -14,14 +14,27 @@ def cache_dir(c: DataSettings) -> str:
     return c.cache_dir or os.path.join(os.path.expanduser("~"), ".cache", "bert_jax")
 
 
+# How `corpora.read_text_file` reads a text file, in the stamp of each: a vocabulary or
+# folder prepared from a file before one-line documents were split into sentences is not
+# reused for it.
+TEXT_READER = "one-line-documents-split"
+
+
 def stamp(inputs: list) -> list:
-    """What identifies the inputs' contents: paths, parts, and files' sizes and times."""
+    """What identifies the inputs' contents: paths, parts, files' sizes and times, and the
+    reader of a text file."""
     return [
         (i.path, i.tfds_split, i.parts)
         + ((os.path.getsize(i.path), os.path.getmtime(i.path)) if not i.tfds_split else ())
         + ((i.start, i.end) if i.end >= 0 else ())
+        + ((TEXT_READER,) if _plain_text(i) else ())
         for i in inputs
     ]
+
+
+def _plain_text(i: prepare.Input) -> bool:
+    """An input `corpora.read_text_file` reads (not a wiki dump, BBC folder or TFDS part)."""
+    return not (i.reader or i.tfds_split or i.path.endswith((".xml", ".xml.bz2", ".bz2")))
 
 
 def builtin_inputs(c: DataSettings) -> list:

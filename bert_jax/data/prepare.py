@@ -124,7 +124,7 @@ class Input:
             docs = corpora.read_wiki_dump(self.path)
         else:
             docs = corpora.read_text_file(self.path, self.start, self.end)
-        return [d for d in docs if len(d) >= 2]
+        return corpora.keep_usable(docs, self.describe())  # skips counted in one warning
 
 
 # A text file larger than this is prepared in parts of about this size, cut at document

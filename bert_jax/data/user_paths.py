@@ -5,8 +5,10 @@
   is wrong with it.
 - An output never silently replaces, or merges into, an earlier one: an existing
   non-empty file (`output_file`) or folder (`output_folder`) is refused in one line naming
-  the flag, unless ``--overwrite`` is given. A folder that holds files the command does
-  not write is refused even then: `replace` removes only an earlier output's own files.
+  the flag, unless ``--overwrite`` is given. So is an output whose folder cannot be made
+  or written (`files.check_can_create`), before any work. A folder that holds files the
+  command does not write is refused even then: `replace` removes only an earlier
+  output's own files.
 - Folders made for an output are removed again when the attempt fails and leaves them
   empty (`removed_if_failed`): a refusal or a crash leaves no folder behind.
 
@@ -62,7 +64,8 @@ def input_files(patterns: list[str], flag: str) -> list[str]:
 
 
 def output_file(path: str, flag: str, overwrite: bool) -> None:
-    """Refuses a folder, and an existing non-empty file unless `overwrite`."""
+    """Refuses a folder, an existing non-empty file unless `overwrite`, and a local path
+    whose folder cannot be made or written (`files.check_can_create`)."""
     if not path:
         raise ValueError(f"{flag} is empty: pass a file name")
     if files.is_remote(path):
@@ -75,6 +78,8 @@ def output_file(path: str, flag: str, overwrite: bool) -> None:
         raise FileExistsError(
             f"{flag} {path} already exists: pass --overwrite to replace it, or another {flag}"
         )
+    if not files.is_remote(path):  # its folder can be made and written, before any work
+        files.check_can_create(path, flag, folder=os.path.dirname(os.path.abspath(path)))
 
 
 def output_folder(path: str, flag: str, overwrite: bool, own: Callable[[str], bool]) -> list[str]:
@@ -92,9 +97,12 @@ def output_folder(path: str, flag: str, overwrite: bool, own: Callable[[str], bo
 
 def earlier_output(path: str, flag: str, own: Callable[[str], bool]) -> list[str]:
     """The entries of the output folder `path` (none when it is new or empty); refuses a
-    file, and a folder holding anything that `own` does not call the command's own."""
+    file, a folder that cannot be made or written, and a folder holding anything that
+    `own` does not call the command's own."""
     if os.path.exists(path) and not os.path.isdir(path):
         raise NotADirectoryError(f"{flag} {path} is a file, not a folder")
+    if not files.is_remote(path):
+        files.check_can_create(path, flag)
     entries = sorted(os.listdir(path)) if os.path.isdir(path) else []
     foreign = [e for e in entries if not own(e)]
     if foreign:

@@ -1,9 +1,14 @@
 """Fine-tuning batches: each epoch's order, and rows cut to the shortest length that holds
-them (a few compiled shapes instead of padding every row to ``max_seq_length``). Shared by
-fine-tuning and the feature-based trainer, so both see the same rows in the same order."""
+them (a few compiled shapes instead of padding every row to ``max_seq_length``), their
+outputs padded back. Shared by fine-tuning and the feature-based trainer, so both see the
+same rows in the same order."""
 
 from __future__ import annotations
 
+from typing import Any
+
+import jax
+import jax.numpy as jnp
 import numpy as np
 
 from bert_jax.tasks.base import Split
@@ -28,3 +33,27 @@ def cut_to_length(rows: dict[str, np.ndarray], length: int) -> dict[str, np.ndar
     """Every per-token array (the shape of ``input_ids``) cut to `length` positions."""
     shape = rows["input_ids"].shape
     return {k: v[..., :length] if v.shape == shape else v for k, v in rows.items()}
+
+
+def pad_token_axes(outputs: Any, axes: Any, width: int) -> Any:
+    """`outputs` with each leaf's token axis (``axes``: an int or None per leaf) padded to
+    `width`: float leaves with a large negative number, others with 0."""
+
+    def pad(x: np.ndarray, axis: int | None) -> np.ndarray:
+        if axis is None or x.shape[axis] >= width:
+            return x
+        widths = [(0, 0)] * x.ndim
+        widths[axis] = (0, width - x.shape[axis])
+        floating = np.issubdtype(x.dtype, np.floating) or x.dtype == jnp.bfloat16
+        fill = float(jnp.finfo(x.dtype).min) / 2 if floating else 0
+        return np.pad(x, widths, constant_values=fill)
+
+    leaves, treedef = jax.tree.flatten(outputs)
+    axis_leaves = jax.tree.leaves(axes, is_leaf=lambda x: x is None)
+    return treedef.unflatten([pad(x, a) for x, a in zip(leaves, axis_leaves, strict=True)])
+
+
+def abstract_at(x: jax.Array, token_shape: tuple[int, ...], width: int) -> jax.ShapeDtypeStruct:
+    """`x` as an abstract array, `width` long on its last axis if it is a per-token input."""
+    shape = (*x.shape[:-1], width) if x.shape == token_shape else x.shape
+    return jax.ShapeDtypeStruct(shape, x.dtype)

@@ -26,7 +26,7 @@ import importlib.util
 import math
 import os
 import shutil
-import time
+import types
 from collections.abc import Iterator
 from typing import Any
 
@@ -37,17 +37,17 @@ import ml_collections
 import numpy as np
 
 from bert_jax import convert
-from bert_jax.data import tokenization, vocab_fit
-from bert_jax.finetuning import baseline, packing
-from bert_jax.finetuning.batches import bucket_length, cut_to_length, epoch_batch
-from bert_jax.finetuning.outputs import EpochHistory, load_saved_params, save_model, write_json
+from bert_jax.data import tokenization, user_paths, vocab_fit
+from bert_jax.finetuning import baseline, finished_run, packing
+from bert_jax.finetuning.batches import abstract_at, bucket_length, cut_to_length, epoch_batch, pad_token_axes
+from bert_jax.finetuning.outputs import EpochEnd, EpochHistory, load_saved_params, write_json
 from bert_jax.finetuning.settings import FinetuneSettings
 from bert_jax.model import param_shapes
 from bert_jax.model.flops import model_flops_per_step
 from bert_jax.tasks.base import MODEL_INPUTS, Split, Task
 from bert_jax.tasks.registry import get_task
 from bert_jax.training import engine, sharding
-from bert_jax.training.loop import Hook, StopRequested, TrainingRun
+from bert_jax.training.loop import StopRequested, TrainingRun
 from bert_jax.training.results import JobResult
 from bert_jax.training.settings import TrainingSettings
 
@@ -112,6 +112,7 @@ def load_inputs(settings: FinetuneSettings) -> FinetuningInputs:
     """Loads the checkpoint and the task's splits; the head is fresh, the encoder loaded."""
     task = get_task(settings.task)
     checkpoint = settings.init_checkpoint or default_checkpoint()
+    convert.check_same_vocabulary(settings.vocab_file, checkpoint, "config.vocab_file")
     loaded, bert_config = convert.load_checkpoint(
         checkpoint, vocab_pad_multiple=settings.vocab_pad_multiple or None
     )
@@ -150,30 +151,6 @@ def _sample(split: Split) -> list[jax.Array]:
 def steps_per_epoch(settings: FinetuneSettings, inputs: FinetuningInputs) -> int:
     """Full batches per epoch (the last partial batch is dropped, as the original)."""
     return max(1, len(inputs.train) // min(settings.global_batch_size, len(inputs.train)))
-
-
-def _pad_token_axes(outputs: Any, axes: Any, width: int) -> Any:
-    """`outputs` with each leaf's token axis (``axes``: an int or None per leaf) padded to
-    `width`: float leaves with a large negative number, others with 0."""
-
-    def pad(x: np.ndarray, axis: int | None) -> np.ndarray:
-        if axis is None or x.shape[axis] >= width:
-            return x
-        widths = [(0, 0)] * x.ndim
-        widths[axis] = (0, width - x.shape[axis])
-        floating = np.issubdtype(x.dtype, np.floating) or x.dtype == jnp.bfloat16
-        fill = float(jnp.finfo(x.dtype).min) / 2 if floating else 0
-        return np.pad(x, widths, constant_values=fill)
-
-    leaves, treedef = jax.tree.flatten(outputs)
-    axis_leaves = jax.tree.leaves(axes, is_leaf=lambda x: x is None)
-    return treedef.unflatten([pad(x, a) for x, a in zip(leaves, axis_leaves, strict=True)])
-
-
-def _abstract_at(x: jax.Array, token_shape: tuple[int, ...], width: int) -> jax.ShapeDtypeStruct:
-    """`x` as an abstract array, `width` long on its last axis if it is a per-token input."""
-    shape = (*x.shape[:-1], width) if x.shape == token_shape else x.shape
-    return jax.ShapeDtypeStruct(shape, x.dtype)
 
 
 class Finetuning:
@@ -258,7 +235,7 @@ class Finetuning:
             out = jax.device_get(self.engine.eval_step(params, placed))
             out = jax.tree.map(np.asarray, out)
             if length < self.run.max_seq_length:
-                out = _pad_token_axes(out, self._token_axes(params, placed), self.run.max_seq_length)
+                out = pad_token_axes(out, self._token_axes(params, placed), self.run.max_seq_length)
             chunks.append(jax.tree.map(lambda x, keep=batch_size - pad: x[:keep], out))
         merged = jax.tree.map(lambda *xs: np.concatenate(xs), *chunks)
         back = np.empty_like(order)
@@ -272,7 +249,7 @@ class Finetuning:
         if length not in self._token_axes_at:
             shapes = {}
             for width in (length, length + 1):
-                abstract = {k: _abstract_at(v, batch["input_ids"].shape, width) for k, v in batch.items()}
+                abstract = {k: abstract_at(v, batch["input_ids"].shape, width) for k, v in batch.items()}
                 shapes[width] = jax.eval_shape(self.objective.eval_outputs, params, abstract)
             self._token_axes_at[length] = jax.tree.map(
                 lambda a, b: next(
@@ -308,65 +285,31 @@ def mesh_for_batches(settings: TrainingSettings, batch_sizes: dict[str, int]) ->
     return mesh
 
 
-class EpochEnd:
-    """Fine-tuning's hooks: each step's loss recorded (`record`), and at each epoch's last
-    step (`close`) the dev scores, the epoch's mean training loss, the history and (when it
-    is the best) the other eval splits' scores and the saved model."""
-
-    def __init__(self, ft: Finetuning, loop: TrainingRun, history: EpochHistory, workdir: str) -> None:
-        self.ft, self.loop, self.history, self.workdir = ft, loop, history, workdir
-        config, task = ft.run, ft.inputs.task
-        self.keep_best = bool(config.save_best_model or (config.predict_test and task.test_splits))
-        self.start, self.losses = time.time(), []
-
-    def hooks(self) -> list[Hook]:
-        return [Hook(self.record), Hook(self.close, every=self.ft.steps_per_epoch)]
-
-    def record(self, step: int, state: Any, metrics: dict[str, Any]) -> None:
-        self.losses.append(metrics["loss"])
-
-    def close(self, step: int, state: Any, metrics: dict[str, Any]) -> None:
-        epoch, inputs = step // self.ft.steps_per_epoch, self.ft.inputs
-        # Over the steps this process ran (a resumed epoch: those after the resume).
-        train_loss = float(np.mean(jax.device_get(self.losses)))
-        seconds = time.time() - self.start
-        # The first eval split (dev) every epoch; the others (a test split) only for an epoch
-        # that is the best so far, the one whose figures are reported.
-        out_dir = os.path.join(self.workdir, "eval", f"epoch{epoch}")
-        first, *others = inputs.evals
-        scores = self.ft.evaluate(state.params, out_dir, [first])
-        best, main = self.history.best(), inputs.task.main_metric
-        if others and (not best or scores[main] >= best[main]):
-            scores.update(self.ft.evaluate(state.params, out_dir, others))
-        self.loop.logger.write(step, scores, split="dev")
-        self.loop.logger.write(step, {"epoch_train_loss": train_loss, "epoch_seconds": seconds})
-        print(
-            f"{inputs.task.name} epoch {epoch}: train loss {train_loss:.4f} ({seconds:.0f}s)  "
-            + "  ".join(f"{k} {v:.4f}" for k, v in scores.items()),
-            flush=True,
-        )
-        entry = {"epoch": epoch, "step": step, "train_loss": train_loss, "seconds": seconds, **scores}
-        if self.history.add(entry) and self.keep_best and jax.process_index() == 0:
-            folder = os.path.join(self.workdir, "best_model")
-            save_model(folder, jax.device_get(state.params), inputs, self.ft.run.config, scores)
-        self.start, self.losses = time.time(), []
-
-
-def finetune(config: ml_collections.ConfigDict | FinetuneSettings, workdir: str) -> JobResult:
+def finetune(
+    config: ml_collections.ConfigDict | FinetuneSettings, workdir: str, *, overwrite: bool = False
+) -> JobResult:
     """Trains `config.task` from `config.init_checkpoint` (or resumes); returns the last step
     and the best epoch's metrics (``stopped`` when ``stop_after_step`` ended the run first).
 
     Writes ``metrics.jsonl`` and TensorBoard events, per-epoch prediction files of the
-    task under ``eval/epoch<k>/<split>/``, ``results.json`` (every epoch's scores and the
-    best), the best epoch's model under ``best_model/``, and with `predict_test` the test
-    predictions of the best epoch under ``test/``. Checkpoints under ``checkpoints/``
-    exist while the run does (a rerun resumes from them) and are removed at its end.
+    task under ``eval/epoch<k>/<split>/``, ``results.json`` (the config, every epoch's
+    scores and the best), the best epoch's model under ``best_model/``, and with
+    `predict_test` the test predictions of the best epoch under ``test/``. Checkpoints
+    under ``checkpoints/`` exist while the run does (a rerun resumes from them) and are
+    removed at its end. A finished run is read back, not trained again; one of another
+    config is refused unless `overwrite`, which replaces it (`finished_run`).
     """
     workdir = os.path.abspath(workdir)
     config = resolve(config)
+    checkpoint = config.init_checkpoint or default_checkpoint()
+    finished = finished_run.check(workdir, config, checkpoint, overwrite=overwrite)
+    if finished is not None:
+        return read_back(finished, config, workdir)
     inputs = load_inputs(config)
     total = steps_per_epoch(config, inputs) * config.num_epochs
     ft = Finetuning(config, inputs, total_steps=total)
+    if overwrite:  # the run is accepted: the earlier one's files go (one warning line)
+        user_paths.replace(finished_run.earlier_outputs(workdir), "--workdir")
     try:
         with TrainingRun(workdir, ft.settings, total_steps=total) as loop:
             fresh = loop.ckpt.latest_step() is None
@@ -385,6 +328,7 @@ def finetune(config: ml_collections.ConfigDict | FinetuneSettings, workdir: str)
     test_files = predict_test(ft, workdir, config) if config.predict_test and inputs.task.test_splits else []
     results = {
         "task": inputs.task.name,
+        "config": config.config,
         "checkpoint": inputs.checkpoint,
         "random_init": config.random_init,
         "seed": config.seed,
@@ -404,6 +348,18 @@ def finetune(config: ml_collections.ConfigDict | FinetuneSettings, workdir: str)
     result = JobResult(step=total, metrics=best)
     if config.random_init_baseline and not config.random_init:
         baseline.run(config, workdir, result, inputs, finetune)
+    return result
+
+
+def read_back(results: dict[str, Any], config: FinetuneSettings, workdir: str) -> JobResult:
+    """The result of the finished run in `workdir` (its ``results.json``), said in one line;
+    its random-init baseline read back (or run) beside it when the config asks for one."""
+    print(f"finished run: read back from {os.path.join(workdir, finished_run.RESULTS)} "
+          "(--overwrite trains it anew)", flush=True)  # fmt: skip
+    result = JobResult(step=finished_run.last_step(results), metrics=results["best"])
+    if config.random_init_baseline and not config.random_init:
+        origin = types.SimpleNamespace(checkpoint=results["checkpoint"], task=get_task(config.task))
+        baseline.run(config, workdir, result, origin, finetune)
     return result
 
 

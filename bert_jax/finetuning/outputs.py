@@ -1,12 +1,13 @@
 """What a fine-tuning run leaves behind: the best model (a complete checkpoint) and the
 history of its epochs, both written so that a reader never sees half of them and a
-resumed run finds them."""
+resumed run finds them; `EpochEnd` writes them at each epoch's end."""
 
 from __future__ import annotations
 
 import json
 import os
 import shutil
+import time
 from typing import Any
 
 import jax
@@ -17,6 +18,7 @@ from bert_jax import convert
 from bert_jax.data import tokenization
 from bert_jax.model import param_shapes
 from bert_jax.storage import atomic_files
+from bert_jax.training.loop import Hook, TrainingRun
 
 
 class EpochHistory:
@@ -85,3 +87,48 @@ def load_saved_params(folder: str, inputs: Any) -> Any:
         if k != "bert"
     }
     return {"bert": param_shapes.merge_params(inputs.params["bert"], loaded["bert"], folder), **heads}
+
+
+class EpochEnd:
+    """Fine-tuning's hooks: each step's loss recorded (`record`), and at each epoch's last
+    step (`close`) the dev scores, the epoch's mean training loss, the history and (when it
+    is the best) the other eval splits' scores and the saved model (`ft`: the run's
+    `finetune.Finetuning`)."""
+
+    def __init__(self, ft: Any, loop: TrainingRun, history: EpochHistory, workdir: str) -> None:
+        self.ft, self.loop, self.history, self.workdir = ft, loop, history, workdir
+        config, task = ft.run, ft.inputs.task
+        self.keep_best = bool(config.save_best_model or (config.predict_test and task.test_splits))
+        self.start, self.losses = time.time(), []
+
+    def hooks(self) -> list[Hook]:
+        return [Hook(self.record), Hook(self.close, every=self.ft.steps_per_epoch)]
+
+    def record(self, step: int, state: Any, metrics: dict[str, Any]) -> None:
+        self.losses.append(metrics["loss"])
+
+    def close(self, step: int, state: Any, metrics: dict[str, Any]) -> None:
+        epoch, inputs = step // self.ft.steps_per_epoch, self.ft.inputs
+        # Over the steps this process ran (a resumed epoch: those after the resume).
+        train_loss = float(np.mean(jax.device_get(self.losses)))
+        seconds = time.time() - self.start
+        # The first eval split (dev) every epoch; the others (a test split) only for an epoch
+        # that is the best so far, the one whose figures are reported.
+        out_dir = os.path.join(self.workdir, "eval", f"epoch{epoch}")
+        first, *others = inputs.evals
+        scores = self.ft.evaluate(state.params, out_dir, [first])
+        best, main = self.history.best(), inputs.task.main_metric
+        if others and (not best or scores[main] >= best[main]):
+            scores.update(self.ft.evaluate(state.params, out_dir, others))
+        self.loop.logger.write(step, scores, split="dev")
+        self.loop.logger.write(step, {"epoch_train_loss": train_loss, "epoch_seconds": seconds})
+        print(
+            f"{inputs.task.name} epoch {epoch}: train loss {train_loss:.4f} ({seconds:.0f}s)  "
+            + "  ".join(f"{k} {v:.4f}" for k, v in scores.items()),
+            flush=True,
+        )
+        entry = {"epoch": epoch, "step": step, "train_loss": train_loss, "seconds": seconds, **scores}
+        if self.history.add(entry) and self.keep_best and jax.process_index() == 0:
+            folder = os.path.join(self.workdir, "best_model")
+            save_model(folder, jax.device_get(state.params), inputs, self.ft.run.config, scores)
+        self.start, self.losses = time.time(), []

@@ -80,4 +80,5 @@ class BertLayer(nn.Module):
             h = activation(c.hidden_act)(gate(x)) * h
         else:
             h = activation(c.hidden_act)(h)
-        return dense(c, num, c.hidden_size, ("mlp", "embed"), "output", copy="copy_g", use_bias=c.use_bias)(h)
+        out = dense(c, num, c.hidden_size, ("mlp", "embed"), "output", "copy_g", c.use_bias, init="out")
+        return out(h)

@@ -39,7 +39,10 @@ class MaskedLMHead(nn.Module):
     @nn.compact
     def __call__(self, hidden: Array, bert: BertModel) -> Array:
         c, num = self.config, self.numerics
-        h = dense(c, num, c.hidden_size, ("embed", "dense_out"), "transform", use_bias=c.use_bias)(hidden)
+        transform = dense(
+            c, num, c.hidden_size, ("embed", "dense_out"), "transform", "copy_x", c.use_bias, "out"
+        )
+        h = transform(hidden)
         h = activation(c.hidden_act)(h)
         h = layer_norm(c, num, "transform_LayerNorm")(h)
         bias = self.param("bias", zeros_init(("vocab",)), (c.padded_vocab_size,), num.params)
@@ -47,7 +50,7 @@ class MaskedLMHead(nn.Module):
             logits = bert.attend(h.astype(num.dtype), bias)  # [..., V] float32
         else:
             shape = (c.padded_vocab_size, c.hidden_size)
-            table = self.param("decoder", normal_init(c, ("vocab", "embed")), shape, num.params)
+            table = self.param("decoder", normal_init(c, ("vocab", "embed"), "out"), shape, num.params)
             how = num.weight_grad(*table.shape)
             logits = ops.tied_logits(h.astype(num.dtype), table.astype(num.dtype), bias, how)
         return nn.with_logical_constraint(
@@ -155,9 +158,9 @@ class BertForSequenceClassification(nn.Module):
             cls_positions=cls_positions,
         )
         pooled = dropout(self.numerics, self.config.hidden_dropout_prob)(pooled, deterministic)
-        logits = dense(self.config, self.numerics, self.num_labels, ("dense_out", "classes"), "classifier")(
-            pooled
-        )
+        axes = ("dense_out", "classes")
+        classifier = dense(self.config, self.numerics, self.num_labels, axes, "classifier", init="final_out")
+        logits = classifier(pooled)
         return logits.astype(jnp.float32)
 
 
@@ -174,9 +177,8 @@ class BertForQuestionAnswering(nn.Module):
         seq, _, _ = BertModel(self.config, self.numerics, add_pooler=False, name="bert")(
             input_ids, input_mask, segment_ids, deterministic=deterministic
         )
-        logits = dense(self.config, self.numerics, 2, ("embed", "classes"), "qa_outputs")(seq).astype(
-            jnp.float32
-        )
+        qa = dense(self.config, self.numerics, 2, ("embed", "classes"), "qa_outputs", init="final_out")
+        logits = qa(seq).astype(jnp.float32)
         return logits[..., 0], logits[..., 1]
 
 
@@ -195,7 +197,10 @@ class BertForTokenClassification(nn.Module):
             input_ids, input_mask, segment_ids, deterministic=deterministic
         )
         seq = dropout(self.numerics, self.config.hidden_dropout_prob)(seq, deterministic)
-        logits = dense(self.config, self.numerics, self.num_labels, ("embed", "classes"), "classifier")(seq)
+        classifier = dense(
+            self.config, self.numerics, self.num_labels, ("embed", "classes"), "classifier", init="final_out"
+        )
+        logits = classifier(seq)
         return logits.astype(jnp.float32)
 
 
@@ -215,5 +220,8 @@ class BertForMultipleChoice(nn.Module):
             flat(input_ids), flat(input_mask), flat(segment_ids), deterministic=deterministic
         )
         pooled = dropout(self.numerics, self.config.hidden_dropout_prob)(pooled, deterministic)
-        logits = dense(self.config, self.numerics, 1, ("dense_out", "classes"), "classifier")(pooled)
+        classifier = dense(
+            self.config, self.numerics, 1, ("dense_out", "classes"), "classifier", init="final_out"
+        )
+        logits = classifier(pooled)
         return logits.astype(jnp.float32).reshape(b, c)

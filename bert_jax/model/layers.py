@@ -16,16 +16,16 @@ import jax.numpy as jnp
 
 from bert_jax.model import ops
 from bert_jax.model.config import BertConfig
+from bert_jax.model.initialization import init_std
 from bert_jax.model.numerics import Numerics
 
 Array = jax.Array
 
 
-def normal_init(config: BertConfig, axes: tuple[str | None, ...]) -> Callable[..., Any]:
-    """Truncated-normal(0.02) init, as the original, tagged with logical axes."""
-    return nn.with_logical_partitioning(
-        nn.initializers.truncated_normal(stddev=config.initializer_range), axes
-    )
+def normal_init(config: BertConfig, axes: tuple[str | None, ...], kind: str = "in") -> Callable[..., Any]:
+    """Normal init truncated at two stds, tagged with logical axes: std 0.02 as the original,
+    or ModernBERT's std of `kind` for a model of that family (`initialization.init_std`)."""
+    return nn.with_logical_partitioning(nn.initializers.truncated_normal(stddev=init_std(config, kind)), axes)
 
 
 def zeros_init(axes: tuple[str | None, ...]) -> Callable[..., Any]:
@@ -99,13 +99,16 @@ class Dense(nn.Module):
     # that XLA would recompute, column by column, inside its copy (~6x slower).
     copy: str = "copy_x"
     use_bias: bool = True
+    # The kernel's initialisation kind (`initialization.KINDS`): "in", "out" (into the
+    # residual stream, or a prediction head's dense) or "final_out" (a task classifier).
+    init: str = "in"
 
     @nn.compact
     def __call__(self, inputs: Array) -> Array:
         c, num = self.config, self.numerics
         dt = num.dtype
         shape = (inputs.shape[-1], self.features)
-        kernel = self.param("kernel", normal_init(c, self.axes), shape, num.params)
+        kernel = self.param("kernel", normal_init(c, self.axes, self.init), shape, num.params)
         bias = None
         if self.use_bias:
             bias = self.param("bias", zeros_init(self.axes[1:]), (self.features,), num.params).astype(dt)
@@ -123,9 +126,11 @@ def dense(
     name: str,
     copy: str = "copy_x",
     use_bias: bool = True,
+    init: str = "in",
 ) -> Dense:
-    """A `Dense` layer; ``use_bias=False`` leaves out its bias (`BertConfig.use_bias`)."""
-    return Dense(config, numerics, features, axes, copy, use_bias, name=name)
+    """A `Dense` layer; ``use_bias=False`` leaves out its bias (`BertConfig.use_bias`);
+    `init` is its kernel's initialisation kind (`initialization.init_std`)."""
+    return Dense(config, numerics, features, axes, copy, use_bias, init, name=name)
 
 
 def rotary_tables(position_ids: Array, head_dim: int, base: float) -> tuple[Array, Array]:

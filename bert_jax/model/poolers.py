@@ -77,7 +77,10 @@ class HeadPooler(nn.Module):
             pooled = masked_mean(sequence_output, input_mask, positions).astype(num.dtype)
         else:
             pooled = gather(sequence_output, positions)
-        h = dense(c, num, c.hidden_size, ("embed", "dense_out"), "dense", use_bias=c.use_bias)(pooled)
+        head_dense = dense(
+            c, num, c.hidden_size, ("embed", "dense_out"), "dense", use_bias=c.use_bias, init="out"
+        )
+        h = head_dense(pooled)
         return layer_norm(c, num, "LayerNorm")(activation(c.hidden_act)(h))
 
 

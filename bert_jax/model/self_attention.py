@@ -44,7 +44,9 @@ class _HeadsDense(nn.Module):
             shape, axes, bias_axes = (h, n, d), ("embed", "heads", "kv"), ("heads", "kv")
         else:
             shape, axes, bias_axes = (n, d, h), ("heads", "kv", "embed"), ("embed",)
-        kernel = self.param("kernel", normal_init(c, axes), shape, num.params)
+        # The output projection writes into the residual stream: ModernBERT's "out" std.
+        init = normal_init(c, axes, "in" if self.to_heads else "out")
+        kernel = self.param("kernel", init, shape, num.params)
         bias = None
         if c.use_bias:
             bias_shape = shape[1:] if self.to_heads else (h,)

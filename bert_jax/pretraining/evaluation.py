@@ -133,8 +133,19 @@ def curve_line(curve: list[tuple[int, float]], unigram_loss: float) -> str:
     return f"{head}: {shown}; {verdict}"
 
 
-def report(final: dict[str, Any], workdir: str, nsp: bool) -> None:
-    """The end-of-run summary on the console (process 0)."""
+def output_lines(shown: str, best: bool = True) -> list[str]:
+    """Where the run's outputs are, under the workdir as the user gave it (`shown`)."""
+    also = f" (best: {shown}/best)" if best else ""
+    return [
+        f"checkpoints: {shown}/checkpoints{also}",
+        f"TensorBoard: tensorboard --logdir {shown}/tensorboard",
+        f"metrics: {shown}/metrics.jsonl",
+    ]
+
+
+def report(final: dict[str, Any], workdir: str, nsp: bool, shown: str | None = None) -> None:
+    """The end-of-run summary on the console (process 0); paths under `shown`, the
+    workdir as the user gave it (default `workdir`)."""
     if jax.process_index() != 0:
         return
     lines = [
@@ -163,22 +174,17 @@ def report(final: dict[str, Any], workdir: str, nsp: bool) -> None:
             lines.append(curve_line(curve, final["unigram_baseline_loss"]))
     if nsp:  # without NSP its head is untrained and its accuracy meaningless
         lines.append(f"held-out NSP accuracy: {final['nsp_accuracy']:.4f}")
-    lines += [
-        f"checkpoints: {workdir}/checkpoints (best: {workdir}/best)",
-        f"TensorBoard: tensorboard --logdir {workdir}/tensorboard",
-        f"metrics: {workdir}/metrics.jsonl",
-    ]
+    lines += output_lines(shown or workdir)
     print("\n".join(lines), flush=True)
 
 
-def report_without_held_out(workdir: str, step: int) -> None:
-    """The end-of-run summary of a run that had no held-out data (process 0)."""
+def report_without_held_out(shown: str, step: int) -> None:
+    """The end-of-run summary of a run that had no held-out data (process 0); paths under
+    `shown`, the workdir as the user gave it."""
     if jax.process_index() != 0:
         return
     lines = [
         f"trained to step {step} without held-out evaluation (the data holds no held-out examples)",
-        f"checkpoints: {workdir}/checkpoints",
-        f"TensorBoard: tensorboard --logdir {workdir}/tensorboard",
-        f"metrics: {workdir}/metrics.jsonl",
+        *output_lines(shown, best=False),
     ]
     print("\n".join(lines), flush=True)

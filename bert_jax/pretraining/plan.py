@@ -21,7 +21,7 @@ from typing import Any
 
 import ml_collections
 
-from bert_jax.pretraining import model_vocab, plan_compile, plan_fit
+from bert_jax.pretraining import model_vocab, plan_compile, plan_fit, plan_rate
 from bert_jax.pretraining.settings import Phase, PhaseStep, PretrainSettings
 from bert_jax.training import hardware
 
@@ -89,7 +89,10 @@ class PlanReport:
     flops_per_step: float
     flops_source: str
     xla_cost_analysis_flops: float
-    mfu_assumed: float
+    mfu_assumed: float  # the utilisation the times are estimated at (`plan_rate`), whatever its source
+    mfu_source: str  # plan_rate.ASSUMED | GIVEN | MEASURED
+    measured_tokens_per_s: float  # MEASURED: phase 1's rate it came from; else 0
+    step_time_basis: str  # one line: how the times are estimated, and from what
     est_step_time_s: float
     est_tokens_per_sec: float
     est_total_time_s: float
@@ -104,8 +107,8 @@ class PlanReport:
 class _Planner:
     """Plans the phases of one run on one placement; compiles each distinct step once."""
 
-    def __init__(self, run: PretrainSettings, where: plan_compile.Placement, mfu: float) -> None:
-        self.run, self.where, self.mfu = run, where, mfu
+    def __init__(self, run: PretrainSettings, where: plan_compile.Placement, rate: plan_rate.Rate) -> None:
+        self.run, self.where, self.rate = run, where, rate
         self.batch = run.global_batch_size
         self._measured: dict[tuple, plan_compile.Measured] = {}
         self._flops: dict[tuple, float] = {}
@@ -126,9 +129,20 @@ class _Planner:
             self._flops[key] = plan_compile.step_flops(self._step_settings(phase, (remat, 1)))
         return self._flops[key]
 
+    def peak(self) -> float:
+        """The chips' peak bf16 FLOP/s, all of them together."""
+        return self.where.chips_used * self.where.topo.generation.peak_bf16_flops
+
     def step_time(self, flops: float) -> float:
-        peak = self.where.chips_used * self.where.topo.generation.peak_bf16_flops
-        return flops / (peak * self.mfu)
+        """An estimate: at the utilisation of `rate` (`plan_rate`)."""
+        return plan_rate.step_time(flops, self.peak(), self.rate)
+
+    def measured_rate(self, tokens_per_s: float) -> plan_rate.Rate:
+        """The utilisation that phase 1's step reaching `tokens_per_s` implies."""
+        phase = self.run.phases()[0]
+        flops = self.flops(phase, self.run.phase_step(1).remat_policy)
+        tokens = self.batch * phase.max_seq_length
+        return plan_rate.of_tokens_per_s(tokens_per_s, flops, tokens, self.peak())
 
     def compile_seconds(self) -> float:
         """Every compile so far, each distinct step once."""
@@ -220,7 +234,12 @@ def _report(planner: _Planner, phases: list[PhasePlan]) -> PlanReport:
         flops_per_step=first.flops_per_step,
         flops_source=FLOPS_SOURCE,
         xla_cost_analysis_flops=first.xla_cost_analysis_flops,
-        mfu_assumed=planner.mfu,
+        mfu_assumed=planner.rate.utilization,
+        mfu_source=planner.rate.source,
+        measured_tokens_per_s=planner.rate.measured_tokens_per_s,
+        step_time_basis=plan_rate.basis(
+            planner.rate, where.chips_used, where.topo.generation.peak_bf16_flops
+        ),
         est_step_time_s=first.est_step_time_s,
         est_tokens_per_sec=first.est_tokens_per_sec,
         est_total_time_s=sum(p.est_time_s for p in phases),
@@ -231,13 +250,25 @@ def _report(planner: _Planner, phases: list[PhasePlan]) -> PlanReport:
 
 
 def plan(
-    config: ml_collections.ConfigDict, topology_name: str, mfu_assumed: float = 0.45, find_fit: bool = True
+    config: ml_collections.ConfigDict,
+    topology_name: str,
+    mfu_assumed: float = 0.45,
+    find_fit: bool = True,
+    *,
+    mfu_given: bool = False,
+    measured_tokens_per_s: float = 0.0,
 ) -> PlanReport:
     """Compiles every phase's pre-training step of `config` for `topology_name` and
     estimates the run's cost; with `find_fit`, a phase that does not fit gets
     `plan_fit`'s search for a setting that does. ``model.vocab_size=0`` is planned at
-    `model_vocab.planned_size` (``data.learned_vocab_size``: no vocabulary is learned)."""
+    `model_vocab.planned_size` (``data.learned_vocab_size``: no vocabulary is learned).
+
+    Times are estimates at a utilisation (`plan_rate`): `mfu_assumed` (the user's figure
+    when `mfu_given`), or the one a measured phase-1 `measured_tokens_per_s` implies."""
+    rate = plan_rate.of_mfu(mfu_assumed, mfu_given)
     run = PretrainSettings.from_config(model_vocab.planned(config))
-    planner = _Planner(run, plan_compile.placement(run, topology_name), mfu_assumed)
+    planner = _Planner(run, plan_compile.placement(run, topology_name), rate)
+    if measured_tokens_per_s:
+        planner.rate = planner.measured_rate(measured_tokens_per_s)
     phases = [planner.phase_plan(i, p, find_fit) for i, p in enumerate(run.phases(), start=1)]
     return _report(planner, phases)

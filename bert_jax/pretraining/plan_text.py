@@ -1,4 +1,8 @@
-"""`plan`'s report as text: the run, then each phase, then whether and how long it all runs."""
+"""`plan`'s report as text: the run, then each phase, then whether and how long it all runs.
+
+Memory and FLOPs are the compiler's; every time is an estimate (``~``, "estimate") at a
+utilisation the report names with its source (`plan_rate`: assumed, given or measured).
+"""
 
 from __future__ import annotations
 
@@ -29,7 +33,7 @@ def fit_line(p: PhasePlan) -> str:
     if p.fix is not None:
         return (
             f"{_setting(p.fix)} fits: {_bytes(p.fix.hbm_per_chip_bytes)} per chip as compiled, "
-            f"{p.fix.est_step_time_s * 1e3:.1f} ms a step"
+            f"~{p.fix.est_step_time_s * 1e3:.1f} ms a step (estimate)"
         )
     if not p.searched:
         return "not searched (--nofind_fit)"
@@ -37,6 +41,10 @@ def fit_line(p: PhasePlan) -> str:
         return "nothing to try: the state alone fills the chip; shard it over more chips (mesh_shape)"
     tried = ", ".join(f"{_setting(t)} {_bytes(t.hbm_per_chip_bytes)}" for t in p.tried)
     return f"nothing tried fits ({tried}): use more chips or a smaller global_batch_size"
+
+
+def _utilization(r: PlanReport) -> str:
+    return f"{r.mfu_assumed:.1%} of peak, {r.mfu_source}"
 
 
 def _phase_rows(p: PhasePlan, r: PlanReport) -> list[tuple[str, str]]:
@@ -58,9 +66,9 @@ def _phase_rows(p: PhasePlan, r: PlanReport) -> list[tuple[str, str]]:
         rows.append(("  to fit", fit_line(p)))
     rows += [
         ("  FLOPs / step", f"{p.flops_per_step:.3e} (all chips)"),
-        ("  step time", f"{p.est_step_time_s * 1e3:.1f} ms at {r.mfu_assumed:.0%} MFU"),
-        ("  tokens / s", f"{p.est_tokens_per_sec:,.0f}"),
-        ("  phase time", _duration(p.est_time_s)),
+        ("  step time", f"~{p.est_step_time_s * 1e3:.1f} ms (estimate, {_utilization(r)})"),
+        ("  tokens / s", f"~{p.est_tokens_per_sec:,.0f} (estimate)"),
+        ("  phase time", f"~{_duration(p.est_time_s)} (estimate)"),
     ]
     return rows
 
@@ -77,7 +85,8 @@ def format_report(r: PlanReport) -> str:
         rows += _phase_rows(p, r)
     rows += [
         ("fits", "yes, every phase" if r.fits else f"NO (phase {', '.join(unfit)})"),
-        ("time for all steps", f"{_duration(r.est_total_time_s)} ({r.num_train_steps:,} steps)"),
+        ("time for all steps", f"~{_duration(r.est_total_time_s)} ({r.num_train_steps:,} steps; estimate)"),
+        ("times from", r.step_time_basis),
         ("FLOPs from", r.flops_source),
         ("compile time", f"{r.compile_time_s:.1f} s"),
     ]

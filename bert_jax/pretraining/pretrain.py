@@ -14,6 +14,7 @@ The paper's two-phase schedule (90% of steps at sequence 128, then 512) is
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -27,7 +28,7 @@ from bert_jax.data import masking, records, run_vocabulary, sources, tokenizatio
 from bert_jax.data.settings import DataSettings
 from bert_jax.model.flops import model_flops_per_step
 from bert_jax.model.heads import BertForPreTraining
-from bert_jax.pretraining import evaluation, model_file, model_vocab
+from bert_jax.pretraining import batch_memory, evaluation, model_file, model_vocab
 from bert_jax.pretraining.objective import (
     BATCH_KEYS,
     Batch,
@@ -36,7 +37,7 @@ from bert_jax.pretraining.objective import (
 )
 from bert_jax.pretraining.settings import Phase, PretrainSettings
 from bert_jax.storage import files
-from bert_jax.training import engine, multihost, run_config, sharding
+from bert_jax.training import compile_cache, engine, multihost, run_config, sharding
 from bert_jax.training.loop import Hook, StopRequested, TrainingRun
 from bert_jax.training.results import JobResult
 
@@ -161,16 +162,20 @@ def data_iterator(
     )
 
 
-def resolve(config: ml_collections.ConfigDict) -> PretrainSettings:
+def resolve(config: ml_collections.ConfigDict, check_memory: bool = False) -> PretrainSettings:
     """The run's settings from its config: checked (`run_config.check`: first, so that a
     removed or mistyped key is named before the vocabulary size is read; then
     `check_recipe` at the planned vocabulary size, so contradictory switches are refused
-    before a vocabulary is learned), then with the size the run trains with
+    before a vocabulary is learned, and with `check_memory` its batches against this host's
+    and devices' memory, `batch_memory`), then with the size the run trains with
     (`model_vocab.resolved`: learning the vocabulary once where the data config learns
     one, refusing an explicit size the tokenizer's ids do not fit). Everything that can
     refuse the run, before anything is written."""
     run_config.check(config, "pretrain")
-    check_recipe(PretrainSettings.from_config(model_vocab.planned(config)))
+    planned = PretrainSettings.from_config(model_vocab.planned(config))
+    check_recipe(planned)
+    if check_memory:
+        batch_memory.check(planned, sharding.make_mesh(planned.training.mesh_shape))
     return PretrainSettings.from_config(model_vocab.resolved(config))
 
 
@@ -291,11 +296,12 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> JobRe
     """Trains (or resumes) to `config.num_train_steps`; returns the last step and the final
     held-out metrics (``held_out=False`` and no metrics when the data has no held-out split;
     ``stopped`` when ``stop_after_step`` ended the run first)."""
+    shown = files.as_given(workdir)  # what the summary names: the workdir as the user gave it
     workdir = files.resolve(workdir)  # orbax wants absolute paths; gs:// stays as it is
     # Everything that can refuse the run comes before anything is written to the workdir.
-    settings = resolve(config)  # model.vocab_size=0: the tokenizer's size, from here on
+    files.check_reachable(workdir, "--workdir", writable=True)  # before a vocabulary is learned
+    settings = resolve(config, check_memory=True)  # model.vocab_size=0: the tokenizer's size from here
     multihost.check_same_run(settings.config)
-    files.check_reachable(workdir, "--workdir", writable=True)
     mesh = sharding.make_mesh(settings.training.mesh_shape)
     phase_numbers = range(1, len(settings.phases()) + 1)
     sharding.check_batches(
@@ -306,27 +312,33 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> JobRe
     run = Pretraining(settings, mesh)
     model_file.check(workdir, run.model_config)
     held_out = check_data(settings)  # whether the data has a held-out split
+    compile_cache.check(settings.compilation_cache_dir)
     final_phase = settings.phases()[-1]
     keys = ("mlm_accuracy", "nsp_accuracy") if run.nsp else ("mlm_accuracy",)
     try:
         total = settings.num_train_steps
-        with TrainingRun(
-            workdir,
-            run.settings,
-            total_steps=total,
-            best_metric=keys[0],
-            console_keys=keys,
-            restore_transform=model_file.restore_transform(workdir),
-        ) as loop:
+        with contextlib.ExitStack() as stack:
+            loop = stack.enter_context(
+                TrainingRun(
+                    workdir,
+                    run.settings,
+                    total_steps=total,
+                    best_metric=keys[0],
+                    console_keys=keys,
+                    restore_transform=model_file.restore_transform(workdir),
+                )
+            )
             state, _ = loop.restore_or_init(run.engine, lambda: run.engine.init_state(run.settings.seed))
-            # The run is accepted: from here on it writes to the workdir.
+            # The run is accepted: from here on it writes to the workdir, its compiled programs
+            # included (a restart compiles nothing anew).
             model_file.write(workdir, run.model_config)
             keep_vocab(settings.data, workdir)
+            stack.enter_context(compile_cache.use(settings.compilation_cache_dir, workdir))
             periodic_eval = PeriodicEval(run, loop)
             state = train_phases(run, loop, state, [periodic_eval.hook()] if held_out else [])
             step = loop.finish(state)
             if not held_out:
-                evaluation.report_without_held_out(workdir, step)
+                evaluation.report_without_held_out(shown, step)
                 return JobResult(step=step, held_out=False)
             final, eval_targets = evaluation.evaluate_held_out(run, state.params, final_phase)
             if periodic_eval.last.get("mlm_accuracy") != final["mlm_accuracy"]:
@@ -343,5 +355,5 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> JobRe
         if settings.data.source != "synthetic":
             final["unigram_baseline_piece"] = run_vocabulary.tokenizer_of(run.data).vocab[top]
         final["unigram_baseline_accuracy"], final["unigram_baseline_loss"] = acc, loss
-    evaluation.report(final, workdir, run.nsp)
+    evaluation.report(final, workdir, run.nsp, shown)
     return JobResult(step=step, metrics=final)

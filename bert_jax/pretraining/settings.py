@@ -64,6 +64,7 @@ class PretrainSettings:
     eval_every_steps: int
     eval_steps: int  # batches per evaluation; 0: the whole held-out split
     baseline_batches: int  # > 0: the unigram baseline from that many held-out batches
+    compilation_cache_dir: str  # "": the workdir's; "none": off (`bert_jax.training.compile_cache`)
     config: dict[str, Any]  # the config as written (records, the hosts' agreement check)
 
     @classmethod
@@ -89,6 +90,7 @@ class PretrainSettings:
             eval_every_steps=int(config.eval_every_steps),
             eval_steps=int(config.eval_steps),
             baseline_batches=int(config.baseline_batches),
+            compilation_cache_dir=str(config.compilation_cache_dir),
             config=config.to_dict(),
         )
 

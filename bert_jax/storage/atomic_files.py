@@ -4,14 +4,18 @@ A reader sees the old file or the whole new one, and a run killed mid-write leav
 target as it was. The temporary name is the writer's own (``PATH.tmp-<host>-<pid>``), so
 two jobs, or the hosts of a pod, writing one file into a shared folder never write into
 each other's, and a leftover can be told from a write in progress (`writer_alive`).
-On a bucket the object is written straight to its name (objects appear whole).
-"""
+Files get the mode the umask gives any new file (`write_with` too, for a library's writer
+that makes its own temporary file readable by its owner only). On a bucket the object is
+written straight to its name (objects appear whole)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
+import stat
+from collections.abc import Callable
 from typing import Any
 
 from etils import epath
@@ -51,6 +55,26 @@ def write_bytes(path: str, data: bytes) -> None:
     tmp = temp_path(path)
     with open(tmp, "wb") as f:
         f.write(data)
+    os.replace(tmp, path)
+
+
+def write_with(path: str, writer: Callable[[str], None]) -> None:
+    """`path` written whole by a library's own writer (``writer(name)`` writes the file
+    `name`), with the mode the umask gives a new file, as `write_bytes` does: writers
+    that write a temporary file of their own and rename it (safetensors' `save_file`)
+    leave it readable by its owner only (0600). Local paths only."""
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    tmp = temp_path(path)
+    with open(tmp, "wb"):  # made as any new file is: 0666 less the umask
+        pass
+    mode = stat.S_IMODE(os.stat(tmp).st_mode)
+    try:
+        writer(tmp)
+        os.chmod(tmp, mode)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.remove(tmp)
+        raise
     os.replace(tmp, path)
 
 

@@ -19,8 +19,10 @@ What differs on a bucket, and is handled here once:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import tempfile
 import threading
 import time
 import uuid
@@ -41,6 +43,12 @@ def is_remote(path: str) -> bool:
 def resolve(path: str) -> str:
     """Local paths made absolute (orbax wants them so); URLs as they are."""
     return str(path) if is_remote(path) else os.path.abspath(path)
+
+
+def as_given(path: str) -> str:
+    """A path to show the user: as they gave it (relative stays relative), tidied
+    (``runs/x/`` → ``runs/x``); URLs as they are."""
+    return str(path) if is_remote(path) else os.path.normpath(path)
 
 
 def join(*parts: str) -> str:
@@ -141,6 +149,8 @@ def check_reachable(path: str, what: str, *, writable: bool = False, timeout_s: 
     if not is_remote(path):
         if os.path.exists(path) and not os.path.isdir(path):
             raise UnreachablePathError(f"{what} {path} is a file, not a folder")
+        if writable:
+            check_can_create(path, what)
         return
     timeout = float(timeout_s or os.environ.get("BERT_JAX_REACH_TIMEOUT_S", 60))
     outcome: list[BaseException | None] = []
@@ -167,6 +177,31 @@ def check_reachable(path: str, what: str, *, writable: bool = False, timeout_s: 
     if error is not None:
         reason = " ".join(str(error).split())[:240] or type(error).__name__
         raise UnreachablePathError(f"{what} {path} cannot be reached: {type(error).__name__}: {reason}")
+
+
+def check_can_create(path: str, what: str, folder: str = "") -> None:
+    """Raises `UnreachablePathError` naming `what` (a flag) and the local `path` unless
+    files can be made in `folder` (default `path`): the nearest of it and its parents that
+    exists must be a folder in which a probe file can be made. Permissions alone do not
+    tell (for root, or in /proc); the probe is removed at once and the folder's times
+    restored, so that a refused command leaves it as it was."""
+    existing = os.path.abspath(folder or path)
+    while not os.path.exists(existing):
+        existing = os.path.dirname(existing)  # the root always exists
+    if not os.path.isdir(existing):
+        raise UnreachablePathError(f"{what} {path} cannot be created: {existing} is a file, not a folder")
+    times = os.stat(existing)
+    try:
+        handle, probe = tempfile.mkstemp(prefix=".bert_jax_write_check-", dir=existing)
+    except OSError as e:
+        raise UnreachablePathError(
+            f"{what} {path} cannot be written: no file can be made in {existing} "
+            f"({e.strerror or type(e).__name__}): choose another {what}"
+        ) from None
+    os.close(handle)
+    os.remove(probe)
+    with contextlib.suppress(OSError):
+        os.utime(existing, ns=(times.st_atime_ns, times.st_mtime_ns))
 
 
 def _quiet_native_stderr():

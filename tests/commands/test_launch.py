@@ -180,8 +180,8 @@ def supervise(tmp_path: Path, script: dict, *flags: str) -> tuple[subprocess.Com
     (bin_dir / "script.json").write_text(json.dumps(script))
     env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
     args = [*BASE, "--poll_s=0", *flags, "supervise", "--", "pretrain", "--workdir=gs://b/run"]
-    proc = subprocess.run(
-        [sys.executable, str(SCRIPT), *args], env=env, capture_output=True, text=True, timeout=60
+    proc = subprocess.run(  # the timeout ends a hung loop: minutes above its few seconds
+        [sys.executable, str(SCRIPT), *args], env=env, capture_output=True, text=True, timeout=300
     )
     lines = (bin_dir / "calls.jsonl").read_text().splitlines()
     return proc, [json.loads(line) for line in lines]
@@ -240,23 +240,31 @@ with open(home / "starts", "a") as f:
     f.write(" ".join(sys.argv[1:]) + "\\n")
 mode = sys.argv[1]
 if mode == "flaky":
-    sys.exit(0 if len((home / "starts").read_text().splitlines()) > 1 else 3)
+    sys.exit(0 if len((home / "starts").read_text().splitlines()) > 1 else 143)
 if mode == "fail":
-    sys.exit(3)
+    sys.exit(143)
 def on_sigterm(*_):
     (home / "terminated").write_text("")
     sys.exit(143)
 signal.signal(signal.SIGTERM, on_sigterm)
 (home / "waiting").write_text("")
-time.sleep(60)
+time.sleep(3600)  # until stopped: the test ends whatever it started
 """
 
 
-def wait_for(condition, timeout: float = 15.0) -> None:
+def wait_for(condition, timeout: float = 120.0) -> None:
+    """Polls until `condition()`; the timeout only ends a hang (the waits take well under a
+    second), so load cannot reach it."""
     deadline = time.time() + timeout
     while not condition():
         assert time.time() < deadline, "timed out"
         time.sleep(0.05)
+
+
+def started_by(home: Path) -> list[int]:
+    """The processes whose command lines name `home`: the restart loop and the fake job."""
+    out = subprocess.run(["pgrep", "-f", str(home)], capture_output=True, text=True).stdout
+    return [int(pid) for pid in out.split()]
 
 
 def on_worker(home: Path, cmd: list[str]) -> str:
@@ -278,27 +286,27 @@ def test_worker_restart_loop_status_and_stop(tmp_path: Path, mode: str) -> None:
     (stop,) = dry_run("stop")
     try:
         on_worker(home, run)  # returns at once: the loop runs in the background
-        if mode == "flaky":  # fails once (exit 3), restarted, exits 0
+        if mode == "flaky":  # preempted once (exit 143), restarted, exits 0
             wait_for(lambda: on_worker(home, status) == "exited 0")
             assert len((home / "starts").read_text().splitlines()) == 2
-            assert "bert-jax exited (3); restarting" in (home / "bert_jax.log").read_text()
-        elif mode == "fail":  # exit 3 on both of its --max_restarts=2 starts
-            wait_for(lambda: on_worker(home, status) == "exited 3")
+            assert "bert-jax exited (143: preempted); restarting" in (home / "bert_jax.log").read_text()
+        elif mode == "fail":  # exit 143 on both of its --max_restarts=2 starts
+            wait_for(lambda: on_worker(home, status) == "failed 143 (preempted) after 2 starts")
             assert len((home / "starts").read_text().splitlines()) == 2
         else:  # runs until `stop`: SIGTERM to the job, the loop does not restart it
             wait_for(lambda: (home / "waiting").exists())
             assert on_worker(home, status) == "running"
             on_worker(home, stop)
             wait_for(lambda: (home / "terminated").exists())
-            time.sleep(0.5)
+            starts = home / "starts"  # until nothing is left that could restart it, or it did
+            wait_for(lambda: not started_by(home) or len(starts.read_text().splitlines()) > 1)
+            assert len(starts.read_text().splitlines()) == 1
             assert on_worker(home, status) == "stopped"
-            assert len((home / "starts").read_text().splitlines()) == 1
             (home / "bert_jax.status").write_text("running\n")  # the loop is gone: lost
             assert on_worker(home, status) == "lost"
     finally:  # end what this test started (its command lines name its own tmp dir)
-        pids = subprocess.run(["pgrep", "-f", str(home)], capture_output=True, text=True).stdout.split()
-        for pid in pids:
-            os.kill(int(pid), 9)
+        for pid in started_by(home):
+            os.kill(pid, 9)
 
 
 # --- the install script, run locally in a fresh HOME with no TPU ----------------------------

@@ -108,6 +108,22 @@ def _cases(w: Path) -> list[tuple[list[str], list[str]]]:
             "features --checkpoint={minilm} --input={w}/adir --output={new}/f.npy",
             ["--input {w}/adir is a folder"],
         ),
+        (
+            "features --checkpoint={minilm} --input={w}/in.txt --output=/proc/bert_jax_test/f.npy",
+            ["--output /proc/bert_jax_test/f.npy cannot be written: no file can be made in /proc"],
+        ),
+        (
+            "tokenize --input={w}/in.txt --output={w}/in.txt/o.jsonl",
+            ["--output {w}/in.txt/o.jsonl cannot be created: {w}/in.txt is a file, not a folder"],
+        ),
+        (
+            "prepare-data --input_file={w}/in.txt --output_dir={w}/in.txt/p",
+            ["--output_dir {w}/in.txt/p cannot be created: {w}/in.txt is a file"],
+        ),
+        (
+            "create-data --input_file={w}/in.txt --output_file=/proc/bert_jax_test/d",
+            ["--output_file /proc/bert_jax_test/d cannot be written: no file can be made in /proc"],
+        ),
         ("eval-squad {w}/adir {w}/in.txt", ["DATA_FILE {w}/adir is a folder"]),
         ("eval-squad {w}/squad.json {w}/adir", ["PRED_FILE {w}/adir is a folder"]),
         (
@@ -155,4 +171,4 @@ def test_overwrite_replaces_the_earlier_output_whole(tmp_path) -> None:
         assert proc.returncode == 0, proc.stderr[-2000:]
     assert "warning: --dst: --overwrite removes the earlier output" in proc.stdout
     names = sorted(p.name for p in dst.iterdir())
-    assert names == ["bert_config.json", "params", "tokenizer_config.json", "vocab.txt"]
+    assert names == ["bert_config.json", "params", "tokenizer.json", "tokenizer_config.json", "vocab.txt"]

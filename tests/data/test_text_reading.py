@@ -92,3 +92,53 @@ def test_a_vocab_that_cannot_belong_to_the_checkpoint_is_refused_in_one_line(tmp
     with pytest.raises(ValueError, match=r"^sp.model lacks the special token\(s\) \[SEP\], \[MASK\]") as e:
         vocab_fit.check_vocab_fits(small, 100, "ckpt")
     assert "\n" not in str(e.value) and "wrong vocab for ckpt" in str(e.value)
+
+
+def test_prose_with_a_paragraph_a_line_is_split_into_sentences(tmp_path, capsys) -> None:
+    """Articles joined with a blank line between paragraphs: a one-line document is a
+    paragraph, split into sentences and kept, counted in one warning; a document of
+    several lines is the original format, read as it is; what is still one sentence is
+    skipped, counted in another warning. Each is said once however often the file is read."""
+    prose = tmp_path / "prose.txt"
+    prose.write_text(
+        'Phones are everywhere. Owners "love" them! He said "no." Others (a few) do not?\n\n'
+        "A title alone\n\n"
+        "Sales rose 5% in 2004. 3G handsets led the way.\n\n"
+        "Line one of a real document.\nLine two. Still line two.\n"
+    )
+    docs = list(corpora.read_text_file(str(prose)))
+    assert docs == [
+        ["Phones are everywhere.", 'Owners "love" them!', 'He said "no."', "Others (a few) do not?"],
+        ["A title alone"],
+        ["Sales rose 5% in 2004.", "3G handsets led the way."],
+        ["Line one of a real document.", "Line two. Still line two."],
+    ]
+    assert warnings(capsys) == [
+        f"warning: {prose}: split 2 one-line documents (paragraphs) into sentences at . ! or ? before "
+        "a capital; the text format is one sentence per line, a blank line between documents"
+    ]
+    assert corpora.keep_usable(docs, str(prose)) == [docs[0], docs[2], docs[3]]
+    assert warnings(capsys) == [f"warning: {prose}: skipped 1 documents with fewer than two sentences"]
+    assert corpora.load_documents("text", str(prose)) == [docs[0], docs[2], docs[3]]
+    assert warnings(capsys) == [f"warning: text {prose}: skipped 1 documents with fewer than two sentences"]
+    list(corpora.read_text_file(str(prose)))  # read again (the vocabulary, then each length)
+    assert warnings(capsys) == []
+
+
+def test_pretraining_on_prose_says_what_it_split_and_skipped(tmp_path, capsys) -> None:
+    """`pretrain --config.data.source=text` prepares through the same reader: the prose's
+    paragraphs become documents, with the two warning lines, instead of nothing."""
+    from bert_jax.data import prepared_cache, records
+    from bert_jax.data.settings import DataSettings
+
+    prose = tmp_path / "news.txt"
+    paragraphs = [f"Story {i} begins here. It goes on for a while! Then it ends in {i}." for i in range(8)]
+    prose.write_text("\n\n".join([*paragraphs, "A lone headline"]) + "\n")
+    c = DataSettings(source="text", input_files=str(prose), cache_dir=str(tmp_path / "cache"), dupe_factor=1)
+    meta = records.read_metadata(prepared_cache.prepared_dir(c, 32, 0))
+    assert meta["counts"]["documents"] == 8
+    assert warnings(capsys) == [
+        f"warning: {prose}: split 8 one-line documents (paragraphs) into sentences at . ! or ? before a "
+        "capital; the text format is one sentence per line, a blank line between documents",
+        f"warning: {prose}: skipped 1 documents with fewer than two sentences",
+    ]

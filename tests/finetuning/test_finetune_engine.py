@@ -111,6 +111,8 @@ def _losses(metrics_file: Path) -> dict[int, list[float]]:
 
 
 def _wait_for_checkpoint(ckpts: Path, at_least: int, proc: subprocess.Popen) -> None:
+    """Polls for the checkpoint of step `at_least` or a later one; the deadline only ends a
+    hang (minutes above the few seconds it takes)."""
     deadline = time.time() + 300
     while time.time() < deadline:
         if any(p.name.isdigit() and int(p.name) >= at_least for p in ckpts.glob("*")):

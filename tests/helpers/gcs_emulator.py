@@ -43,7 +43,7 @@ def main(port: int, data_dir: str, bucket: str) -> None:
     srv = server.create_server("127.0.0.1", port, default_bucket=bucket, data_dir=data_dir)
     srv.start()
     print("READY", flush=True)
-    while True:
+    while True:  # the server answers from its own thread; this only keeps the process up
         time.sleep(1)
 
 

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from bert_jax.pretraining import objective, pretrain
-from bert_jax.training import checkpoints, loop
+from bert_jax.training import checkpoints, exit_codes, loop
 from bert_jax.training.results import JobResult
 from configs import pretrain as pretrain_config
 from tests.conftest import ROOT, tiny_pretraining
@@ -240,14 +240,28 @@ def test_a_batch_that_does_not_split_over_the_mesh_is_refused_naming_it(tmp_path
     assert "Traceback" not in proc.stderr and not any(tmp_path.iterdir())
 
 
-def _wait_for(predicate, timeout: float, proc: subprocess.Popen) -> None:
-    deadline = time.time() + timeout
+def _wait_for(predicate, proc: subprocess.Popen) -> None:
+    """Polls until `predicate()`; the deadline only ends a hang (minutes above any wait)."""
+    deadline = time.time() + 300
     while time.time() < deadline:
         if predicate():
             return
         assert proc.poll() is None, proc.stdout.read()
         time.sleep(0.002)
     raise AssertionError("timed out")
+
+
+def _stop_when(predicate, proc: subprocess.Popen) -> None:
+    """SIGSTOPs `proc` at a moment `predicate()` holds, checked again on the stopped process
+    (however late the first look, nothing the process does changes it before the next signal)."""
+    stat = Path(f"/proc/{proc.pid}/stat")
+    while True:
+        _wait_for(predicate, proc)
+        proc.send_signal(signal.SIGSTOP)
+        _wait_for(lambda: stat.read_text().rsplit(")", 1)[1].split()[0] == "T", proc)  # stopped
+        if predicate():
+            return
+        proc.send_signal(signal.SIGCONT)
 
 
 def test_sigterm_saves_then_exits_and_sigkill_mid_save_leaves_a_restorable_checkpoint(tmp_path) -> None:
@@ -261,13 +275,12 @@ def test_sigterm_saves_then_exits_and_sigkill_mid_save_leaves_a_restorable_check
         "--config.log_every_steps=1",
     )
     proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    # 1. SIGKILL while a save is being written (its temporary directory exists).
-    _wait_for(
+    # 1. SIGKILL while a save is being written (its temporary directory exists, seen stopped).
+    _stop_when(
         lambda: (
             any(".orbax-checkpoint-tmp" in p.name for p in ckpts.glob("*"))
             and any(p.name.isdigit() for p in ckpts.glob("*"))
         ),
-        300,
         proc,
     )
     proc.send_signal(signal.SIGKILL)
@@ -397,7 +410,7 @@ def test_a_diverging_run_stops_in_one_line_and_saves_nothing_non_finite(tmp_path
         "--config.eval_every_steps=2",
     ]
     proc = subprocess.run(_cli(tmp_path, *flags), capture_output=True, text=True, cwd=ROOT, timeout=300)
-    assert proc.returncode == 1, proc.stderr[-2000:]
+    assert proc.returncode == exit_codes.DIVERGED, proc.stderr[-2000:]  # a restart loop does not restart it
     (line,) = proc.stderr.strip().splitlines()
     assert "training diverged at step" in line and ("is nan" in line or "is inf" in line), line
     bad = int(line.split("diverged at step ")[1].split(":")[0])
@@ -454,7 +467,7 @@ def test_rows_of_an_interrupted_attempt_after_its_checkpoint_are_logged_once(tmp
 def test_a_second_ctrl_c_stops_at_once_without_a_traceback(tmp_path) -> None:
     proc = _training(tmp_path, checkpoint_every=1)
     proc.send_signal(signal.SIGINT)
-    time.sleep(0.02)
+    time.sleep(0.02)  # however the two land (one handled, both, coalesced), every outcome is checked
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == loop.INTERRUPTED_EXIT_CODE, err[-2000:]
