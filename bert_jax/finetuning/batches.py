@@ -11,7 +11,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from bert_jax.model.config import BertConfig
 from bert_jax.tasks.base import Split
+from bert_jax.training import memory_fit
 
 
 def bucket_length(input_mask: np.ndarray, buckets: tuple[int, ...], max_len: int) -> int:
@@ -57,3 +59,20 @@ def abstract_at(x: jax.Array, token_shape: tuple[int, ...], width: int) -> jax.S
     """`x` as an abstract array, `width` long on its last axis if it is a per-token input."""
     shape = (*x.shape[:-1], width) if x.shape == token_shape else x.shape
     return jax.ShapeDtypeStruct(shape, x.dtype)
+
+
+def check_batch_memory(key: str, rows: int, tokens: int, config: BertConfig) -> None:
+    """Lower bounds, before any data is read: the batch's token ids on the host and one
+    layer's input on the devices (`memory_fit`; a size refused here could never run)."""
+    setting = f"config.{key}={rows}"
+    memory_fit.refuse_above(
+        setting, f"a batch of {rows:,}", memory_fit.batch_host_bytes(rows, tokens), memory_fit.HOST,
+        f"lower --config.{key}",
+    )  # fmt: skip
+    need = memory_fit.layer_device_bytes(
+        rows, tokens, config.hidden_size, config.num_attention_heads, 2, False, jax.device_count()
+    )
+    memory_fit.refuse_above(
+        setting, f"one layer of activations for {rows:,} rows of {tokens} tokens", need, memory_fit.DEVICE,
+        f"lower --config.{key}",
+    )  # fmt: skip

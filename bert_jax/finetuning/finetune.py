@@ -38,7 +38,7 @@ import numpy as np
 
 from bert_jax import convert
 from bert_jax.data import tokenization, user_paths, vocab_fit
-from bert_jax.finetuning import baseline, finished_run, packing
+from bert_jax.finetuning import baseline, batches, finished_run, packing
 from bert_jax.finetuning.batches import abstract_at, bucket_length, cut_to_length, epoch_batch, pad_token_axes
 from bert_jax.finetuning.outputs import EpochEnd, EpochHistory, load_saved_params, write_json
 from bert_jax.finetuning.settings import FinetuneSettings
@@ -130,6 +130,8 @@ def load_inputs(settings: FinetuneSettings) -> FinetuningInputs:
         settings.vocab_file or tokenization.vocab_beside(checkpoint), settings.do_lower_case
     )
     vocab_fit.check_vocab_fits(tok, bert_config.vocab_size, checkpoint, exact=True)
+    for key in ("global_batch_size", "eval_batch_size"):
+        batches.check_batch_memory(key, getattr(settings, key), settings.max_seq_length, bert_config)
     train = task.load(settings.data, tok, "train")
     evals = [task.load(settings.data, tok, s) for s in task.eval_splits]
     model = task.model(bert_config)

@@ -262,3 +262,17 @@ def test_prose_with_a_paragraph_a_line_is_split_into_sentences_with_a_warning(tm
     skipped = int(re.search(r"skipped (\d+) documents with fewer than two sentences", warned[1])[1])
     assert split + skipped == len(paragraphs) and split > len(paragraphs) // 2, warned
     assert f"from {split} documents" in proc.stdout
+
+
+def test_finetune_refuses_a_batch_no_machine_holds(tmp_path) -> None:
+    """`finetune --config.global_batch_size=1e11`: one line naming the key, before any data."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "bert_jax", "finetune", "--config=configs/bbc.py",
+         f"--workdir={tmp_path / 'ft'}", "--config.global_batch_size=100000000000"],
+        capture_output=True, text=True, cwd=ROOT, timeout=300,
+        env=dict(os.environ, JAX_PLATFORMS="cpu", TF_CPP_MIN_LOG_LEVEL="3"),
+    )  # fmt: skip
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "config.global_batch_size=100000000000: a batch of 100,000,000,000" in lines[0]
+    assert not (tmp_path / "ft").exists()
