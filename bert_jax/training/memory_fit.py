@@ -23,19 +23,17 @@ import os
 
 import numpy as np
 
+from bert_jax.data import page_cache
+
 HOST = "host"
 DEVICE = "device"
 
 
 def host_bytes() -> int | None:
     """Memory this host can still give (``MemAvailable``), or None where unknown."""
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
+    available = page_cache.available_bytes()
+    if available is not None:
+        return available
     try:
         return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     except (ValueError, OSError, AttributeError):
