@@ -30,10 +30,18 @@ def write_tokenizer_files(folder: str, vocab_file: str, do_lower_case: bool, con
     `transformers.AutoTokenizer` reads as a BertTokenizer; for a tokenizer.json,
     `write_tokenizer_json_files` (its casing is its own)."""
     set_special_ids(folder, vocab_file)
+    token_types = config.type_vocab_size > 1
     if tokenizer_json.is_tokenizer_json(vocab_file):
-        write_tokenizer_json_files(
-            vocab_file, folder, config.max_position_embeddings, token_types=config.type_vocab_size > 1
+        write_tokenizer_json_files(vocab_file, folder, config.max_position_embeddings, token_types)
+        return
+    if vocab_file.endswith(".model"):  # SentencePiece: the model beside, and the same as a tokenizer.json
+        dst = os.path.join(folder, "spm.model")
+        if os.path.abspath(vocab_file) != os.path.abspath(dst):
+            shutil.copyfile(vocab_file, dst)
+        tok = tokenizer_json.TokenizerJson(
+            os.path.join(folder, "tokenizer.json"), sentencepiece_tokenizer(vocab_file, do_lower_case)
         )
+        write_tokenizer_json_files(tok, folder, config.max_position_embeddings, token_types)
         return
     dst = os.path.join(folder, "vocab.txt")
     if os.path.abspath(vocab_file) != os.path.abspath(dst):
@@ -58,6 +66,42 @@ def wordpiece_json(vocab_file: str, do_lower_case: bool) -> str:
 
     tokenizer = BertWordPieceTokenizer(vocab_file, lowercase=do_lower_case, strip_accents=None)
     return tokenizer._tokenizer.to_str(pretty=True)
+
+
+def sentencepiece_tokenizer(model_file: str, do_lower_case: bool):
+    """A SentencePiece unigram ``.model`` as a `tokenizers.Tokenizer` giving the same ids
+    on text (`SentencePieceTokenizer`: lower-cased first, then the model's own normaliser,
+    from its precompiled character map), with its special pieces as special tokens and
+    BERT's [CLS] A [SEP] B [SEP] template. One difference: a literal "[MASK]" in the text
+    is the special token here (as in every Hugging Face BERT tokenizer), pieces there."""
+    import tokenizers  # deferred: only exports need them
+    from sentencepiece import sentencepiece_model_pb2
+    from tokenizers import Regex, decoders, models, normalizers, pre_tokenizers, processors
+
+    proto = sentencepiece_model_pb2.ModelProto()
+    with open(model_file, "rb") as f:
+        proto.ParseFromString(f.read())
+    if proto.trainer_spec.model_type != proto.trainer_spec.UNIGRAM:
+        raise ValueError(f"{model_file} is not a unigram SentencePiece model: only unigram ones export")
+    pieces = [(p.piece, p.score) for p in proto.pieces]
+    kinds = [p.type for p in proto.pieces]
+    unk = kinds.index(proto.SentencePiece.UNKNOWN)
+    tk = tokenizers.Tokenizer(models.Unigram(pieces, unk_id=unk, byte_fallback=False))
+    steps = [normalizers.Lowercase()] if do_lower_case else []
+    charsmap = proto.normalizer_spec.precompiled_charsmap
+    steps += [normalizers.Precompiled(charsmap)] if charsmap else []
+    tk.normalizer = normalizers.Sequence([*steps, normalizers.Replace(Regex(" {2,}"), " ")])
+    tk.pre_tokenizer = pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme="always")
+    tk.decoder = decoders.Metaspace(replacement="\u2581", prepend_scheme="always")
+    special = (proto.SentencePiece.UNKNOWN, proto.SentencePiece.CONTROL, proto.SentencePiece.USER_DEFINED)
+    tk.add_special_tokens([p.piece for p, kind in zip(proto.pieces, kinds, strict=True) if kind in special])
+    ids = {p.piece: i for i, p in enumerate(proto.pieces)}
+    tk.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]",
+        pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+        special_tokens=[("[CLS]", ids["[CLS]"]), ("[SEP]", ids["[SEP]"])],
+    )
+    return tk
 
 
 def check_tokenizer_size(vocab_file: str, config: BertConfig) -> None:

@@ -265,3 +265,33 @@ def test_features_refuse_a_vocabulary_other_than_the_checkpoints(tmp_path) -> No
                 f"--output={tmp_path / 'x.npy'}", f"--vocab_file={copy}")  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert np.load(tmp_path / "x.npy").shape[-1] == 32
+
+
+def test_a_sentencepiece_run_exports_a_tokenizer_json_transformers_loads(tmp_path) -> None:
+    """A ModernBERT whose vocabulary is a SentencePiece ``.model`` (transformers 5 builds
+    its tokenizer from a tokenizer.json alone): the exported folder's `AutoTokenizer` gives
+    bert_jax's ids on real text, and the model its logits."""
+    from bert_jax.data import corpora, tokenization, vocab_learning
+
+    docs = corpora.load_documents("wiki_excerpt")
+    sentences = [s for d in docs[:20] for s in d][:2000]
+    model_file = vocab_learning.train_sentencepiece(sentences, str(tmp_path / "sp"), 400)
+    ours = tokenization.load_tokenizer(model_file, kind="sentencepiece")
+    config = transformers.ModernBertConfig(**dict(MODERN, vocab_size=ours.vocab_size))
+    reference = _saved(transformers.ModernBertForMaskedLM(config), tmp_path / "hf")
+    os.remove(tmp_path / "hf" / "vocab.txt")
+    for src, dst, fmt in (("hf", "bj", "bert_jax"), ("bj", "back", "hf")):
+        proc = _cli("convert", f"--src={tmp_path / src}", f"--dst={tmp_path / dst}", f"--dst_format={fmt}",
+                    f"--vocab_file={model_file}")  # fmt: skip
+        assert proc.returncode == 0, proc.stderr[-2000:]
+    assert {"spm.model", "tokenizer.json", "tokenizer_config.json"} <= set(os.listdir(tmp_path / "back"))
+    assert "vocab.txt" not in os.listdir(tmp_path / "back")
+    tokenizer = transformers.AutoTokenizer.from_pretrained(str(tmp_path / "back"))
+    texts = [" ".join(d[:3]) for d in docs[60:80]] + ["  Two  spaces, Ünïcödé and ﬁ ligatures ½."]
+    special = ours.special
+    want = [[special.cls, *row, special.sep] for row in ours.sp.encode([t.lower() for t in texts])]
+    assert [tokenizer(t)["input_ids"] for t in texts] == want
+    assert tokenizer("a", "b")["input_ids"][-1] == special.sep
+    ids, mask = _batch()
+    again = transformers.AutoModelForMaskedLM.from_pretrained(tmp_path / "back", attn_implementation="eager")
+    assert _diff(_logits(again.eval(), ids, mask), _logits(reference, ids, mask), mask) <= ATOL
