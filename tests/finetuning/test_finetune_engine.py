@@ -5,10 +5,10 @@ uninterrupted run."""
 from __future__ import annotations
 
 import json
+import shutil
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import jax
@@ -23,6 +23,7 @@ from bert_jax.training import engine, loop, run_config, sharding
 from bert_jax.training.settings import TrainingSettings
 from configs import glue as glue_config
 from tests.conftest import ROOT
+from tests.helpers import processes
 from tests.helpers.task_data import TINY, write_sst2, write_tiny_checkpoint
 
 
@@ -110,16 +111,39 @@ def _losses(metrics_file: Path) -> dict[int, list[float]]:
     return out
 
 
-def _wait_for_checkpoint(ckpts: Path, at_least: int, proc: subprocess.Popen) -> None:
-    """Polls for the checkpoint of step `at_least` or a later one; the deadline only ends a
-    hang (minutes above the few seconds it takes)."""
-    deadline = time.time() + 300
-    while time.time() < deadline:
-        if any(p.name.isdigit() and int(p.name) >= at_least for p in ckpts.glob("*")):
-            return
-        assert proc.poll() is None, proc.stdout.read()
-        time.sleep(0.002)
-    raise AssertionError("no checkpoint appeared")
+def _steps(ckpts: Path) -> list[int]:
+    """Steps of the checkpoints in `ckpts`, complete or being written (``20.orbax-...-tmp``)."""
+    names = [p.name for p in ckpts.glob("*")] if ckpts.is_dir() else []
+    return [int(n.split(".")[0]) for n in names if n.split(".")[0].isdigit()]
+
+
+def _interrupt(run, workdir: Path) -> int:
+    """SIGTERM mid-epoch 1 (stopped while its checkpoints are at 5..15, so it saves before
+    step 25), then SIGKILL once the resumed run has a checkpoint past the epoch boundary (30);
+    returns the step the SIGTERM saved. Each moment is caught with the process stopped, so
+    load cannot move it; a moment passed before the process was caught (a very slow poller)
+    starts the sequence again rather than failing."""
+    ckpts = workdir / "checkpoints"
+    for _ in range(3):
+        shutil.rmtree(workdir, ignore_errors=True)
+        try:
+            proc = run()
+            processes.stop_when(lambda: any(s >= 5 for s in _steps(ckpts)), proc,
+                                missed=lambda: any(s >= 20 for s in _steps(ckpts)))  # fmt: skip
+            proc.send_signal(signal.SIGTERM)
+            proc.send_signal(signal.SIGCONT)
+            out = proc.communicate(timeout=processes.HANG_S)[0]
+            assert proc.returncode == loop.PREEMPTED_EXIT_CODE, out
+            saved = int(out.split("preempted: saved step ")[1].split()[0])
+            proc = run()
+            past_epoch = lambda: any(s >= 30 and (ckpts / str(s)).is_dir() for s in _steps(ckpts))
+            processes.stop_when(past_epoch, proc, missed=lambda: False)
+            proc.send_signal(signal.SIGKILL)
+            proc.wait()
+            return saved
+        except processes.Missed:
+            continue
+    raise AssertionError("the process ran past each moment 3 times: is the test machine starved?")
 
 
 def test_sigterm_saves_and_sigkill_resumes_with_the_losses_of_an_uninterrupted_run(tmp_path) -> None:
@@ -146,18 +170,8 @@ def test_sigterm_saves_and_sigkill_resumes_with_the_losses_of_an_uninterrupted_r
         return subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
     # 1. SIGTERM mid-epoch: a checkpoint at the step it stopped, exit 143.
-    proc = run()
-    _wait_for_checkpoint(workdir / "checkpoints", 5, proc)
-    proc.send_signal(signal.SIGTERM)
-    out = proc.communicate(timeout=120)[0]
-    assert proc.returncode == loop.PREEMPTED_EXIT_CODE, out
-    saved = int(out.split("preempted: saved step ")[1].split()[0])
-    assert saved < 25  # mid-epoch
     # 2. SIGKILL after the resumed run passed the epoch boundary.
-    proc = run()
-    _wait_for_checkpoint(workdir / "checkpoints", 30, proc)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
+    assert _interrupt(run, workdir) < 25  # mid-epoch
     # 3. The rerun completes; every logged step's loss is the uninterrupted run's.
     proc = run()
     out = proc.communicate(timeout=300)[0]

@@ -17,6 +17,7 @@ from bert_jax.training import checkpoints, exit_codes, loop
 from bert_jax.training.results import JobResult
 from configs import pretrain as pretrain_config
 from tests.conftest import ROOT, tiny_pretraining
+from tests.helpers import processes
 
 
 def rows(workdir: Path, split: str = "train") -> dict[int, dict]:
@@ -240,30 +241,6 @@ def test_a_batch_that_does_not_split_over_the_mesh_is_refused_naming_it(tmp_path
     assert "Traceback" not in proc.stderr and not any(tmp_path.iterdir())
 
 
-def _wait_for(predicate, proc: subprocess.Popen) -> None:
-    """Polls until `predicate()`; the deadline only ends a hang (minutes above any wait)."""
-    deadline = time.time() + 300
-    while time.time() < deadline:
-        if predicate():
-            return
-        assert proc.poll() is None, proc.stdout.read()
-        time.sleep(0.002)
-    raise AssertionError("timed out")
-
-
-def _stop_when(predicate, proc: subprocess.Popen) -> None:
-    """SIGSTOPs `proc` at a moment `predicate()` holds, checked again on the stopped process
-    (however late the first look, nothing the process does changes it before the next signal)."""
-    stat = Path(f"/proc/{proc.pid}/stat")
-    while True:
-        _wait_for(predicate, proc)
-        proc.send_signal(signal.SIGSTOP)
-        _wait_for(lambda: stat.read_text().rsplit(")", 1)[1].split()[0] == "T", proc)  # stopped
-        if predicate():
-            return
-        proc.send_signal(signal.SIGCONT)
-
-
 def test_sigterm_saves_then_exits_and_sigkill_mid_save_leaves_a_restorable_checkpoint(tmp_path) -> None:
     ckpts = tmp_path / "checkpoints"
     # Checkpoint every step; a long run so that we interrupt it.
@@ -276,7 +253,7 @@ def test_sigterm_saves_then_exits_and_sigkill_mid_save_leaves_a_restorable_check
     )
     proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     # 1. SIGKILL while a save is being written (its temporary directory exists, seen stopped).
-    _stop_when(
+    processes.stop_when(
         lambda: (
             any(".orbax-checkpoint-tmp" in p.name for p in ckpts.glob("*"))
             and any(p.name.isdigit() for p in ckpts.glob("*"))
