@@ -23,6 +23,9 @@ INSTALL_REQUIRES = [
     "numpy==2.4.6",
     "safetensors>=0.4",
     "tensorboardX>=2.6",
+    # epath's `gs://` client on every machine (`bert_jax.storage.gcs`): workdirs, checkpoints'
+    # folders and prepared data in a bucket go through it, in the tests and on TPU VMs alike.
+    "gcsfs>=2024.6",
     "tqdm>=4.60",
     # Ships the embedded default pre-training data (an English Wikipedia excerpt).
     "gensim>=4.3",
@@ -50,10 +53,11 @@ EXTRAS = {
         "ruff>=0.6",
         # The folders' import order (contracts in pyproject.toml), checked by scripts/test.sh.
         "import-linter>=2.1",
-        # A GCS API emulator on localhost and the gcsfs client that reaches it, for the
-        # tests of `gs://` workdirs (`bert_jax.storage.emulator`).
+        # A GCS API emulator on localhost, for the tests of `gs://` workdirs
+        # (`bert_jax.storage.emulator`); `cryptography` for the fault front's HTTPS mode
+        # (`tests/helpers/bucket_front.py`, `bench/bucket_clients.py`).
         "gcp-storage-emulator>=2024.8",
-        "gcsfs>=2024.6",
+        "cryptography>=42",
     ],
     # Ahead-of-time compilation for TPU topologies (bert-jax plan) and TPU VMs.
     "tpu": ["jax[tpu]==0.10.2", "libtpu==0.0.42.*"],

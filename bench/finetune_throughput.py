@@ -47,6 +47,8 @@ from pathlib import Path
 
 import numpy as np
 
+from bert_jax.commands import run_settings
+
 ROOT = Path(__file__).resolve().parents[1]
 os.environ.setdefault("JAX_PLATFORMS", "cpu")  # the matmul peak below: no TPU plugin probing
 sys.path.insert(0, str(ROOT))
@@ -144,7 +146,7 @@ def _bert_jax(data: dict[str, np.ndarray], steps: int, buckets: str | None) -> d
 
     c = _config(buckets)
     c.max_eval_examples = 1  # the dev split is not used here
-    settings = finetune.resolve(c)
+    settings = run_settings.finetune_settings(c)
     inputs = finetune.load_inputs(settings)
     arrays = {k: data[k] for k in ("input_ids", "input_mask", "segment_ids", "labels")}
     inputs = dataclasses.replace(inputs, train=Split("train", arrays))

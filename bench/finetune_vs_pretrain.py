@@ -40,6 +40,8 @@ from pathlib import Path
 
 import numpy as np
 
+from bert_jax.commands import run_settings
+
 ROOT = Path(__file__).resolve().parents[1]
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 sys.path.insert(0, str(ROOT))
@@ -62,7 +64,7 @@ def pretrain_worker(preset: str, task: str, steps: int) -> dict:
     c = _table(preset, task).rows.bert_base
     batch, seq, preds = int(c.global_batch_size), int(c.max_seq_length), int(c.max_predictions_per_seq)
     mesh = sharding.make_mesh((1, 1, 1), jax.devices()[:1])
-    setup = pretrain.Pretraining.from_config(c, mesh)
+    setup = pretrain.Pretraining(run_settings.pretrain_settings(c), mesh)
     data = peers.random_batch(setup.model_config, batch, seq, preds)
     with jax.set_mesh(mesh):
         state = setup.engine.init_state(0)
@@ -91,7 +93,7 @@ def _finetuning(preset: str, task: str, checkpoint: str):
     table = _table(preset, task)
     config = cells.cell_plan(table, "bert_base", task)["config"]
     config.init_checkpoint = checkpoint
-    settings = finetune.resolve(config)
+    settings = run_settings.finetune_settings(config)
     start = time.perf_counter()
     inputs = finetune.load_inputs(settings)
     load = time.perf_counter() - start

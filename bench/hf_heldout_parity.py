@@ -44,6 +44,8 @@ from typing import Any
 
 import numpy as np
 
+from bert_jax.commands import run_settings
+
 ROOT = Path(__file__).resolve().parents[1]
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -83,7 +85,8 @@ def load_run(config_spec: str, workdir: str) -> tuple[Any, Any, Any]:
     from bert_jax.training import engine, run_config, sharding
 
     config = run_config.load_config(config_spec)
-    run = pretrain.Pretraining.from_config(config, sharding.make_mesh(tuple(config.mesh_shape)))
+    settings = run_settings.pretrain_settings(config)
+    run = pretrain.Pretraining(settings, sharding.make_mesh(settings.training.mesh_shape))
     params, saved = convert.load_checkpoint(workdir)
     if saved.replace(scan_layers=False) != run.model_config.replace(scan_layers=False):
         raise SystemExit(f"{workdir}/bert_config.json is not the model of --config {config_spec}")

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from bert_jax.commands import run_settings
 from bert_jax.model.config import BertConfig
 
 
@@ -198,7 +199,7 @@ def bert_jax_pretraining_step(
     c.warmup_steps = 10
     run_config.set_keys(c, changes or {})
     mesh = sharding.make_mesh((1, 1, 1), jax.devices()[:1])
-    setup = pretrain.Pretraining.from_config(c, mesh)
+    setup = pretrain.Pretraining(run_settings.pretrain_settings(c), mesh)
     data = random_batch(setup.model_config, batch, seq, masked)
     with jax.set_mesh(mesh):
         state = {"s": setup.engine.init_state(0)}

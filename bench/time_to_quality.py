@@ -41,6 +41,9 @@ from pathlib import Path
 
 import numpy as np
 
+from bert_jax.commands import run_settings
+from bert_jax.training import resolver
+
 ROOT = Path(__file__).resolve().parents[1]
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
@@ -50,12 +53,14 @@ CONTENDERS = ("bert_jax", "transformers", "lean_torch")
 
 
 def _config(preset: str):
-    from bert_jax.pretraining import model_vocab
+    """The preset's config as its settings record it (``model.vocab_size`` written in)."""
+    import ml_collections
+
     from configs import pretrain as pretrain_config
 
     c = pretrain_config.get_config(preset)
     c.eval_batch_size = c.global_batch_size
-    return model_vocab.resolved(c)
+    return ml_collections.ConfigDict(run_settings.pretrain_settings(c).config)
 
 
 def export_data(preset: str, max_steps: int, out: Path) -> dict:
@@ -68,7 +73,8 @@ def export_data(preset: str, max_steps: int, out: Path) -> dict:
     from bert_jax.training import sharding
 
     c = _config(preset)
-    settings = pretrain.resolve(c)
+    settings = run_settings.pretrain_settings(c)
+    pretrain.check_run(settings)  # learns the vocabulary where the preset learns one
     run = pretrain.Pretraining(settings, sharding.make_mesh((1, 1, 1), jax.devices()[:1]))
     phase = settings.phases()[0]
     it = pretrain.data_iterator(
@@ -125,7 +131,7 @@ def _schedule(c):
 
     return optimizer.learning_rate_schedule(
         float(c.learning_rate),
-        TrainingSettings.from_config(c).optimizer.warmup(int(c.num_train_steps)),
+        resolver.resolve(TrainingSettings, c, partial=True).optimization.warmup(int(c.num_train_steps)),
         int(c.num_train_steps),
         kind=c.lr_schedule,
         decay_fraction=float(c.lr_decay_fraction),
@@ -160,7 +166,8 @@ def run_bert_jax(c, train, held, target, args) -> dict:
     from bert_jax.pretraining import pretrain
     from bert_jax.training import sharding
 
-    run = pretrain.Pretraining.from_config(c, sharding.make_mesh((1, 1, 1), jax.devices()[:1]))
+    mesh = sharding.make_mesh((1, 1, 1), jax.devices()[:1])
+    run = pretrain.Pretraining(run_settings.pretrain_settings(c), mesh)
     p = run.run.phases()[0].max_predictions_per_seq
     with jax.set_mesh(run.mesh):
         state = {"s": run.engine.init_state(int(c.seed) + args.init_seed)}

@@ -45,8 +45,8 @@ _API = {
     "build_wordpiece_vocab": ("bert_jax.data.vocab_learning", "build_wordpiece_vocab"),
     # Run configs and the jobs the CLI runs.
     "load_config": ("bert_jax.training.run_config", "load_config"),
-    "pretrain": ("bert_jax.pretraining.pretrain", "train_and_evaluate"),
-    "finetune": ("bert_jax.finetuning.finetune", "finetune"),
+    "pretrain": ("bert_jax.commands.run_settings", "pretrain"),
+    "finetune": ("bert_jax.commands.run_settings", "finetune"),
     "JobResult": ("bert_jax.training.results", "JobResult"),  # what both jobs return
 }
 

@@ -205,7 +205,9 @@ def _mini() -> dict:
 # Phase 2 (sequence 512) in micro-batches, so that it fits where phase 1 does: BERT-Base on
 # v5e:2x2 needs 33.5 GiB of 16 per chip at once, 9.3 in 4 (`bert-jax plan`, docs/tpu_pods.md);
 # BERT-Large on v5e:4x4 21.9, 11.6 in 2. The same gradient and FLOPs; a larger slice may
-# set --config.phase2_grad_accum_steps=1 when its plan fits.
+# set --config.phase2_grad_accum_steps=1 when its plan fits. On a slice where the preset's
+# phase does not fit (large on v5e:2x2: 44.98 GiB in 2), the run takes `plan`'s fit at
+# start (8 there), saying so in one line (`bert_jax.pretraining.preflight`).
 _PHASE2_ACCUM = {"base": 4, "large": 2}
 
 
@@ -217,6 +219,8 @@ def _paper(preset: str) -> dict:
         global_batch_size=256,
         phase2_fraction=0.1,
         phase2_grad_accum_steps=_PHASE2_ACCUM[preset],
+        # FSDP over every chip of a slice; on several slices (multislice) the slices line
+        # up on data (`sharding.make_mesh`): data parallelism over DCN, FSDP inside each.
         mesh_shape=(1, -1, 1),
     )
 
@@ -242,7 +246,7 @@ def _modernbert(preset: str) -> dict:
         max_seq_length=1024,
         phase2_fraction=0.0,
         grad_accum_steps=_MODERNBERT_ACCUM.get(preset, 1),
-        mesh_shape=(1, -1, 1),
+        mesh_shape=(1, -1, 1),  # as the paper sizes': data across slices, FSDP inside each
     )
 
 

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import ml_collections
 
+from bert_jax.tasks.base import QAWindows
 from bert_jax.training import run_config
+from bert_jax.training.resolver import to_config
 
 defaults = run_config.sibling(__file__, "defaults")
 
@@ -22,14 +24,10 @@ def get_config(version: str = "1.1") -> ml_collections.ConfigDict:
         raise ValueError(f"SQuAD version {version!r}: choose 1.1 or 2.0")
     c = defaults.finetuning()
     c.task = f"squad{version}"
-    c.train_file = ""
-    c.dev_file = ""
+    # doc_stride, max_query_length, n_best_size, max_answer_length, null_score_diff_threshold
+    # (v2.0; the tuned value is reported as best_f1_thresh), train_file, dev_file:
+    c.update(to_config(QAWindows()))  # `bert_jax.tasks.base.QAWindows`
     c.max_seq_length = 384
-    c.doc_stride = 128
-    c.max_query_length = 64
-    c.n_best_size = 20
-    c.max_answer_length = 30
-    c.null_score_diff_threshold = 0.0  # v2.0; the tuned value is reported as best_f1_thresh
     c.global_batch_size = 32 if version == "1.1" else 48
     c.eval_batch_size = 32
     c.learning_rate = 5e-5

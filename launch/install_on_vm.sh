@@ -18,6 +18,8 @@
 #                           running them; uv, the venv and its version check still run
 #   BERT_JAX_WORKER         this worker's index in messages (default: the VM metadata's
 #                           agent-worker-number)
+#   BERT_JAX_SLICES         check: the slices JAX must see (a multislice job: every slice
+#                           runs the check at once, `tpu_pod.py --num_slices`)
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -107,8 +109,11 @@ check() {
     return
   fi
   [ -x "$python" ] || die "$python is missing: run 'bash launch/install_on_vm.sh install' first"
+  # The one gs:// client of every run (bert_jax/storage/gcs.py): gcsfs, with the retry policy.
+  (cd "$ROOT" && "$python" -c 'import gcsfs; from bert_jax.storage import gcs; gcs.configure()') > /dev/null 2>&1 \
+    || die "gcsfs (the gs:// client) does not import in $python: run 'bash launch/install_on_vm.sh install' again"
   # On failure one `error:` line naming the worker, and exit status 1.
-  WORKER="$WORKER" "$python" - <<'EOF' || exit 1
+  WORKER="$WORKER" SLICES="${BERT_JAX_SLICES:-1}" "$python" - <<'EOF' || exit 1
 import os
 import sys
 
@@ -124,7 +129,12 @@ local = [d for d in jax.local_devices() if d.platform == "tpu"]
 if not local:
     print(f"error: {worker}: no TPU devices; jax.devices() = {devices}", file=sys.stderr)
     sys.exit(1)
-print(f"{worker}: {len(local)} local TPU devices ({local[0].device_kind}), {len(devices)} in the slice")
+slices = len({getattr(d, "slice_index", 0) for d in devices})
+if slices != int(os.environ["SLICES"]):
+    print(f"error: {worker}: JAX sees {slices} slice(s) of TPUs, the job has {os.environ['SLICES']}", file=sys.stderr)
+    sys.exit(1)
+where = "in the slice" if slices == 1 else f"in {slices} slices"
+print(f"{worker}: {len(local)} local TPU devices ({local[0].device_kind}), {len(devices)} {where}")
 EOF
 }
 

@@ -1,8 +1,9 @@
 """The restart loop every worker of a slice runs its job in (`tpu_pod.py run`), as one shell line.
 
 The job is started again only when a restart can end differently: after a preemption
-(143), a lost peer (75) or a crash by signal (exit status above 128, Ctrl-C's 130
-excepted), as `bert_jax.training.exit_codes` says; each restart resumes from the latest
+(143), a lost peer (75), a bucket that did not answer within the retry policy's bound
+(74) or a crash by signal (exit status above 128, Ctrl-C's 130 excepted), as
+`bert_jax.training.exit_codes` says; each restart resumes from the latest
 checkpoint. A user error, a divergence or an out-of-memory ends the loop at once. The
 loop writes how the job ended to the status file that ``status`` and ``supervise`` read:
 

@@ -13,8 +13,6 @@ import math
 import os
 from typing import Any
 
-import ml_collections
-
 from bert_jax.ablations import grid, task_data
 from bert_jax.ablations.spec import AblationTable
 from bert_jax.finetuning import feature_based, finetune
@@ -22,6 +20,7 @@ from bert_jax.model.flops import model_flops_per_step
 from bert_jax.pretraining.settings import PretrainSettings
 from bert_jax.storage import atomic_files
 from bert_jax.tasks import downstream_classification, downstream_qa
+from bert_jax.training import resolver
 
 # Task name → the family whose data folder ``data_dirs`` gives (others: "glue").
 _FAMILY = {
@@ -48,26 +47,24 @@ def cell_plan(table: AblationTable, row: str, column: str) -> dict[str, Any]:
         return {**plan, "approach": "n/a", "reason": "a random-init row is fine-tuned only (not pre-trained)"}
     if approach == "lm_ppl":
         return plan
-    config = ml_collections.ConfigDict(col.finetune.to_dict())  # the column's job config
-    config.init_checkpoint = settings.model_from  # resolved to its folder at run time
-    config.data.do_lower_case = table.pretraining[settings.model_from].data.do_lower_case
-    config.save_best_model = False  # one model per cell and seed would fill the disk
-    if "random_init_baseline" in config:
-        config.random_init_baseline = False  # the table has its own random_init row
-    if random_init:
-        if "random_init" not in config:
-            return {**plan, "approach": "n/a", "reason": "this fine-tuning has no random_init setting"}
-        config.random_init = True
-    if not config.data_dir:
-        family = _FAMILY.get(config.task, "glue")
-        config.data_dir = table.data_dirs.get(family, "")
+    job = col.finetune  # the column's fine-tuning settings
+    changes: dict[str, Any] = {
+        "init_checkpoint": settings.model_from,  # resolved to its folder at run time
+        "data.do_lower_case": table.pretraining[settings.model_from].data.do_lower_case,
+        "save_best_model": False,  # one model per cell and seed would fill the disk
+        "random_init_baseline": False,  # the table has its own random_init row
+        **({"random_init": True} if random_init else {}),
+    }
+    if not job.data_dir:
+        changes["data_dir"] = table.data_dirs.get(_FAMILY.get(job.task, "glue"), "")
     if approach == "features":
-        if not feature_based.supports(config.task):  # e.g. a SWAG column added to Table 7
+        if not feature_based.supports(job.task):  # e.g. a SWAG column added to Table 7
             reason = "the feature-based approach serves NER, classification and span extraction only"
             return {**plan, "approach": "n/a", "reason": reason}
         plan.update(layers=settings.layers or col.layers, combine=settings.combine or col.combine)
     elif settings.head:
-        config.task = f"{config.task}+{settings.head}"
+        changes["task"] = f"{job.task}+{settings.head}"
+    config = resolver.updated(job, changes)
     plan["config"] = config
     if approach == "finetune" and grid.points(col):  # hyper-parameters chosen on dev
         plan["grid"] = [grid.point_name(p) for p in grid.points(col)]
@@ -86,13 +83,13 @@ def row_config(table: AblationTable, row: str, cols: list[str]) -> dict[str, Any
     """What the row runs: its settings, its pre-training config (rows that pre-train) and
     each column's cell plan (task config and how it is made)."""
     out: dict[str, Any] = {"settings": table.row_settings[row].to_dict()}
-    if row in table.rows:
-        out["pretraining"] = table.rows[row].to_dict()
+    if row in table.pretraining:
+        out["pretraining"] = table.pretraining[row].config
     cells = {}
     for c in cols:
         plan = cell_plan(table, row, c)
         if "config" in plan:
-            plan["config"] = plan["config"].to_dict()
+            plan["config"] = plan["config"].config  # the settings as written
         cells[c] = plan
     out["cells"] = cells
     out["finetune_seeds"] = table.finetune_seeds
@@ -140,7 +137,7 @@ def recipe_summary(run: PretrainSettings) -> str:
     """The pre-training recipe of a row in one line: its model switches, masking rate,
     schedule, dropout, batch and vocabulary (what a report names as its base recipe)."""
 
-    model, data, optimizer = run.model, run.data, run.training.optimizer
+    model, data, optimizer = run.model, run.data, run.training.optimization
     switches = ", ".join(model.switches_on()) or "the paper's architecture (post-LN, learned positions)"
     vocab = (
         f"a WordPiece vocabulary of {data.learned_vocab_size:,} learned on the corpus"
@@ -148,7 +145,7 @@ def recipe_summary(run: PretrainSettings) -> str:
         else "the bert-base-uncased vocabulary"
     )
     return (
-        f"{switches}; masking {data.masked_lm_prob:.0%}; {optimizer.schedule} schedule, "
+        f"{switches}; masking {data.masked_lm_prob:.0%}; {optimizer.lr_schedule} schedule, "
         f"peak {optimizer.learning_rate:g}; dropout {model.hidden_dropout_prob:g}; "
         f"batch {run.global_batch_size} x {run.max_seq_length}; {vocab}"
     )
@@ -250,18 +247,16 @@ def run_one(
     under `data_cache`)."""
     plan = cell_plan(table, row, column)
     seed, seed_dir, changes = run
-    config = ml_collections.ConfigDict(plan["config"].to_dict())
-    config.init_checkpoint, config.seed = model_dir, seed
-    for key, value in changes.items():
-        config[key] = value
-    config.data_dir = task_data.resolve(config.task, config.data_dir, data_cache)
+    config = resolver.updated(plan["config"], {"init_checkpoint": model_dir, "seed": seed, **changes})
+    data_dir = task_data.resolve(config.task, config.data_dir, data_cache)
+    config = resolver.updated(config, {"data_dir": data_dir})
     print(f"== {table.name} / {row} / {column}: {plan['approach']}, seed {seed} in {seed_dir}", flush=True)
     if plan["approach"] == "features":
-        feature_based.train(config, table.feature_bilstm, plan["layers"], plan["combine"], seed_dir)
+        result = feature_based.train(config, table.feature_bilstm, plan["layers"], plan["combine"], seed_dir)
     else:
         result = finetune.finetune(config, seed_dir)
-        if result.stopped:
-            raise SystemExit(f"fine-tuning stopped at step {result.step}; rerun to continue")
+    if result.stopped:
+        raise SystemExit(f"fine-tuning stopped at step {result.step}; rerun to continue")
 
 
 def fill_cell(

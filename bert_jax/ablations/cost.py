@@ -65,7 +65,7 @@ def run_epochs(table: AblationTable, row: str, column: str) -> list[int]:
     plan = cells.cell_plan(table, row, column)
     if plan["approach"] in ("lm_ppl", "n/a"):
         return []
-    seeds, epochs = table.finetune_seeds, int(plan["config"].num_epochs)
+    seeds, epochs = table.finetune_seeds, plan["config"].num_epochs
     if "grid" not in plan:
         return [epochs] * seeds
     points = grid.points(table.columns[column])
@@ -85,15 +85,15 @@ def finetune_flops(table: AblationTable, row: str, column: str) -> float:
     rows = TRAIN_ROWS.get(task)
     if rows is None:
         raise ValueError(f"column {column}: no training-set size known for task {task!r}")
-    if int(config.max_train_examples):
-        rows = min(rows, round(int(config.max_train_examples) * QA_WINDOWS_PER_QUESTION.get(task, 1)))
+    if config.max_train_examples:
+        rows = min(rows, round(config.max_train_examples * QA_WINDOWS_PER_QUESTION.get(task, 1)))
     model = table.pretraining[plan["model_from"]].model
     if plan["approach"] == "features":
         batch, share = table.feature_bilstm.global_batch_size, 1 / 3
     else:
-        batch, share = int(config.global_batch_size), 1.0
+        batch, share = config.global_batch_size, 1.0
     steps = math.ceil(rows / batch)
-    return steps * share * model_flops_per_step(model, batch, int(config.max_seq_length), 0, nsp=False)
+    return steps * share * model_flops_per_step(model, batch, config.max_seq_length, 0, nsp=False)
 
 
 def cell_flops(table: AblationTable, row: str, column: str) -> float:
@@ -127,7 +127,7 @@ def estimate(
         flops = cells.pretraining_flops(table.pretraining[source])  # at the planned vocabulary size
         entry = {"row": source, "flops": flops, "seconds": flops / sustained}
         if compile:
-            report = plan.plan(table.rows[source], topology, mfu_assumed=mfu)
+            report = plan.plan(table.pretraining[source], topology, mfu_assumed=mfu)
             entry.update(seconds=report.est_total_time_s, hbm_per_chip_bytes=report.hbm_per_chip_bytes,
                          fits=report.fits)  # fmt: skip
         pretraining.append(entry)

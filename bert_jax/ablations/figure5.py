@@ -11,13 +11,12 @@ from __future__ import annotations
 import os
 from typing import Any
 
-import ml_collections
-
 from bert_jax.ablations import reports
 from bert_jax.ablations.cells import cell_done, cell_values, fill_cell, row_config
 from bert_jax.ablations.spec import AblationTable
 from bert_jax.pretraining import pretrain
 from bert_jax.storage import atomic_files
+from bert_jax.training import resolver
 
 
 def latest_checkpoint_step(row_dir: str) -> int | None:
@@ -61,7 +60,7 @@ def run(
     if dry_run:
         return report()
     for row in names:
-        config, row_dir = table.rows[row], os.path.join(workdir, row)
+        settings, row_dir = table.pretraining[row], os.path.join(workdir, row)
         total = table.pretraining[row].num_train_steps  # every step within it (`AblationTable`)
         for k in steps:
             cells = os.path.join(workdir, row, f"step{k}")
@@ -74,8 +73,7 @@ def run(
                     f"remove {row_dir} to redo it"
                 )
             if latest != k:
-                staged = ml_collections.ConfigDict(config.to_dict())
-                staged.stop_after_step = k if k < total else 0
+                staged = resolver.updated(settings, {"stop_after_step": k if k < total else 0})
                 print(f"== figure5 / {row}: pre-training to step {k} in {row_dir}", flush=True)
                 pretrain.train_and_evaluate(staged, row_dir)
                 if latest_checkpoint_step(row_dir) != k:

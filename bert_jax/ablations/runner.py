@@ -142,14 +142,14 @@ def pretrain_row(table: AblationTable, row: str, workdir: str) -> dict[str, Any]
     """The row's final held-out metrics: from ``pretraining.json`` when it is of a run to
     the same ``num_train_steps``, else by pre-training (or resuming) to the end. None when
     the run stopped early (``stop_after_step`` or preemption)."""
-    config, row_dir = table.rows[row], os.path.join(workdir, row)
+    row_dir = os.path.join(workdir, row)
     done = cells.read_pretraining(row_dir)
     steps = table.pretraining[row].num_train_steps
     if done is not None and done["num_train_steps"] == steps:
         print(f"== {table.name} / {row}: pre-trained ({row_dir})", flush=True)
         return done
     print(f"== {table.name} / {row}: pre-training in {row_dir}", flush=True)
-    final = pretrain.train_and_evaluate(config, row_dir)
+    final = pretrain.train_and_evaluate(table.pretraining[row], row_dir)
     if final.stopped:
         return None
     # Without held-out data ``pretraining.json`` keeps the step and the flag as its "final".

@@ -6,24 +6,26 @@ table becomes this frozen record, checked in one place: unknown keys, value rang
 row's model source, head and approach, each column's approach. The runner, its cells,
 workers, grid, cost estimate, Figure 5 and the report read typed fields from here.
 
-Two parts stay job configs, as the jobs take them: ``rows`` (each pre-training row's
-config, handed to `pretrain.train_and_evaluate`, which resolves it) and a column's
-``finetune`` (handed to `finetune.finetune` or `feature_based.train`). What the table
-itself reads of a row (its size, objective, masking, steps, casing) comes from
-``pretraining``: the same rows resolved as `PretrainSettings` at the vocabulary size
-known without data (`model_vocab.planned`).
+Two parts are job configs, resolved here by the command's edge's resolvers (handed in by
+`bert_jax.commands.run_settings.ablation_table`): ``rows`` become ``pretraining`` (each
+pre-training row's `PretrainSettings`, at the vocabulary size known without data) and a
+column's ``finetune`` its `FinetuneSettings`; the runner hands these to the jobs, a cell's
+changes made with `resolver.updated`.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Any
 
 import ml_collections
 
 from bert_jax.finetuning.feature_based import FeatureBiLSTMSettings
-from bert_jax.pretraining import model_vocab
+from bert_jax.finetuning.settings import FinetuneSettings
 from bert_jax.pretraining.settings import PretrainSettings
+from bert_jax.setting_fields import POSITIVE, setting
+from bert_jax.training import resolver
 
 TABLE_KEYS = (
     "table", "title", "preset", "row_order", "column_order", "rows", "row_settings", "columns",
@@ -33,6 +35,10 @@ TABLE_KEYS = (
 ROW_APPROACHES = ("", "finetune", "features")
 HEADS = ("", "bilstm")
 COLUMN_APPROACHES = ("finetune", "features", "lm_ppl")
+
+
+PretrainResolver = Callable[[ml_collections.ConfigDict], PretrainSettings]
+FinetuneResolver = Callable[[ml_collections.ConfigDict], FinetuneSettings]
 
 
 def _unknown(keys: Any, known: Any, where: str) -> None:
@@ -46,29 +52,11 @@ class RowSettings:
     """Whose pre-trained model a row uses and how it is fine-tuned."""
 
     model_from: str  # a pre-training row (itself, or another row's model)
-    head: str = ""  # "" or "bilstm" (a BiLSTM under the output layer)
-    approach: str = ""  # "": the column's; "finetune" or "features"
+    head: str = setting("", choices=HEADS)  # "" or "bilstm" (a BiLSTM under the output layer)
+    approach: str = setting("", choices=ROW_APPROACHES)  # "": the column's; "finetune" or "features"
     layers: str = ""  # the feature-based approach's layers ("": the column's)
     combine: str = ""  # "concat" or "weighted" ("": the column's)
     random_init: bool = False  # fine-tuned from fresh weights of that model's shape
-
-    @classmethod
-    def from_config(cls, config: ml_collections.ConfigDict | dict[str, Any], where: str) -> RowSettings:
-        names = [f.name for f in dataclasses.fields(cls)]
-        _unknown(config.keys(), names, where)
-        s = cls(
-            model_from=str(config["model_from"]),
-            head=str(config.get("head", "")),
-            approach=str(config.get("approach", "")),
-            layers=str(config.get("layers", "")),
-            combine=str(config.get("combine", "")),
-            random_init=bool(config.get("random_init", False)),
-        )
-        if s.approach not in ROW_APPROACHES:
-            raise ValueError(f"{where}.approach {s.approach!r}: '', 'finetune' or 'features'")
-        if s.head not in HEADS:
-            raise ValueError(f"{where}.head {s.head!r}: '' or 'bilstm'")
-        return s
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -80,45 +68,29 @@ class Column:
 
     name: str
     label: str
-    approach: str  # "finetune", "features" or "lm_ppl"
-    metric: str  # in results.json's "best": what a grid is chosen on (dev)
-    report_metric: str  # the figure reported
-    stands_for: str  # the paper's column an offline column stands in for ("": none)
-    scale: float  # ours in the paper's units
-    layers: str  # the feature-based approach's layers
-    combine: str  # and how they are combined
-    skip: str  # a reason not to run the column ("": it runs)
-    grid: tuple[tuple[str, tuple[Any, ...]], ...]  # (key, values), in grid order; () none
-    finetune: ml_collections.ConfigDict | None  # the task's fine-tuning config (job config)
+    approach: str = setting("finetune", choices=COLUMN_APPROACHES)
+    metric: str = ""  # in results.json's "best": what a grid is chosen on (dev)
+    report_metric: str = ""  # the figure reported ("": metric)
+    stands_for: str = ""  # the paper's column an offline column stands in for ("": none)
+    scale: float = setting(100.0, POSITIVE)  # ours in the paper's units
+    layers: str = "-1,-2,-3,-4"  # the feature-based approach's layers
+    combine: str = "concat"  # and how they are combined
+    skip: str = ""  # a reason not to run the column ("": it runs)
+    grid: tuple[tuple[str, tuple[Any, ...]], ...] = ()  # (key, values), in grid order; () none
+    finetune: FinetuneSettings | None = None  # the task's fine-tuning settings (a job's)
+
+    def __post_init__(self) -> None:
+        if not self.report_metric:
+            object.__setattr__(self, "report_metric", self.metric)
 
     @classmethod
-    def from_config(cls, name: str, config: ml_collections.ConfigDict) -> Column:
-        where = f"columns.{name}"
-        _unknown(config.keys(), [f.name for f in dataclasses.fields(cls) if f.name != "name"], where)
-        approach = str(config.approach)
-        if approach not in COLUMN_APPROACHES:
-            raise ValueError(f"{where}.approach {approach!r}: finetune, features or lm_ppl")
-        finetune = config.get("finetune")
-        if approach != "lm_ppl" and finetune is None:
-            raise ValueError(f"{where}: approach {approach} needs a finetune config")
-        grid = tuple((str(k), tuple(v)) for k, v in (config.get("grid") or {}).items() if len(v))
-        scale = float(config.get("scale", 100.0))
-        if not scale > 0:
-            raise ValueError(f"{where}.scale must be > 0, got {scale}")
-        return cls(
-            name=name,
-            label=str(config.label),
-            approach=approach,
-            metric=str(config.metric),
-            report_metric=str(config.get("report_metric", "") or config.metric),
-            stands_for=str(config.get("stands_for", "")),
-            scale=scale,
-            layers=str(config.get("layers", "-1,-2,-3,-4")),
-            combine=str(config.get("combine", "concat")),
-            skip=str(config.get("skip", "")),
-            grid=grid,
-            finetune=finetune,
-        )
+    def read(cls, name: str, config: ml_collections.ConfigDict, finetune: FinetuneResolver) -> Column:
+        job, approach = config.get("finetune"), config.get("approach", "finetune")
+        if approach != "lm_ppl" and job is None:
+            raise ValueError(f"columns.{name}: approach {approach} needs a finetune config")
+        grid = tuple((k, tuple(v)) for k, v in (config.get("grid") or {}).items() if len(v))
+        given = {"name": name, "grid": grid, "finetune": finetune(job) if job is not None else None}
+        return resolver.resolve(cls, config, f"columns.{name}", fill=True, **given)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -130,8 +102,7 @@ class AblationTable:
     preset: str  # the scale: tiny, demo, cpu, base (+ _paper)
     row_order: tuple[str, ...]  # the paper's order
     column_order: tuple[str, ...]
-    rows: dict[str, ml_collections.ConfigDict]  # each pre-training row's job config
-    pretraining: dict[str, PretrainSettings]  # the same rows, resolved (planned vocabulary)
+    pretraining: dict[str, PretrainSettings]  # each pre-training row's settings (planned vocabulary)
     row_settings: dict[str, RowSettings]  # every row, pre-training or not
     columns: dict[str, Column]
     finetune_seeds: int  # restarts per cell (seeds 0..n-1)
@@ -144,21 +115,29 @@ class AblationTable:
     steps: tuple[int, ...] = ()  # Figure 5: the pre-training steps fine-tuned from
 
     @classmethod
-    def from_config(cls, config: ml_collections.ConfigDict) -> AblationTable:
+    def from_config(
+        cls,
+        config: ml_collections.ConfigDict,
+        pretrain_settings: PretrainResolver,
+        finetune_settings: FinetuneResolver,
+    ) -> AblationTable:
         """The table of `config` (`configs/ablations.py`), checked; a bad value is refused
-        in one line naming its key."""
+        in one line naming its key. Its rows and columns are job configs, resolved by the
+        command's edge's `pretrain_settings` and `finetune_settings`."""
         _unknown(config.keys(), TABLE_KEYS, "ablation table")
-        name = str(config.table)
-        row_order = tuple(str(r) for r in config.row_order)
+        name = config.table
+        row_order = tuple(config.row_order)
         # The pre-training rows in the table's order (ConfigDict keys iterate sorted).
         ranks = {r: i for i, r in enumerate(row_order)}
-        rows = {str(r): config.rows[r] for r in sorted(config.rows, key=lambda r: ranks.get(r, len(ranks)))}
-        column_order = tuple(str(c) for c in config.column_order)
+        rows = sorted(config.rows, key=lambda r: ranks.get(r, len(ranks)))
+        column_order = tuple(config.column_order)
         settings = {}
         for row in row_order:
             if row not in config.row_settings:
                 raise ValueError(f"row_settings: no entry for row {row!r}")
-            s = RowSettings.from_config(config.row_settings[row], f"row_settings.{row}")
+            where, block = f"row_settings.{row}", config.row_settings[row]
+            _unknown(block.keys(), [f.name for f in dataclasses.fields(RowSettings)], where)
+            s = resolver.resolve(RowSettings, block, where, fill=True)
             if s.model_from not in rows:
                 raise ValueError(
                     f"row_settings.{row}.model_from {s.model_from!r} is not a pre-training row of "
@@ -169,19 +148,19 @@ class AblationTable:
         for col in column_order:
             if col not in config.columns:
                 raise ValueError(f"columns: no entry for column {col!r}")
-            columns[col] = Column.from_config(col, config.columns[col])
-        seeds, grid_seeds, processes = (int(config[k]) for k in ("finetune_seeds", "grid_seeds", "processes"))
+            columns[col] = Column.read(col, config.columns[col], finetune_settings)
+        seeds, grid_seeds, processes = (config[k] for k in ("finetune_seeds", "grid_seeds", "processes"))
         if seeds < 1:
             raise ValueError(f"finetune_seeds must be >= 1, got {seeds}")
         if not 1 <= grid_seeds <= seeds:
             raise ValueError(f"grid_seeds must be within 1..finetune_seeds ({seeds}), got {grid_seeds}")
         if processes < 1:
             raise ValueError(f"processes must be >= 1, got {processes}")
-        steps = tuple(int(s) for s in config.get("steps", ()))
+        steps = tuple(config.get("steps", ()))
         pretraining = {}
-        for row, c in rows.items():
+        for row in rows:
             try:
-                pretraining[row] = PretrainSettings.from_config(model_vocab.planned(c))
+                pretraining[row] = pretrain_settings(config.rows[row])
             except ValueError as e:
                 raise ValueError(f"rows.{row}: {e}") from None
             total = pretraining[row].num_train_steps
@@ -190,20 +169,19 @@ class AblationTable:
                 raise ValueError(f"{name} steps {bad} are not within the {total} pre-training steps of {row}")
         return cls(
             name=name,
-            title=str(config.title),
-            preset=str(config.preset),
+            title=config.title,
+            preset=config.preset,
             row_order=row_order,
             column_order=column_order,
-            rows=rows,
             pretraining=pretraining,
             row_settings=settings,
             columns=columns,
             finetune_seeds=seeds,
             grid_seeds=grid_seeds,
             processes=processes,
-            compilation_cache=str(config.compilation_cache),
-            feature_bilstm=FeatureBiLSTMSettings.from_config(config.feature_bilstm),
-            data_dirs={str(k): str(v) for k, v in config.data_dirs.items()},
-            paper={str(r): {str(c): float(v) for c, v in cols.items()} for r, cols in config.paper.items()},
+            compilation_cache=config.compilation_cache,
+            feature_bilstm=resolver.resolve(FeatureBiLSTMSettings, config.feature_bilstm, "feature_bilstm"),
+            data_dirs=config.data_dirs.to_dict(),
+            paper=config.paper.to_dict(),
             steps=steps,
         )

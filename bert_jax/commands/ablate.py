@@ -25,7 +25,7 @@ from absl import flags, logging
 from ml_collections import config_flags
 
 from bert_jax.ablations import cost, runner
-from bert_jax.ablations.spec import AblationTable
+from bert_jax.commands import run_settings
 from bert_jax.storage import files
 from bert_jax.training import run_config
 
@@ -85,7 +85,7 @@ def main(argv: list[str]) -> None:
             for column in config.columns.values():
                 if "finetune" in column:
                     run_config.set_keys(column.finetune, _overrides(FLAGS.finetune_set))
-    table = AblationTable.from_config(config)  # checked here, read typed from here on
+    table = run_settings.ablation_table(config)  # checked here, read typed from here on
     files.check_reachable(FLAGS.workdir, "--workdir", writable=True)  # before any run or plan
     if FLAGS.plan:
         if FLAGS.plan_compile:  # as `bert-jax plan`: the TPU compiler runs here without a TPU

@@ -20,7 +20,7 @@ from typing import Any, NoReturn
 
 from absl import app, flags
 
-from bert_jax.storage import emulator
+from bert_jax.storage import emulator, files
 from bert_jax.training import exit_codes, hardware
 from bert_jax.training.run_config import REMOVED_KEYS
 
@@ -97,13 +97,14 @@ def exit_code_for(error: BaseException) -> int:
     return exit_codes.USER_ERROR
 
 
-def fail_at_once(name: str, error: BaseException) -> NoReturn:
-    """A lost peer: one line, then exit with `exit_codes.PEER_LOST` without the interpreter's
-    shutdown, whose JAX distributed shutdown would wait for the lost peer (minutes)."""
+def fail_at_once(name: str, error: BaseException, code: int = exit_codes.PEER_LOST) -> NoReturn:
+    """A lost peer (or a bucket that stopped answering): one line, then exit with `code`
+    without the interpreter's shutdown, whose JAX distributed shutdown would wait for a
+    peer that is gone or stuck (minutes)."""
     line = f"bert-jax {name}: error: {exit_codes.first_line(error)}  [{DEBUG_ENV}=1 for the traceback]"
     print(line, file=sys.stderr, flush=True)
     sys.stdout.flush()
-    os._exit(exit_codes.PEER_LOST)
+    os._exit(code)
 
 
 def flag_error_message(error: Exception, args: list[str]) -> str:
@@ -142,6 +143,10 @@ def guarded(name: str, main: Callable[[list[str]], Any]) -> Callable[[list[str]]
             if os.environ.get(DEBUG_ENV):
                 raise
             fail_at_once(name, e)
+        except files.BucketUnreachableError as e:  # past the retry bound: 74, restartable
+            if os.environ.get(DEBUG_ENV):
+                raise
+            fail_at_once(name, e, exit_codes.BUCKET_UNREACHABLE)
         except USER_ERRORS as e:
             if os.environ.get(DEBUG_ENV):
                 raise

@@ -14,7 +14,8 @@ import os
 from absl import flags, logging
 from ml_collections import config_flags
 
-from bert_jax.finetuning import finetune, sweep
+from bert_jax.commands import run_settings
+from bert_jax.finetuning import sweep
 from bert_jax.storage import files
 
 FLAGS = flags.FLAGS
@@ -53,12 +54,12 @@ def main(argv: list[str]) -> None:
                 "--overwrite applies to one run, not to --sweep (a sweep reuses its finished runs): "
                 "give the sweep another --workdir"
             )
-        best = sweep.sweep(FLAGS.config, workdir)
+        best = sweep.sweep(run_settings.finetune_settings(FLAGS.config), workdir)
         if best is None:  # a run stopped early and said where
             return
         print(f"best run: {best['dir']}  dev {best['metric']} {best['score']:.4f}")
         return
-    best = finetune.finetune(FLAGS.config, workdir, overwrite=FLAGS.overwrite)
+    best = run_settings.finetune(FLAGS.config, workdir, overwrite=FLAGS.overwrite)
     if best.stopped:
         print(f"stopped at step {best.step}; rerun the same command to continue ({workdir})")
         return

@@ -1,10 +1,11 @@
 """`bert-jax plan --config=configs/pretrain.py:base --topology=v5e:4x4 [--output_json=F]`.
 
 Compiles the real pre-training step of every phase of the run (the paper's sequence 128,
-then 512) for a TPU slice on a machine without one and prints per-chip memory, FLOPs and
-time of each phase and of the whole run. Needs the `tpu` extra (libtpu matching jax:
-``pip install -e '.[tpu]'``). A phase that does not fit gets a line naming a setting that
-does, found by compiling a few (`--nofind_fit` skips that search)."""
+then 512) for a TPU slice (or ``--num_slices`` of them: multislice) on a machine without
+one and prints per-chip memory, FLOPs and time of each phase and of the whole run. Needs
+the `tpu` extra (libtpu matching jax: ``pip install -e '.[tpu]'``). A phase that does not
+fit gets a line naming a setting that does, found by compiling a few (`--nofind_fit`
+skips that search)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import jax
 from absl import flags, logging
 from ml_collections import config_flags
 
+from bert_jax.commands import run_settings
 from bert_jax.pretraining import plan, plan_text
 
 FLAGS = flags.FLAGS
@@ -25,6 +27,12 @@ def define_flags() -> None:
         "config", None, "Run config, e.g. configs/pretrain.py:base.", lock_config=True
     )
     flags.DEFINE_string("topology", None, "TPU topology, e.g. v5e:4x4, v4:2x2x4, v5p:4x4x4.")
+    flags.DEFINE_integer(
+        "num_slices",
+        1,
+        "Slices of --topology joined over the data-centre network (multislice).",
+        lower_bound=1,
+    )
     flags.DEFINE_float(
         "mfu", 0.45, "Share of the chips' peak assumed for the time estimates (default: an assumption)."
     )
@@ -54,12 +62,13 @@ def main(argv: list[str]) -> None:
     os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
 
     report = plan.plan(
-        FLAGS.config,
+        run_settings.pretrain_settings(FLAGS.config),
         FLAGS.topology,
         mfu_assumed=FLAGS.mfu,
         find_fit=FLAGS.find_fit,
         mfu_given=FLAGS["mfu"].present,
         measured_tokens_per_s=FLAGS.measured_tokens_per_s,
+        num_slices=FLAGS.num_slices,
     )
     print(plan_text.format_report(report))
     if FLAGS.output_json:

@@ -8,7 +8,7 @@ import jax
 from absl import flags, logging
 from ml_collections import config_flags
 
-from bert_jax.pretraining import pretrain
+from bert_jax.commands import run_settings
 from bert_jax.training import exit_codes
 
 FLAGS = flags.FLAGS
@@ -56,4 +56,4 @@ def main(argv: list[str]) -> None:
     # restart loop starts the job again, which resumes from the latest checkpoint.
     with exit_codes.peers_watched(multihost_requested()):
         initialize_distributed()
-        pretrain.train_and_evaluate(FLAGS.config, FLAGS.workdir)
+        run_settings.pretrain(FLAGS.config, FLAGS.workdir)

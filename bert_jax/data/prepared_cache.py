@@ -1,7 +1,8 @@
 """Prepared folders for a pre-training data config: the ones ``data.input_files`` lists
-(``source=prepared``; a bucket folder copied to the cache once), or a cache folder the
-built-in sources are prepared into on first use by `bert-jax prepare-data`'s code; opened
-and checked against the run's vocabulary, length and objective."""
+(``source=prepared``; a bucket folder read in place while it is copied to the cache in
+the background, `remote_copy`), or a cache folder the built-in sources are prepared into
+on first use by `bert-jax prepare-data`'s code; opened and checked against the run's
+vocabulary, length and objective."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import hashlib
 import json
 import os
 
-from bert_jax.data import corpus_inputs, prepare, records, remote_copy, run_vocabulary
+from bert_jax.data import corpus_inputs, prepare, records, remote_copy, remote_prepared, run_vocabulary
 from bert_jax.data.settings import DataSettings
 
 
@@ -28,12 +29,15 @@ def prepare_options(c: DataSettings, max_seq_length: int, seed: int):
     )
 
 
-def prepared_dir(c: DataSettings, max_seq_length: int, seed: int, split: str = "train") -> str:
+def prepared_dir(
+    c: DataSettings, max_seq_length: int, seed: int, split: str = "train"
+) -> str | remote_copy.RemoteFolder:
     """The prepared folder that serves this split at this sequence length.
 
     ``source=prepared``: the one of ``input_files`` (or ``eval_files`` for the held-out
-    split) made for `max_seq_length`. Built-in sources: a cache folder, prepared now on
-    first use (with the run's seed as the pairing seed).
+    split) made for `max_seq_length`; a bucket folder not yet copied whole is returned as
+    the `remote_copy.RemoteFolder` to read in place. Built-in sources: a cache folder,
+    prepared now on first use (with the run's seed as the pairing seed).
     """
     if c.source == "prepared":
         listed = (c.eval_files if split == "eval" and c.eval_files else c.input_files).split(",")
@@ -42,14 +46,15 @@ def prepared_dir(c: DataSettings, max_seq_length: int, seed: int, split: str = "
             raise ValueError(
                 "source=prepared needs --config.data.input_files=DIR[,DIR] (from `bert-jax prepare-data`)"
             )
-        # A folder in a bucket is read from a local copy, made once (`remote_copy`).
-        dirs = [
-            remote_copy.local_copy(d, corpus_inputs.cache_dir(c)) if remote_copy.is_remote(d) else d
+        # A folder in a bucket: its local copy once whole, else read in place (`remote_copy`).
+        opened = [
+            remote_copy.open_folder(d, corpus_inputs.cache_dir(c)) if remote_copy.is_remote(d) else d
             for d in dirs
         ]
         found = {}
-        for d in dirs:
-            found[int(records.read_metadata(d)["flags"]["max_seq_length"])] = d
+        for d in opened:
+            meta = d.meta if isinstance(d, remote_copy.RemoteFolder) else records.read_metadata(d)
+            found[int(meta["flags"]["max_seq_length"])] = d
         if max_seq_length not in found:
             raise records.PreparedDataError(
                 f"no prepared folder for max_seq_length={max_seq_length} among {', '.join(dirs)} "
@@ -74,8 +79,11 @@ def prepared_dir(c: DataSettings, max_seq_length: int, seed: int, split: str = "
 
 def open_prepared(c: DataSettings, split: str, max_seq_length: int, seed: int) -> records.PreparedSet:
     """The prepared split, checked against the run's vocabulary, length and objective."""
-    directory = prepared_dir(c, max_seq_length, seed, split)
-    data = records.PreparedSet(directory, split)
+    found = prepared_dir(c, max_seq_length, seed, split)
+    if isinstance(found, remote_copy.RemoteFolder):
+        data, directory = remote_prepared.RemotePreparedSet(found, split), found.url
+    else:
+        data, directory = records.PreparedSet(found, split), found
     records.check_compatible(
         data.meta,
         directory,

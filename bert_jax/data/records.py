@@ -19,7 +19,8 @@ where storing every instance's tokens took ~15 GiB. Rows that are not spans of o
 document (FULL-SENTENCES rows join several) keep their tokens in ``.tokens`` as one span.
 Reading instance ``i`` is three ``pread``s (its entry at ``24 * i``, then A and B): random
 access with no memory map, so host memory stays flat whatever the corpus size
-(bench/pipeline_scale.py). Opening a split starts reading its files ahead into the page
+(bench/pipeline_scale.py); a folder in a bucket is read the same way by ranged reads
+(`remote_prepared`). Opening a split starts reading its files ahead into the page
 cache in the background (`page_cache`, within a budget), so a cold cache (a fresh VM)
 costs large sequential reads, not one disk wait per ``pread``
 (bench/reader_cold_cache.py). Folders of format 1 (every instance's tokens in a fixed-width
@@ -237,7 +238,7 @@ class PreparedSet:
         if split not in SPLITS:
             raise ValueError(f"split {split!r}: train or eval")
         self.directory, self.split = directory, split
-        self.meta = read_metadata(directory)
+        self.meta = self._metadata(directory)
         self.version = int(self.meta["format_version"])
         self.max_seq_length = int(self.meta["flags"]["max_seq_length"])
         self.dtype = np.dtype(self.meta["dtype"])
@@ -253,9 +254,12 @@ class PreparedSet:
             count = int(shard[split])
             stem = os.path.join(directory, f"{shard['stem']}.{split}")
             path = f"{stem}.bin" if self.version == 1 else f"{stem}.index"
-            _check_size(path, count * self.entry_bytes)
+            _check_size(path, count * self.entry_bytes, self._file_size(path))
             if self.version > 1:
-                _check_size(f"{stem}.tokens", int(shard[f"{split}_tokens"]) * self.dtype.itemsize)
+                tokens = f"{stem}.tokens"
+                _check_size(
+                    tokens, int(shard[f"{split}_tokens"]) * self.dtype.itemsize, self._file_size(tokens)
+                )
             self.paths.append(path)
             self.token_paths.append(f"{stem}.tokens")
             counts.append(count)
@@ -264,7 +268,23 @@ class PreparedSet:
         self._fds: dict[str, int] = {}
         budget = page_cache.default_budget() if preload_bytes is None else preload_bytes
         ahead = self.paths + (self.token_paths if self.version > 1 else [])
-        self.preloading = page_cache.warm(ahead, budget_bytes=budget, what=f"{directory} ({split} split)")
+        self.preloading = self._warm(ahead, budget, f"{directory} ({split} split)")
+
+    # Where the files are read from: local files here; `remote_prepared` reads a bucket's.
+    def _metadata(self, directory: str) -> dict:
+        return read_metadata(directory)
+
+    def _file_size(self, path: str) -> int:
+        """The file's size in bytes (-1: missing)."""
+        return os.path.getsize(path) if os.path.exists(path) else -1
+
+    def _warm(self, paths: list[str], budget: int, what: str):
+        return page_cache.warm(paths, budget_bytes=budget, what=what)
+
+    def _preads(self, paths: list[str], sizes: list[int], offsets: list[int]) -> list[bytes]:
+        """``sizes[i]`` bytes of ``paths[i]`` from ``offsets[i]``, for every i."""
+        pread = os.pread
+        return [pread(self._fd(p), n, o) for p, n, o in zip(paths, sizes, offsets, strict=True)]
 
     def _fd(self, path: str) -> int:
         if path not in self._fds:
@@ -277,7 +297,7 @@ class PreparedSet:
         shards = np.searchsorted(self.starts, ids, side="right") - 1
         offsets = (ids - self.starts[shards]) * self.entry_bytes
         n, paths = self.entry_bytes, [self.paths[s] for s in shards.tolist()]
-        parts = [os.pread(self._fd(p), n, o) for p, o in zip(paths, offsets.tolist(), strict=True)]
+        parts = self._preads(paths, [n] * len(paths), offsets.tolist())
         raw = b"".join(parts)
         if len(raw) != n * len(ids):
             _short_read(paths, parts, [n] * len(parts))
@@ -316,19 +336,19 @@ class PreparedSet:
 
     def _segments(self, shards, a, a_len, b, b_len) -> np.ndarray:
         """The tokens of each row's A, then its B (if any), row after row."""
-        item, pread = self.dtype.itemsize, os.pread
-        paths, parts, wanted = [], [], []
+        item = self.dtype.itemsize
+        paths, offsets, wanted = [], [], []
         rows = zip(shards.tolist(), a.tolist(), a_len.tolist(), b.tolist(), b_len.tolist(), strict=True)
         for s, a_at, a_n, b_at, b_n in rows:
             path = self.token_paths[s]
-            fd = self._fd(path)
-            parts.append(pread(fd, a_n * item, a_at * item))
             paths.append(path)
+            offsets.append(a_at * item)
             wanted.append(a_n * item)
             if b_n:
-                parts.append(pread(fd, b_n * item, b_at * item))
                 paths.append(path)
+                offsets.append(b_at * item)
                 wanted.append(b_n * item)
+        parts = self._preads(paths, wanted, offsets)
         raw = b"".join(parts)
         if len(raw) != sum(wanted):
             _short_read(paths, parts, wanted)
@@ -352,8 +372,7 @@ def _short_read(paths: list[str], parts: list[bytes], wanted: list[int]) -> None
     raise PreparedDataError(f"short read in {bad}: a shard changed while training")
 
 
-def _check_size(path: str, expected: int) -> None:
-    size = os.path.getsize(path) if os.path.exists(path) else -1
+def _check_size(path: str, expected: int, size: int) -> None:
     if size != expected:
         state = "missing" if size < 0 else f"{size} bytes, expected {expected}"
         raise PreparedDataError(f"{path} is truncated or damaged ({state}): prepare it again")

@@ -1,15 +1,19 @@
-"""Prepared folders in a bucket (``gs://...``, or any file system `tf.io.gfile` reads): a
-local copy, made once, that training reads as any prepared folder.
+"""Prepared folders in a bucket (``gs://...``, or any file system `tf.io.gfile` reads): read
+in place from the first step, and copied to local disk in the background meanwhile.
 
-Why a copy rather than reads from the bucket: training reads each instance at a random
-position (the O(1) resumable order), a few hundred bytes at a time; from a bucket that is
-a round trip per instance (tens of milliseconds), three orders of magnitude below what a
-TPU host needs. A prepared folder stores each document once (~3 GiB per billion tokens at
-``dupe_factor=5``, `records`), so BERT's corpus at both sequence lengths (~25 GiB) fits on
-a TPU VM's 100 GB boot disk: every host copies it once, in a few minutes, and a rerun
-finds the copy (checked against the bucket's metadata and every file's size). The copy is
-written file by file under temporary names and ``metadata.json`` last, so an interrupted
-copy resumes and is never read half-made.
+Why a copy at all: training reads each instance at a random position (the O(1) resumable
+order), a few hundred bytes at a time; from a bucket that is a round trip per read (tens of
+milliseconds), so a host reads in place with many reads in flight (`remote_prepared`), and
+its local disk serves the reads once the copy is there. Why not a copy first: BERT's corpus
+at both sequence lengths is ~25 GiB per host, minutes of every chip of a pod spent waiting
+on a re-created VM. So a run starts at once: `open_folder` reads the bucket's
+``metadata.json`` only, the reader reads the bucket, and a background thread
+(`RemoteFolder.start_copy`, on the folder's first read; one folder after another, in the
+order they were first read: phase 1's before phase 2's) copies the folder file by file,
+index files first, each read locally from the moment it is whole. A rerun finds the copy
+(its ``metadata.json``, written last, equal to the bucket's) and reads only local files.
+A copy that cannot finish (too little disk, the bucket unreachable) stops with one warning
+line, and the reads stay in place.
 
 A bucket path that cannot be read (no credentials, no network, no such folder) fails at
 start with one line naming it; a folder whose upload is unfinished (no ``metadata.json``)
@@ -18,9 +22,14 @@ is refused as an unfinished preparation is.
 
 from __future__ import annotations
 
+import atexit
+import dataclasses
 import hashlib
 import json
 import os
+import queue
+import shutil
+import threading
 
 from bert_jax.data.records import METADATA
 from bert_jax.storage import atomic_files, tensorflow_runtime
@@ -34,34 +43,68 @@ class RemoteReadError(OSError):
     """A bucket path that cannot be read (the message names it and says why)."""
 
 
-def _gfile():
+def gfile():
     return tensorflow_runtime.tensorflow().io.gfile
 
 
-def _failure(url: str, error: Exception) -> RemoteReadError:
+def read_failure(url: str, error: Exception) -> RemoteReadError:
     """tf.errors.*: not found, permission denied, no network or no credentials."""
     return RemoteReadError(f"cannot read {url}: {type(error).__name__}: {' '.join(str(error).split())[:300]}")
 
 
 def _read(url: str) -> bytes:
     try:
-        with tensorflow_runtime.quiet_stderr(), _gfile().GFile(url, "rb") as f:
+        with tensorflow_runtime.quiet_stderr(), gfile().GFile(url, "rb") as f:
             return f.read()
     except Exception as e:
-        raise _failure(url, e) from None
+        raise read_failure(url, e) from None
 
 
 def _exists(url: str) -> bool:
     try:
         with tensorflow_runtime.quiet_stderr():
-            return bool(_gfile().exists(url))
+            return bool(gfile().exists(url))
     except Exception as e:
-        raise _failure(url, e) from None
+        raise read_failure(url, e) from None
 
 
-def local_copy(url: str, cache_root: str) -> str:
-    """The local copy of the prepared folder at `url` (made now if it is missing or stale)."""
+@dataclasses.dataclass(eq=False)
+class RemoteFolder:
+    """A prepared folder in a bucket, read in place until its local copy (`local`) is made.
+    `done` holds the local paths of the files copied whole (read there from then on)."""
+
+    url: str
+    local: str
+    meta: dict
+    raw: bytes  # the bucket's metadata.json, as it is
+    files: list[tuple[str, int]]  # every file and its size, as the metadata lists them
+    done: set[str] = dataclasses.field(default_factory=set)
+    copying: bool = False
+
+    def remote(self, local_path: str) -> str:
+        return f"{self.url}/{os.path.relpath(local_path, self.local)}"
+
+    def size(self, local_path: str) -> int:
+        """A file's size as the metadata lists it (-1: not listed)."""
+        return dict(self.files).get(os.path.relpath(local_path, self.local), -1)
+
+    def start_copy(self) -> None:
+        """Queues the folder's copy (once per process)."""
+        if not self.copying:
+            self.copying = True
+            _copier().put(self)
+
+
+# One per bucket folder, cache and process: its readers share what is copied.
+_FOLDERS: dict[tuple[str, str], RemoteFolder] = {}
+
+
+def open_folder(url: str, cache_root: str) -> str | RemoteFolder:
+    """The local copy of the prepared folder at `url` when it is whole, else the folder to
+    read in place (nothing copied yet: `RemoteFolder.start_copy`)."""
     url = url.rstrip("/")
+    if (url, cache_root) in _FOLDERS:
+        return _FOLDERS[url, cache_root]
     if not _exists(f"{url}/{METADATA}"):
         if not _exists(url):
             raise RemoteReadError(f"cannot read {url}: no such folder")
@@ -70,7 +113,6 @@ def local_copy(url: str, cache_root: str) -> str:
             "or the copy to the bucket, whose metadata.json comes last"
         )
     raw = _read(f"{url}/{METADATA}")
-    meta = json.loads(raw)
     name = hashlib.sha256(url.encode()).hexdigest()[:16] + "-" + os.path.basename(url)
     local = os.path.join(cache_root, "remote", name)
     path = os.path.join(local, METADATA)
@@ -78,33 +120,14 @@ def local_copy(url: str, cache_root: str) -> str:
         with open(path, "rb") as f:
             if f.read() == raw:
                 return local
-    files = _listed_files(meta)
-    total = sum(size for _, size in files)
-    print(f"copying {url} ({total / 2**30:.2f} GiB, {len(files)} files) once into {local}", flush=True)
-    os.makedirs(local, exist_ok=True)
-    for file, size in files:
+    meta = json.loads(raw)
+    folder = RemoteFolder(url, local, meta, raw, _listed_files(meta))
+    for file, size in folder.files:  # whole from an earlier, interrupted copy
         dst = os.path.join(local, file)
-        if not (os.path.exists(dst) and os.path.getsize(dst) == size):  # else: copied by an earlier run
-            _copy(f"{url}/{file}", dst, size)
-    atomic_files.write_text(path, raw.decode())
-    return local
-
-
-def _copy(src: str, dst: str, size: int, block: int = 16 << 20) -> None:
-    """One file, in blocks (memory: one block), to a temporary name, then into place."""
-    tmp = atomic_files.temp_path(dst)
-    written = 0
-    try:
-        with tensorflow_runtime.quiet_stderr(), _gfile().GFile(src, "rb") as f, open(tmp, "wb") as out:
-            while chunk := f.read(block):
-                out.write(chunk)
-                written += len(chunk)
-    except Exception as e:
-        raise _failure(src, e) from None
-    if written != size:
-        os.remove(tmp)
-        raise RemoteReadError(f"{src}: {written} bytes, its metadata.json says {size}: upload it again")
-    os.replace(tmp, dst)
+        if os.path.exists(dst) and os.path.getsize(dst) == size:
+            folder.done.add(dst)
+    _FOLDERS[url, cache_root] = folder
+    return folder
 
 
 def _listed_files(meta: dict) -> list[tuple[str, int]]:
@@ -114,3 +137,108 @@ def _listed_files(meta: dict) -> list[tuple[str, int]]:
             "a prepared folder of format 1 is read from local disk only: copy it there, or prepare it again"
         )
     return [(name, int(size)) for shard in meta["shards"] for name, size in sorted(shard["files"].items())]
+
+
+class _Copier:
+    """One background thread per process that copies queued folders, one after another."""
+
+    def __init__(self) -> None:
+        self.queue: queue.Queue = queue.Queue()
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="remote-copy", daemon=True)
+        self.thread.start()
+        atexit.register(self.close)
+
+    def put(self, folder: RemoteFolder) -> None:
+        self.queue.put(folder)
+
+    def close(self) -> None:
+        """Stops between two blocks (a copy resumes at the next run) and waits for it."""
+        self.stop.set()
+        self.queue.put(None)
+        self.thread.join(timeout=10)
+
+    def _run(self) -> None:
+        while (folder := self.queue.get()) is not None:
+            try:
+                if not self.stop.is_set():
+                    copy_folder(folder, self.stop)
+            except Exception as e:  # the reads stay in place: the run goes on
+                print(
+                    f"warning: copying {folder.url} into {folder.local} stopped "
+                    f"({type(e).__name__}: {' '.join(str(e).split())[:200]}): reading it from the bucket",
+                    flush=True,
+                )
+            finally:
+                self.queue.task_done()
+
+
+_COPIER: list[_Copier] = []
+
+
+def _copier() -> _Copier:
+    if not _COPIER:
+        _COPIER.append(_Copier())
+    return _COPIER[0]
+
+
+def wait_for_copies() -> None:
+    """Returns once every copy queued so far has finished or stopped."""
+    if _COPIER:
+        _COPIER[0].queue.join()
+
+
+def copy_folder(folder: RemoteFolder, stop: threading.Event | None = None) -> bool:
+    """Copies the folder's missing files (index files first), then its ``metadata.json``;
+    False when stopped first, or when the disk has too little room (one warning line)."""
+    todo = sorted(folder.files, key=lambda f: (not f[0].endswith(".index"), f[0]))
+    todo = [(f, n) for f, n in todo if os.path.join(folder.local, f) not in folder.done]
+    os.makedirs(folder.local, exist_ok=True)
+    need, free = sum(n for _, n in todo), shutil.disk_usage(folder.local).free
+    if need > free:
+        print(
+            f"warning: {folder.url} needs {need / 2**30:.2f} GiB, {folder.local} has {free / 2**30:.2f} "
+            "GiB free: reading it from the bucket throughout (free the disk, or set "
+            "--config.data.cache_dir to a larger one, to copy it)",
+            flush=True,
+        )
+        return False
+    if todo:
+        print(
+            f"copying {folder.url} ({need / 2**30:.2f} GiB, {len(todo)} files) into {folder.local} in "
+            "the background; reading it from the bucket until then",
+            flush=True,
+        )
+    for file, size in todo:
+        dst = os.path.join(folder.local, file)
+        if not _copy(f"{folder.url}/{file}", dst, size, stop):
+            return False
+        folder.done.add(dst)
+    atomic_files.write_text(os.path.join(folder.local, METADATA), folder.raw.decode())
+    return True
+
+
+def _copy(src: str, dst: str, size: int, stop: threading.Event | None, block: int = 16 << 20) -> bool:
+    """One file, in blocks (memory: one block), to a temporary name, then into place;
+    False (and nothing in place) when `stop` is set first."""
+    tmp = atomic_files.temp_path(dst)
+    written = 0
+    try:
+        with gfile().GFile(src, "rb") as f, open(tmp, "wb") as out:
+            while chunk := f.read(block):
+                out.write(chunk)
+                written += len(chunk)
+                if stop is not None and stop.is_set():
+                    break
+    except Exception as e:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise read_failure(src, e) from None
+    if stop is not None and stop.is_set():
+        os.remove(tmp)
+        return False
+    if written != size:
+        os.remove(tmp)
+        raise RemoteReadError(f"{src}: {written} bytes, its metadata.json says {size}: upload it again")
+    os.replace(tmp, dst)
+    return True

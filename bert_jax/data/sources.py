@@ -9,7 +9,8 @@
 - ``prepared``: folders made by `bert-jax prepare-data` (one per sequence length,
   comma-separated in ``data.input_files``), read by position (`pipeline`); a folder in a
   bucket (``gs://...``) is copied to the cache once and read there (`remote_copy`).
-- ``tfrecord``: the original's TFRecords (static masks), read as they are.
+- ``tfrecord``: the original's TFRecords (static masks), read as they are; a resume
+  seeks to its position (`tfrecord_index`).
 - ``synthetic``: random ids in the real layout (tests and benchmarks).
 
 `batches` gives host-local rows of global batches from any of them; the vocabulary is
@@ -25,6 +26,7 @@ import jax
 import numpy as np
 
 from bert_jax.data import (
+    corpus_inputs,
     pipeline,
     prepare,
     prepared_cache,
@@ -120,6 +122,7 @@ def data_batches(
             max_predictions_per_seq=max_predictions_per_seq,
             seed=seed,
             repeat=split == "train",
+            cache_dir=corpus_inputs.cache_dir(c),  # the files' record counts, for a resume
             **where,
         )
         return it if num_batches is None else itertools.islice(it, max(num_batches - start_step, 0))

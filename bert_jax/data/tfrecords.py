@@ -8,12 +8,15 @@ Training reads each host's rows only. The files (`list_files`: comma-separated g
 through `tf.io.gfile`, so ``gs://`` works; sorted) are dealt to ``S = min(files, global
 batch, 1024)`` streams (file ``f`` to stream ``f mod S``), and stream ``s`` fills rows
 ``[s*B//S, (s+1)*B//S)`` of every global batch of ``B`` rows: its files in a seeded order
-per epoch, a seeded shuffle buffer (``shuffle_buffer / S`` records), repeated. So the
-global batches are a function of the files, the batch size and the seed only, whatever
-the number of hosts, and host ``p`` of ``P`` opens only the streams that overlap its rows
-``[p*B/P, (p+1)*B/P)``: exactly its rows when ``P`` divides ``S``, otherwise also the
-rest of at most two streams it shares with a neighbour. A resume at step N skips N
-batches of each of the host's streams (raw records, unparsed). Evaluation files are one
+per epoch, each file's records in windows of ``shuffle_buffer / S`` shuffled by a seed of
+(stream, epoch, file, window), repeated. So the global batches are a function of the
+files, the batch size and the seed only, whatever the number of hosts, and host ``p`` of
+``P`` opens only the streams that overlap its rows ``[p*B/P, (p+1)*B/P)``: exactly its
+rows when ``P`` divides ``S``, otherwise also the rest of at most two streams it shares
+with a neighbour. A resume at step N seeks (`tfrecord_index`): from the files' record
+counts (counted once, kept in the data cache) it finds each stream's epoch, file and
+window, and reads from there, skipping at most the records of that one file before the
+window; the batches are the uninterrupted run's. Evaluation files are one
 pass in file order: every host reads them (they are small) and parses only its rows.
 """
 
@@ -23,12 +26,16 @@ from collections.abc import Iterator
 
 import numpy as np
 
+from bert_jax.data import tfrecord_index
 from bert_jax.storage import tensorflow_runtime
 
 MAX_STREAMS = 1024
 # A stream yields the records of `m` batches at once: up to 256 records, and up to 16,384
 # records for all of the host's streams together (the memory in flight stays small).
 BLOCK_RECORDS, BLOCK_HOST_RECORDS = 256, 16_384
+# The end of the ranges that number epochs and windows: never reached (tf.int64.max would
+# overflow tf.data's size arithmetic, which crashes the process).
+ENDLESS = 2**40
 INT_FEATURES = (
     "input_ids",
     "input_mask",
@@ -108,12 +115,55 @@ def host_streams(
 
 
 def _seeds(seed: int, streams: list[int]) -> np.ndarray:
-    """Two 31-bit seeds per stream (file order, record buffer), from (seed, stream) alone."""
+    """Two 31-bit seeds per stream (file order, record windows), from (seed, stream) alone."""
     return np.array([np.random.SeedSequence([seed, s]).generate_state(2) >> 1 for s in streams], np.int64)
 
 
+def read_records(tf, path):
+    """The raw records of one file (a tf.data source; tests wrap it to count reads)."""
+    return tf.data.TFRecordDataset(path)
+
+
+def _file_order(tf, num_files, seed, epoch):
+    """The order of a stream's files in `epoch` (eagerly or inside tf.data alike)."""
+    # int64 throughout: fold_in of an int32 gives another key (a Python int is int32).
+    seed_pair = tf.stack([tf.cast(seed, tf.int64), tf.constant(0, tf.int64)])
+    key = tf.random.experimental.stateless_fold_in(seed_pair, tf.cast(epoch, tf.int64))
+    return tf.random.experimental.stateless_shuffle(tf.range(num_files, dtype=tf.int64), seed=key)
+
+
+class EmptyStream(ValueError):
+    """Every file of a stream is empty: it could never fill its rows."""
+
+
+def _starts(tf, groups: list[list[str]], cache_dir: str | None, seeds: np.ndarray, records: list[int],
+            window: int) -> list[list[int]]:  # fmt: skip
+    """Each stream's `tfrecord_index.Start` at its record ``records[q]``. A resume reads the
+    record counts of the host's files (`tfrecord_index.record_counts`); at step 0 every
+    stream starts at its first file and only the files' sizes are read. A stream of empty
+    files is refused (tf.data would look for its records forever)."""
+    flat = [f for group in groups for f in group]
+    resume = any(records)
+    found = tfrecord_index.record_counts(flat, cache_dir) if resume else tfrecord_index.sizes(flat)
+    out, at = [], 0
+    for q, group in enumerate(groups):
+        counts, at = found[at : at + len(group)], at + len(group)
+        if not any(counts):
+            raise EmptyStream(f"the TFRecord files {', '.join(group)} hold no records (remove them)")
+        if not resume:
+            out.append(tfrecord_index.Start().as_list())
+            continue
+
+        def order(epoch: int, q: int = q, num_files: int = len(group)) -> np.ndarray:
+            return _file_order(tf, num_files, seeds[q, 0], epoch).numpy()
+
+        out.append(tfrecord_index.seek(records[q], counts, order, window).as_list())
+    return out
+
+
 def _train_rows(tf, files: list[str], *, global_batch_size: int, seed: int, start_step: int,
-                process_index: int, process_count: int, shuffle_buffer: int):  # fmt: skip
+                process_index: int, process_count: int, shuffle_buffer: int,
+                cache_dir: str | None):  # fmt: skip
     """The host's raw records of each global batch (a 1-D string tensor per batch). The
     streams are read in parallel, in blocks of `m` batches (fewer, larger elements)."""
     rows = stream_rows(len(files), global_batch_size)
@@ -124,18 +174,42 @@ def _train_rows(tf, files: list[str], *, global_batch_size: int, seed: int, star
     local = global_batch_size // process_count
     m = max(1, min(BLOCK_RECORDS // max(counts), BLOCK_HOST_RECORDS // local))
     streams = tf.constant(ids, tf.int64)
-    names = tf.ragged.constant([files[s::n] for s in ids])
     sizes = tf.constant(counts, tf.int64)
     keep = tf.constant([[first, stop] for _, first, stop in mine], tf.int64)
-    seeds = tf.constant(_seeds(seed, ids))
-    buffer = -(-shuffle_buffer // n)
+    seeds_np = _seeds(seed, ids)
+    seeds = tf.constant(seeds_np)
+    window = -(-shuffle_buffer // n)
+    groups, at = [files[s::n] for s in ids], [start_step * c for c in counts]
+    starts = tf.constant(_starts(tf, groups, cache_dir, seeds_np, at, window), tf.int64)
+    names = tf.ragged.constant(groups)
 
     def stream(i):
-        order = tf.data.Dataset.from_tensor_slices(names[i])
-        order = order.shuffle(tf.size(names[i], out_type=tf.int64), seed=seeds[i, 0])
-        ds = order.flat_map(tf.data.TFRecordDataset).shuffle(buffer, seed=seeds[i, 1])
-        ds = ds.repeat()  # each epoch: every record once, a new file order, a new shuffle
-        ds = ds.skip(start_step * sizes[i]).batch(sizes[i] * m, drop_remainder=True)
+        group = names[i]
+        # Indexed one by one: tf.unstack here crashes TensorFlow 2.21's tf.data (a segfault).
+        epoch0, position0, window0, offset0 = (starts[i, j] for j in range(4))
+        num_files = tf.size(group, out_type=tf.int64)
+
+        def file_records(epoch, position, first_window):
+            f = _file_order(tf, num_files, seeds[i, 0], epoch)[position]
+            key = tf.random.experimental.stateless_fold_in(tf.stack([seeds[i, 1], f]), epoch)
+            blocks = read_records(tf, group[f]).skip(first_window * window).batch(window)
+            numbered = tf.data.Dataset.zip(tf.data.Dataset.range(first_window, ENDLESS), blocks)
+            shuffled = numbered.map(
+                lambda w, b: tf.random.experimental.stateless_shuffle(
+                    b, seed=tf.random.experimental.stateless_fold_in(key, w)
+                )
+            )
+            return shuffled.unbatch()
+
+        # Each epoch: every file once in a new order, each window of records shuffled anew.
+        first = tf.data.Dataset.range(position0, num_files).map(
+            lambda p: (epoch0, p, window0 * tf.cast(p == position0, tf.int64))
+        )
+        later = tf.data.Dataset.range(epoch0 + 1, ENDLESS).flat_map(
+            lambda e: tf.data.Dataset.range(num_files).map(lambda p: (e, p, tf.constant(0, tf.int64)))
+        )
+        ds = first.concatenate(later).flat_map(file_records).skip(offset0)
+        ds = ds.batch(sizes[i] * m, drop_remainder=True)
         return ds.map(
             lambda b: (streams[i], tf.reshape(tf.reshape(b, [m, -1])[:, keep[i, 0] : keep[i, 1]], [-1]))
         )
@@ -143,14 +217,21 @@ def _train_rows(tf, files: list[str], *, global_batch_size: int, seed: int, star
     ds = tf.data.Dataset.range(k).interleave(
         stream, cycle_length=k, block_length=1, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True
     )
-    order = tf.constant(_block_order([stop - first for _, first, stop in mine], m))
+    order = _block_order([stop - first for _, first, stop in mine], m)
+    return ds.ragged_batch(k).map(_assemble(tf, streams, order, m)).unbatch()
 
-    def assemble(got, raw):  # a stream that ran dry would shift the others' rows: refuse
+
+def _assemble(tf, streams, order: np.ndarray, m: int):
+    """The streams' blocks → the host's rows of `m` batches (every stream's block, in
+    stream order, checked: a missing one would shift the others' rows)."""
+    order = tf.constant(order)
+
+    def assemble(got, raw):
         check = tf.debugging.assert_equal(got, streams, message=_DRY)
         with tf.control_dependencies([check]):
             return tf.reshape(tf.gather(raw.flat_values, order), [m, -1])
 
-    return ds.ragged_batch(k).map(assemble).unbatch()
+    return assemble
 
 
 def _block_order(kept: list[int], m: int) -> np.ndarray:
@@ -164,7 +245,7 @@ def _block_order(kept: list[int], m: int) -> np.ndarray:
     return (m * start[q] + j * kept_rows[q] + r).ravel()
 
 
-_DRY = "a TFRecord stream ran dry"
+_DRY = "a TFRecord stream missed a block"
 
 
 def _eval_rows(tf, files: list[str], *, global_batch_size: int, start_step: int,
@@ -195,16 +276,6 @@ def _warn_if_shared(files: list[str], global_batch_size: int, process_count: int
         )
 
 
-def _empty_group(tf, files: list[str], global_batch_size: int) -> str:
-    """The first stream's files when every one of them is empty (named in the error)."""
-    n = len(stream_rows(len(files), global_batch_size))
-    for s in range(n):
-        group = files[s::n]
-        if all(tf.io.gfile.stat(f).length == 0 for f in group):
-            return ", ".join(group)
-    return "?"
-
-
 def create_iterator(
     input_files: str,
     *,
@@ -217,10 +288,12 @@ def create_iterator(
     process_count: int,
     repeat: bool = True,
     shuffle_buffer: int = 10_000,
+    cache_dir: str | None = None,
 ) -> Iterator[dict[str, np.ndarray]]:
     """Host ``process_index`` of ``process_count``'s rows of global batches ``start_step,
     start_step + 1, ...``: training (``repeat``) forever from its own streams, evaluation
-    one pass (see the module docstring)."""
+    one pass (see the module docstring). A training resume reads the files' record counts
+    from `cache_dir`'s index (`tfrecord_index`; counted once where missing)."""
     if global_batch_size % process_count:
         raise ValueError(f"global_batch_size={global_batch_size} is not divisible by {process_count} hosts")
     tf = tensorflow_runtime.tensorflow()
@@ -229,18 +302,14 @@ def create_iterator(
     if repeat:
         if process_index == 0:
             _warn_if_shared(files, global_batch_size, process_count)
-        raw = _train_rows(tf, files, global_batch_size=global_batch_size, seed=seed,
-                          shuffle_buffer=shuffle_buffer, **where)  # fmt: skip
+        try:
+            raw = _train_rows(tf, files, global_batch_size=global_batch_size, seed=seed,
+                              shuffle_buffer=shuffle_buffer, cache_dir=cache_dir, **where)  # fmt: skip
+        except EmptyStream as e:
+            raise ValueError(f"{input_files}: {e}") from None
     else:
         raw = _eval_rows(tf, files, global_batch_size=global_batch_size, **where)
     ds = raw.map(_parser(max_seq_length, max_predictions_per_seq)).prefetch(2)
     options = tf.data.Options()
     options.deterministic = True
-    invalid = tf.errors.InvalidArgumentError  # held here: a generator may close at exit
-    try:
-        yield from ds.with_options(options).as_numpy_iterator()
-    except invalid as e:
-        if _DRY not in str(e):
-            raise
-        group = _empty_group(tf, files, global_batch_size)
-        raise ValueError(f"{input_files}: the TFRecord files {group} hold no records (remove them)") from None
+    yield from ds.with_options(options).as_numpy_iterator()

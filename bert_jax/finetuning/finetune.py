@@ -33,7 +33,6 @@ from typing import Any
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
-import ml_collections
 import numpy as np
 
 from bert_jax import convert
@@ -47,14 +46,10 @@ from bert_jax.model.flops import model_flops_per_step
 from bert_jax.tasks.base import MODEL_INPUTS, Split, Task
 from bert_jax.tasks.registry import get_task
 from bert_jax.training import engine, sharding
+from bert_jax.training.hooks import default_hooks
 from bert_jax.training.loop import StopRequested, TrainingRun
 from bert_jax.training.results import JobResult
 from bert_jax.training.settings import TrainingSettings
-
-
-def resolve(config: ml_collections.ConfigDict | FinetuneSettings) -> FinetuneSettings:
-    """The typed settings of a run config (checked); settings pass through."""
-    return config if isinstance(config, FinetuneSettings) else FinetuneSettings.from_config(config)
 
 
 def default_checkpoint() -> str:
@@ -112,9 +107,9 @@ def load_inputs(settings: FinetuneSettings) -> FinetuningInputs:
     """Loads the checkpoint and the task's splits; the head is fresh, the encoder loaded."""
     task = get_task(settings.task)
     checkpoint = settings.init_checkpoint or default_checkpoint()
-    convert.check_same_vocabulary(settings.vocab_file, checkpoint, "config.vocab_file")
+    convert.check_same_vocabulary(settings.data.vocab_file, checkpoint, "config.data.vocab_file")
     loaded, bert_config = convert.load_checkpoint(
-        checkpoint, vocab_pad_multiple=settings.vocab_pad_multiple or None
+        checkpoint, vocab_pad_multiple=settings.model.vocab_pad_multiple or None
     )
     table = bert_config.max_position_embeddings
     if bert_config.position_embedding_type == "absolute" and settings.max_seq_length > table:
@@ -123,17 +118,18 @@ def load_inputs(settings: FinetuneSettings) -> FinetuningInputs:
             f"{checkpoint} (max_position_embeddings={table}): set --config.max_seq_length={table} or less"
         )
     bert_config = bert_config.replace(
-        hidden_dropout_prob=settings.hidden_dropout_prob,
-        attention_probs_dropout_prob=settings.attention_probs_dropout_prob,
+        hidden_dropout_prob=settings.model.hidden_dropout_prob,
+        attention_probs_dropout_prob=settings.model.attention_probs_dropout_prob,
     )
     tok = tokenization.load_tokenizer(
-        settings.vocab_file or tokenization.vocab_beside(checkpoint), settings.do_lower_case
+        settings.data.vocab_file or tokenization.vocab_beside(checkpoint), settings.data.do_lower_case
     )
     vocab_fit.check_vocab_fits(tok, bert_config.vocab_size, checkpoint, exact=True)
-    for key in ("global_batch_size", "eval_batch_size"):
-        batches.check_batch_memory(key, getattr(settings, key), settings.max_seq_length, bert_config)
-    train = task.load(settings.data, tok, "train")
-    evals = [task.load(settings.data, tok, s) for s in task.eval_splits]
+    batch_sizes = {"global_batch_size": settings.global_batch_size, "eval_batch_size": settings.eval_batch}
+    for key, rows in batch_sizes.items():
+        batches.check_batch_memory(key, rows, settings.max_seq_length, bert_config)
+    train = task.load(settings.task_data, tok, "train")
+    evals = [task.load(settings.task_data, tok, s) for s in task.eval_splits]
     model = task.model(bert_config)
     init = jax.device_get(nn.meta.unbox(model.init(jax.random.key(settings.seed), *_sample(train)))["params"])
     if settings.random_init:  # the baseline a pre-trained encoder is measured against
@@ -164,7 +160,7 @@ class Finetuning:
         self.steps_per_epoch = steps_per_epoch(settings, inputs)
         self.mesh = mesh_for_batches(
             settings.training,
-            {"global_batch_size": self.batch_size, "eval_batch_size": settings.eval_batch_size},
+            {"global_batch_size": self.batch_size, "eval_batch_size": settings.eval_batch},
         )
         # Packed training rows: their count is rounded to what the mesh and accumulation split
         # and to ``pack_row_multiple`` (fewer row counts an epoch, each one compiled program).
@@ -179,7 +175,7 @@ class Finetuning:
         # Every head module takes the run's numerics beside the model config.
         model = inputs.task.model(self.model_config).clone(numerics=self.numerics)
         self.objective = FinetuningObjective(model, inputs.task)
-        tx, schedule = self.settings.optimizer.build(total_steps)
+        tx, schedule = self.settings.optimization.build(total_steps)
         sample = _sample(inputs.train)
         self._token_axes_at: dict[int, Any] = {}
         self.engine = engine.Engine(
@@ -268,7 +264,7 @@ class Finetuning:
         first = self.inputs.evals[0].name
         out = {}
         for split in self.inputs.evals if splits is None else splits:
-            outputs = self.predict(params, split, self.run.eval_batch_size)
+            outputs = self.predict(params, split, self.run.eval_batch)
             values = self.inputs.task.score(outputs, split, os.path.join(out_dir, split.name))
             out.update(values if split.name == first else {f"{split.name}/{k}": v for k, v in values.items()})
         return out
@@ -287,10 +283,8 @@ def mesh_for_batches(settings: TrainingSettings, batch_sizes: dict[str, int]) ->
     return mesh
 
 
-def finetune(
-    config: ml_collections.ConfigDict | FinetuneSettings, workdir: str, *, overwrite: bool = False
-) -> JobResult:
-    """Trains `config.task` from `config.init_checkpoint` (or resumes); returns the last step
+def finetune(settings: FinetuneSettings, workdir: str, *, overwrite: bool = False) -> JobResult:
+    """Trains `settings.task` from `settings.init_checkpoint` (or resumes); returns the last step
     and the best epoch's metrics (``stopped`` when ``stop_after_step`` ended the run first).
 
     Writes ``metrics.jsonl`` and TensorBoard events, per-epoch prediction files of the
@@ -302,14 +296,13 @@ def finetune(
     config is refused unless `overwrite`, which replaces it (`finished_run`).
     """
     workdir = os.path.abspath(workdir)
-    config = resolve(config)
-    checkpoint = config.init_checkpoint or default_checkpoint()
-    finished = finished_run.check(workdir, config, checkpoint, overwrite=overwrite)
+    checkpoint = settings.init_checkpoint or default_checkpoint()
+    finished = finished_run.check(workdir, settings, checkpoint, overwrite=overwrite)
     if finished is not None:
-        return read_back(finished, config, workdir)
-    inputs = load_inputs(config)
-    total = steps_per_epoch(config, inputs) * config.num_epochs
-    ft = Finetuning(config, inputs, total_steps=total)
+        return read_back(finished, settings, workdir)
+    inputs = load_inputs(settings)
+    total = steps_per_epoch(settings, inputs) * settings.num_epochs
+    ft = Finetuning(settings, inputs, total_steps=total)
     if overwrite:  # the run is accepted: the earlier one's files go (one warning line)
         user_paths.replace(finished_run.earlier_outputs(workdir), "--workdir")
     try:
@@ -318,25 +311,26 @@ def finetune(
             if fresh and jax.process_index() == 0 and os.path.exists(os.path.join(workdir, "metrics.jsonl")):
                 os.remove(os.path.join(workdir, "metrics.jsonl"))  # a fresh run, not an appended one
             state, _ = loop.restore_or_init(
-                ft.engine, lambda: ft.engine.init_state(config.seed, inputs.params)
+                ft.engine, lambda: ft.engine.init_state(settings.seed, inputs.params)
             )
             history = EpochHistory(workdir, inputs.task.main_metric, fresh=fresh)
             batches = ft.batches(int(jax.device_get(state.step)))
-            end_of_epoch = EpochEnd(ft, loop, history, workdir)
-            loop.steps(ft.engine, state, batches, end=total, flops=ft.flops, hooks=end_of_epoch.hooks())
+            hooks = [*default_hooks(ft.settings, total_steps=total), *EpochEnd(ft, history, workdir).hooks()]
+            loop.steps(ft.engine, state, batches, end=total, flops=ft.flops, hooks=hooks)
     except StopRequested as stop:
         return JobResult.stopped_at(stop.step)
     best = {k: v for k, v in history.best().items() if k not in ("step", "seconds", "train_loss")}
-    test_files = predict_test(ft, workdir, config) if config.predict_test and inputs.task.test_splits else []
+    predicted = settings.predict_test and inputs.task.test_splits
+    test_files = predict_test(ft, workdir, settings) if predicted else []
     results = {
         "task": inputs.task.name,
-        "config": config.config,
+        "config": settings.config,
         "checkpoint": inputs.checkpoint,
-        "random_init": config.random_init,
-        "seed": config.seed,
+        "random_init": settings.random_init,
+        "seed": settings.seed,
         "global_batch_size": ft.batch_size,
-        "learning_rate": config.learning_rate,
-        "num_epochs": config.num_epochs,
+        "learning_rate": settings.learning_rate,
+        "num_epochs": settings.num_epochs,
         "train_rows": len(inputs.train),
         "eval_rows": {s.name: len(s) for s in inputs.evals},
         "main_metric": inputs.task.main_metric,
@@ -348,8 +342,8 @@ def finetune(
         write_json(os.path.join(workdir, "results.json"), results)
         shutil.rmtree(os.path.join(workdir, "checkpoints"), ignore_errors=True)  # the run is complete
     result = JobResult(step=total, metrics=best)
-    if config.random_init_baseline and not config.random_init:
-        baseline.run(config, workdir, result, inputs, finetune)
+    if settings.random_init_baseline and not settings.random_init:
+        baseline.run(settings, workdir, result, inputs, finetune)
     return result
 
 
@@ -365,23 +359,21 @@ def read_back(results: dict[str, Any], config: FinetuneSettings, workdir: str) -
     return result
 
 
-def predict_test(ft: Finetuning, workdir: str, config: FinetuneSettings) -> list[str]:
+def predict_test(ft: Finetuning, workdir: str, settings: FinetuneSettings) -> list[str]:
     """Test-split predictions of the best epoch's model (read back from ``best_model/``)."""
     params = load_saved_params(os.path.join(workdir, "best_model"), ft.inputs)
     placed = engine.place_tree(params, ft.engine.state_shardings.params)
     files = []
     for name in ft.inputs.task.test_splits:
-        split = ft.inputs.task.load(config.data, ft.inputs.tokenizer, name)
-        outputs = ft.predict(placed, split, config.eval_batch_size)
+        split = ft.inputs.task.load(settings.task_data, ft.inputs.tokenizer, name)
+        outputs = ft.predict(placed, split, settings.eval_batch)
         files.append(ft.inputs.task.write_test(outputs, split, os.path.join(workdir, "test")))
     return files
 
 
-def evaluate_saved(
-    config: ml_collections.ConfigDict | FinetuneSettings, folder: str, out_dir: str
-) -> dict[str, float]:
-    """Dev scores of a model saved by `save_model` (its encoder and head), on `config`'s data."""
-    settings = dataclasses.replace(resolve(config), init_checkpoint=folder)
+def evaluate_saved(settings: FinetuneSettings, folder: str, out_dir: str) -> dict[str, float]:
+    """Dev scores of a model saved by `save_model` (its encoder and head), on `settings`'s data."""
+    settings = dataclasses.replace(settings, init_checkpoint=folder)
     inputs = load_inputs(settings)
     ft = Finetuning(settings, inputs, total_steps=1)
     params = engine.place_tree(load_saved_params(folder, inputs), ft.engine.state_shardings.params)

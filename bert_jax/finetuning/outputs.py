@@ -18,7 +18,7 @@ from bert_jax import convert
 from bert_jax.data import tokenization
 from bert_jax.model import param_shapes
 from bert_jax.storage import atomic_files
-from bert_jax.training.loop import Hook, TrainingRun
+from bert_jax.training.hooks import Hook, StepContext
 
 
 class EpochHistory:
@@ -95,8 +95,8 @@ class EpochEnd:
     is the best) the other eval splits' scores and the saved model (`ft`: the run's
     `finetune.Finetuning`)."""
 
-    def __init__(self, ft: Any, loop: TrainingRun, history: EpochHistory, workdir: str) -> None:
-        self.ft, self.loop, self.history, self.workdir = ft, loop, history, workdir
+    def __init__(self, ft: Any, history: EpochHistory, workdir: str) -> None:
+        self.ft, self.history, self.workdir = ft, history, workdir
         config, task = ft.run, ft.inputs.task
         self.keep_best = bool(config.save_best_model or (config.predict_test and task.test_splits))
         self.start, self.losses = time.time(), []
@@ -104,10 +104,11 @@ class EpochEnd:
     def hooks(self) -> list[Hook]:
         return [Hook(self.record), Hook(self.close, every=self.ft.steps_per_epoch)]
 
-    def record(self, step: int, state: Any, metrics: dict[str, Any]) -> None:
-        self.losses.append(metrics["loss"])
+    def record(self, ctx: StepContext) -> None:
+        self.losses.append(ctx.metrics["loss"])
 
-    def close(self, step: int, state: Any, metrics: dict[str, Any]) -> None:
+    def close(self, ctx: StepContext) -> None:
+        step, state = ctx.step, ctx.state
         epoch, inputs = step // self.ft.steps_per_epoch, self.ft.inputs
         # Over the steps this process ran (a resumed epoch: those after the resume).
         train_loss = float(np.mean(jax.device_get(self.losses)))
@@ -120,8 +121,8 @@ class EpochEnd:
         best, main = self.history.best(), inputs.task.main_metric
         if others and (not best or scores[main] >= best[main]):
             scores.update(self.ft.evaluate(state.params, out_dir, others))
-        self.loop.logger.write(step, scores, split="dev")
-        self.loop.logger.write(step, {"epoch_train_loss": train_loss, "epoch_seconds": seconds})
+        ctx.log(scores, split="dev")
+        ctx.log({"epoch_train_loss": train_loss, "epoch_seconds": seconds})
         print(
             f"{inputs.task.name} epoch {epoch}: train loss {train_loss:.4f} ({seconds:.0f}s)  "
             + "  ".join(f"{k} {v:.4f}" for k, v in scores.items()),

@@ -7,67 +7,33 @@
 
 from __future__ import annotations
 
-import dataclasses
-import itertools
 import json
 import os
 from typing import Any
 
-import ml_collections
 import numpy as np
 
 from bert_jax.finetuning.finetune import finetune
+from bert_jax.finetuning.settings import FinetuneSettings
 from bert_jax.tasks.registry import get_task
+from bert_jax.training import resolver
 
 
-@dataclasses.dataclass(frozen=True)
-class SweepGrid:
-    """The grid of a config's ``sweep`` block: every combination runs once per seed."""
-
-    global_batch_sizes: tuple[int, ...]
-    learning_rates: tuple[float, ...]
-    epochs: tuple[int, ...]
-    seeds: tuple[int, ...]
-
-    @classmethod
-    def from_config(cls, config: ml_collections.ConfigDict) -> SweepGrid:
-        """Checked: each list non-empty, batches, rates and epochs > 0, seeds >= 0; a bad
-        value is refused in one line naming its key (``sweep.<key>``)."""
-        names = [f.name for f in dataclasses.fields(cls)]
-        extra = sorted(set(config.keys()) - set(names))
-        if extra:
-            raise ValueError(f"sweep: unknown key {extra[0]!r}; known: {', '.join(names)}")
-        casts = {"global_batch_sizes": int, "learning_rates": float, "epochs": int, "seeds": int}
-        values = {}
-        for name, cast in casts.items():
-            raw = config[name]
-            items = tuple(cast(v) for v in (raw if isinstance(raw, list | tuple) else (raw,)))
-            low_ok = (lambda v: v >= 0) if name == "seeds" else (lambda v: v > 0)
-            if not items or not all(low_ok(v) for v in items):
-                bound = ">= 0" if name == "seeds" else "> 0"
-                raise ValueError(f"sweep.{name} must be a non-empty list of values {bound}, got {raw!r}")
-            values[name] = items
-        return cls(**values)
-
-    def points(self) -> list[tuple[int, float, int, int]]:
-        """(batch, learning rate, epochs, seed) of every run, in grid order."""
-        return list(itertools.product(self.global_batch_sizes, self.learning_rates, self.epochs, self.seeds))
-
-
-def sweep(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any] | None:
-    """The grid of `config.sweep` (batch x lr x epochs, several seeds each), one run per
+def sweep(settings: FinetuneSettings, workdir: str) -> dict[str, Any] | None:
+    """The grid of ``config.sweep`` (batch x lr x epochs, several seeds each), one run per
     folder ``bs<B>_lr<LR>_ep<E>_seed<S>``; runs with a ``results.json`` are not repeated.
 
     Writes ``sweep_runs.tsv`` (one row per run), ``sweep_table.md`` (per grid point: mean,
     std and max over seeds of the best dev score) and ``sweep_best.json`` (the best run).
     Returns the best run, or None when a run stopped early (``stop_after_step``).
     """
-    grid = SweepGrid.from_config(config.sweep)
     rows = []
-    for bs, lr, epochs, seed in grid.points():
-        run = ml_collections.ConfigDict(config.to_dict())  # each run's job config
-        run.save_best_model = False  # one model per grid point would fill the disk
-        run.global_batch_size, run.learning_rate, run.num_epochs, run.seed = bs, lr, epochs, seed
+    for bs, lr, epochs, seed in settings.sweep.points():
+        run = resolver.updated(
+            settings,  # one model per grid point would fill the disk: no best model
+            {"save_best_model": False, "global_batch_size": bs, "learning_rate": lr, "num_epochs": epochs,
+             "seed": seed},
+        )  # fmt: skip
         run_dir = os.path.join(workdir, f"bs{bs}_lr{lr:g}_ep{epochs}_seed{seed}")
         done = os.path.join(run_dir, "results.json")
         if os.path.exists(done):
@@ -79,7 +45,7 @@ def sweep(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any] | N
             if result.stopped:  # stop_after_step: the run resumes when the sweep is rerun
                 print(f"{run_dir}: stopped at step {result.step}; rerun the same command to continue")
                 return None
-            best, main = result.metrics, get_task(config.task).main_metric
+            best, main = result.metrics, get_task(settings.task).main_metric
         rows.append({"global_batch_size": bs, "learning_rate": lr, "epochs": epochs, "seed": seed,
                      "score": best[main], "best_epoch": best["epoch"], "dir": run_dir})  # fmt: skip
     return write_sweep_tables(rows, main, workdir)

@@ -15,9 +15,8 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-import ml_collections
-
 from bert_jax.model.numerics import LEGACY_MODEL_KEYS
+from bert_jax.setting_fields import FRACTION, NON_NEGATIVE_INT, setting
 
 ACTIVATIONS = ("gelu", "gelu_tanh", "relu")
 # The fields that fix parameter shapes: two configs that agree on these share checkpoints.
@@ -75,8 +74,8 @@ class BertConfig:
     # "gelu" is the exact erf form (Hugging Face's default); "gelu_tanh" is the original
     # TF1 release's approximation.
     hidden_act: str = "gelu"
-    hidden_dropout_prob: float = 0.1
-    attention_probs_dropout_prob: float = 0.1
+    hidden_dropout_prob: float = setting(0.1, FRACTION)
+    attention_probs_dropout_prob: float = setting(0.1, FRACTION)
     max_position_embeddings: int = 512
     type_vocab_size: int = 2
     initializer_range: float = 0.02
@@ -92,7 +91,7 @@ class BertConfig:
     # inputs and their MLM logits are masked to the float32 minimum: no loss, gradient or
     # prediction changes. Conversion adds the padding on load and removes it on export;
     # 1 (no padding) is what a config without this key (an older checkpoint) means.
-    vocab_pad_multiple: int = 1
+    vocab_pad_multiple: int = setting(1, NON_NEGATIVE_INT)
     # -- Recipe switches (the paper's BERT when all are at their defaults) --------------
     # Pre-LayerNorm layers, x + f(LN(x)), with a final LayerNorm after the last layer
     # (Xiong et al., 2020; Cramming, Geiping & Goldstein, 2022): stable at higher learning
@@ -241,15 +240,14 @@ class BertConfig:
         return -(-self.vocab_size // m) * m
 
     @classmethod
-    def from_dict(cls, values: Mapping[str, Any] | ml_collections.ConfigDict) -> BertConfig:
+    def from_dict(cls, values: Mapping[str, Any]) -> BertConfig:
         """Builds a config, failing with the offending key's name on unknown keys.
 
         Keys that Hugging Face / TF configs carry but that do not change the
         architecture (``model_type``, ``architectures``, ...) are ignored, as are the run
         numerics older bert_jax files saved with the model (``dtype``, ``remat_policy``, ...).
         """
-        if isinstance(values, ml_collections.ConfigDict):
-            values = values.to_dict()
+        values = dict(values)
         known = {f.name for f in dataclasses.fields(cls)}
         ignorable = {
             "model_type",
@@ -341,8 +339,9 @@ MODEL_PRESETS: dict[str, BertConfig] = {
 }
 
 
-def model_config_dict(preset: str, **overrides: Any) -> ml_collections.ConfigDict:
-    """The `config.model` block of a run config for one preset."""
+def model_config_dict(preset: str, **overrides: Any) -> dict[str, Any]:
+    """The `config.model` block of a run config for one preset (a config file makes it a
+    `ConfigDict` block)."""
     if preset not in MODEL_PRESETS:
         raise ValueError(f"Unknown model preset {preset!r}; choose from {sorted(MODEL_PRESETS)}")
     values = MODEL_PRESETS[preset].to_dict()
@@ -352,4 +351,4 @@ def model_config_dict(preset: str, **overrides: Any) -> ml_collections.ConfigDic
     if unknown:
         raise ValueError(f"Unknown BertConfig key(s): {', '.join(unknown)}")
     values.update(overrides)
-    return ml_collections.ConfigDict(values)
+    return values

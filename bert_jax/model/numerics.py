@@ -18,6 +18,8 @@ import dataclasses
 
 import jax.numpy as jnp
 
+from bert_jax.setting_fields import setting
+
 DTYPES = ("float32", "bfloat16", "float16")
 REMAT_POLICIES = ("none", "full", "dots", "dots_no_batch")
 WEIGHT_GRAD_MATMULS = ("auto", "transposed_copy", "transposed_copy_wide", "direct")
@@ -34,11 +36,11 @@ class Numerics:
     """One run's numerics (hashable: a static part of the jitted step)."""
 
     # Matmul and activation dtype; softmax and LayerNorm statistics stay float32.
-    compute_dtype: str = "float32"
+    compute_dtype: str = setting("float32", choices=DTYPES)
     # Dtype parameters are stored (and updated) in.
-    param_dtype: str = "float32"
+    param_dtype: str = setting("float32", choices=DTYPES)
     # Rematerialisation of each encoder layer in the backward pass.
-    remat_policy: str = "none"
+    remat_policy: str = setting("none", choices=REMAT_POLICIES)
     # How weight-gradient matmuls (x^T g) are computed: "transposed_copy" writes x^T once
     # and multiplies it row-major; "transposed_copy_wide" does so only in layers whose in
     # and out widths are both >= 512 (below that the copy costs more than it saves: 12%
@@ -48,15 +50,15 @@ class Numerics:
     # whose left operand is contracted along its rows to Eigen, compiled for AVX only: on
     # AVX-512 hosts that is half the speed for a third of the training FLOPs. TPUs and GPUs
     # read transposed operands natively: no copy there.
-    weight_grad_matmul: str = "auto"
+    weight_grad_matmul: str = setting("auto", choices=WEIGHT_GRAD_MATMULS)
     # Dropout masks: "hash" (a counter-based integer hash of each element's index, seeded
     # per layer and step from the dropout key; ~7x cheaper than threefry on CPU) or
     # "threefry" (jax.random.bernoulli). Both are Bernoulli(1 - rate) per element.
-    dropout_rng: str = "hash"
+    dropout_rng: str = setting("hash", choices=DROPOUT_RNGS)
     # Attention implementation (`bert_jax.model.attention`): "auto" is Pallas splash on TPU,
     # cuDNN on GPU and XLA on CPU, each falling back to XLA (one warning line) where the
     # kernel cannot take the mask, the head size or attention dropout.
-    attention_kernel: str = "auto"
+    attention_kernel: str = setting("auto", choices=ATTENTION_KERNELS)
 
     def __post_init__(self) -> None:
         for name, allowed in (

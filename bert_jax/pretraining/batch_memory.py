@@ -20,7 +20,7 @@ def check(run: PretrainSettings, mesh: Mesh) -> None:
         accum = run.phase_step(number).grad_accum_steps
         for key, batch, micro in (
             ("global_batch_size", run.global_batch_size, accum),
-            ("eval_batch_size", run.eval_batch_size, 1),
+            ("eval_batch_size", run.eval_batch, 1),
         ):
             tokens = phase.max_seq_length
             setting, rows = f"config.{key}={batch}", f"{batch:,} rows of {tokens} tokens"

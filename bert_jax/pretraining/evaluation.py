@@ -10,6 +10,8 @@ learning curve names the first evaluation a nat under that model's loss.
 An evaluation reads the first ``config.eval_steps`` global batches of the held-out order
 (the same batches every time, so the curve compares like with like; 0 = the whole split,
 which grows with the corpus), keeps its sums on the devices and reads them once.
+`PeriodicEval` is the run's evaluation hook (every ``eval_every_steps`` and at the last
+step, once), whose last result the end-of-run summary reads.
 """
 
 from __future__ import annotations
@@ -26,26 +28,27 @@ from jax.experimental import multihost_utils
 from bert_jax.pretraining.objective import Batch, finalize_metrics
 from bert_jax.storage import files
 from bert_jax.training import sharding
+from bert_jax.training.hooks import Hook, StepContext
 
 
-def evaluate_held_out(run: Any, params: Any, phase: Any) -> tuple[dict[str, float], np.ndarray]:
-    """Metrics over the held-out batches of `run` (a `pretrain.Pretraining`) at `phase`
+def evaluate_held_out(job: Any, params: Any, phase: Any) -> tuple[dict[str, float], np.ndarray]:
+    """Metrics over the held-out batches of `job` (a `pretrain.Pretraining`) at `phase`
     (``config.eval_steps`` of them, or the whole split), and the masked target ids seen,
     in id order (for the unigram baseline).
 
     The metric sums and a histogram of the targets stay on the devices, compensated sums
     (Neumaier) in float32, and are read to the host once, after the last batch."""
-    start, add = _accumulators(run.mesh, int(run.model_config.vocab_size))
+    start, add = _accumulators(job.mesh, int(job.model_config.vocab_size))
     state = None
-    for batch in run.eval_batches(phase):
-        outputs = run.engine.eval_step(params, batch)
+    for batch in job.eval_batches(phase):
+        outputs = job.engine.eval_step(params, batch)
         ids, weights = batch["masked_lm_ids"], batch["masked_lm_weights"]
         state = start(outputs, ids, weights) if state is None else add(state, outputs, ids, weights)
     if state is None:
         raise ValueError("the eval split is empty: no held-out examples to evaluate on")
     (totals, compensation), histogram = jax.device_get(state)
     sums = {k: float(totals[k]) + float(compensation[k]) for k in totals}
-    metrics = {k: float(v) for k, v in finalize_metrics(sums, run.nsp).items()}
+    metrics = {k: float(v) for k, v in finalize_metrics(sums, job.nsp).items()}
     metrics["num_predictions"] = sums["mlm_weight"]
     metrics["num_changed_predictions"] = sums["mlm_changed_weight"]
     targets = np.repeat(np.arange(histogram.size, dtype=np.int32), np.asarray(histogram, np.int64))
@@ -89,14 +92,14 @@ def masked_targets(batch: Batch) -> np.ndarray:
     return ids[w > 0]
 
 
-def unigram_baseline(run: Any, phase: Any, held_out: np.ndarray, batches: int) -> tuple[int, float, float]:
+def unigram_baseline(job: Any, phase: Any, held_out: np.ndarray, batches: int) -> tuple[int, float, float]:
     """The unigram model of the training data's masked targets (`batches` batches) on the
     held-out targets: its most frequent token, the accuracy of always predicting it, and
     its cross-entropy in nats (comparable with the MLM loss; add-k smoothed over the
     vocabulary with the k that suits the held-out targets best, so the baseline is at its
     strongest)."""
-    seen = [masked_targets(b) for _, b in zip(range(batches), run.batches(phase, phase.start), strict=False)]
-    counts = np.bincount(np.concatenate(seen), minlength=run.model_config.vocab_size).astype(np.float64)
+    seen = [masked_targets(b) for _, b in zip(range(batches), job.batches(phase, phase.start), strict=False)]
+    counts = np.bincount(np.concatenate(seen), minlength=job.model_config.vocab_size).astype(np.float64)
     top = int(np.argmax(counts))
     if not held_out.size:
         return top, 0.0, 0.0
@@ -106,6 +109,36 @@ def unigram_baseline(run: Any, phase: Any, held_out: np.ndarray, batches: int) -
         for k in (1.0, 0.3, 0.1, 0.03, 0.01, 0.003, 0.001)
     )
     return top, acc, loss
+
+
+class PeriodicEval:
+    """Pre-training's evaluation hook: held-out metrics every ``eval_every_steps`` and at
+    the last step (at the sequence length of the phase that step belongs to), logged as an
+    ``eval`` row and kept as the best checkpoint when they are. `job`: the run's
+    `pretrain.Pretraining`. `final` gives the last step's metrics, evaluated once."""
+
+    def __init__(self, job: Any) -> None:
+        self.job, self.phases = job, job.run.phases()
+        self.last: tuple[int, dict[str, float], np.ndarray] | None = None  # step, metrics, targets
+
+    def hook(self) -> Hook:
+        return Hook(self, every=self.job.run.eval_every_steps, also_at=(self.job.run.num_train_steps,))
+
+    def __call__(self, ctx: StepContext) -> None:
+        phase = next(p for p in self.phases if p.start < ctx.step <= p.end)
+        metrics, targets = evaluate_held_out(self.job, ctx.state.params, phase)
+        self.last = (ctx.step, metrics, targets)
+        ctx.log(metrics, split="eval")
+        ctx.save_best(metrics)
+
+    def final(self, ctx: StepContext) -> tuple[dict[str, float], np.ndarray]:
+        """The held-out metrics at `ctx`'s step (the run's last) and the masked targets seen:
+        the hook's when it evaluated that step, else evaluated (logged, kept as best) now,
+        e.g. for a run resumed after its last step."""
+        if self.last is None or self.last[0] != ctx.step:
+            self(ctx)
+        assert self.last is not None
+        return self.last[1], self.last[2]
 
 
 def learning_curve(workdir: str) -> list[tuple[int, float]]:

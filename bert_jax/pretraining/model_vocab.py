@@ -16,18 +16,16 @@ Two readings, one rule:
   cache where the data config learns one), and refusing an explicit size the tokenizer's
   ids do not fit.
 
-`resolved` gives the run's config with the size written in, which is what the run's
-model, data and ``bert_config.json`` then read (never 0).
+`PretrainSettings.of` writes `planned_size` into the run's settings (its model, data and
+``bert_config.json`` read it: never 0); a run calls `check_run_size` before it trains
+(for ``model.vocab_size=0`` the two sizes are one: a learned vocabulary has exactly
+``data.learned_vocab_size`` tokens).
 """
 
 from __future__ import annotations
 
-import ml_collections
-
 from bert_jax.data import run_vocabulary
 from bert_jax.data.settings import DataSettings
-from bert_jax.model.config import BertConfig
-from bert_jax.training import run_config
 
 _NO_TOKENIZER = (
     "config.model.vocab_size=0 takes the tokenizer's size, and data.source=synthetic has no "
@@ -64,31 +62,7 @@ def run_size(vocab_size: int, data: DataSettings) -> int:
     return size or vocab
 
 
-def _sizes(config: ml_collections.ConfigDict) -> tuple[int, DataSettings]:
-    """What the sizes read from a run config: ``model.vocab_size`` and the data settings."""
-    return int(config.model.vocab_size), DataSettings.from_config(config.data)
-
-
-def _with_size(config: ml_collections.ConfigDict, size: int) -> ml_collections.ConfigDict:
-    if int(config.model.vocab_size) == size:
-        return config
-    out = config.copy_and_resolve_references()
-    out.model.vocab_size = size
-    return out
-
-
-def planned(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
-    """`config` with `planned_size` written into ``model.vocab_size`` (a copy; `config`
-    itself where it is already written)."""
-    return _with_size(config, planned_size(*_sizes(config)))
-
-
-def resolved(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
-    """`config` with `run_size` written into ``model.vocab_size`` (a copy; `config` itself
-    where it is already written)."""
-    return _with_size(config, run_size(*_sizes(config)))
-
-
-def model_config(config: ml_collections.ConfigDict) -> BertConfig:
-    """The model of a pre-training config (`run_config.bert_config`) at `planned_size`."""
-    return run_config.bert_config(planned(config))
+def check_run_size(vocab_size: int, data: DataSettings) -> None:
+    """What a run checks before it trains: the vocabulary learned where the data config
+    learns one (once, cached) and the model's size holding the tokenizer's ids (`run_size`)."""
+    run_size(vocab_size, data)

@@ -19,9 +19,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-import ml_collections
-
-from bert_jax.pretraining import model_vocab, plan_compile, plan_fit, plan_rate
+from bert_jax.pretraining import plan_compile, plan_fit, plan_rate
 from bert_jax.pretraining.settings import Phase, PhaseStep, PretrainSettings
 from bert_jax.training import hardware
 
@@ -71,6 +69,7 @@ class PlanReport:
     """
 
     topology: str
+    num_slices: int  # slices of `topology` (multislice: data parallelism across them)
     num_chips: int
     devices_used: int
     device_kind: str
@@ -216,6 +215,7 @@ def _report(planner: _Planner, phases: list[PhasePlan]) -> PlanReport:
     largest = max(phases, key=lambda p: p.hbm_per_chip_bytes)
     return PlanReport(
         topology=where.topology_name,
+        num_slices=where.num_slices,
         num_chips=where.chips_used,
         devices_used=len(where.devices),
         device_kind=where.devices[0].device_kind,
@@ -250,24 +250,26 @@ def _report(planner: _Planner, phases: list[PhasePlan]) -> PlanReport:
 
 
 def plan(
-    config: ml_collections.ConfigDict,
+    run: PretrainSettings,
     topology_name: str,
     mfu_assumed: float = 0.45,
     find_fit: bool = True,
     *,
     mfu_given: bool = False,
     measured_tokens_per_s: float = 0.0,
+    num_slices: int = 1,
 ) -> PlanReport:
-    """Compiles every phase's pre-training step of `config` for `topology_name` and
+    """Compiles every phase's pre-training step of the `run` for `topology_name` and
     estimates the run's cost; with `find_fit`, a phase that does not fit gets
-    `plan_fit`'s search for a setting that does. ``model.vocab_size=0`` is planned at
-    `model_vocab.planned_size` (``data.learned_vocab_size``: no vocabulary is learned).
+    `plan_fit`'s search for a setting that does (``model.vocab_size=0`` is planned at
+    `model_vocab.planned_size`: no vocabulary is learned).
 
     Times are estimates at a utilisation (`plan_rate`): `mfu_assumed` (the user's figure
-    when `mfu_given`), or the one a measured phase-1 `measured_tokens_per_s` implies."""
+    when `mfu_given`), or the one a measured phase-1 `measured_tokens_per_s` implies.
+    `num_slices` > 1 plans `num_slices` such slices (multislice), the run's mesh laid over
+    them as `sharding.make_mesh` does (by default data parallelism across the slices)."""
     rate = plan_rate.of_mfu(mfu_assumed, mfu_given)
-    run = PretrainSettings.from_config(model_vocab.planned(config))
-    planner = _Planner(run, plan_compile.placement(run, topology_name), rate)
+    planner = _Planner(run, plan_compile.placement(run, topology_name, num_slices), rate)
     if measured_tokens_per_s:
         planner.rate = planner.measured_rate(measured_tokens_per_s)
     phases = [planner.phase_plan(i, p, find_fit) for i, p in enumerate(run.phases(), start=1)]

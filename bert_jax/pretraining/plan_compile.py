@@ -79,11 +79,16 @@ def quiet_libtpu(topo: hardware.Topology) -> None:
     os.environ.setdefault("TPU_WORKER_HOSTNAMES", "localhost")
 
 
-def topology_devices(topology_name: str) -> list[jax.Device]:
-    """The devices of a TPU slice, as libtpu describes it (no TPU needed)."""
+def topology_devices(topology_name: str, num_slices: int = 1) -> list[jax.Device]:
+    """The devices of a TPU slice, or of `num_slices` such slices (multislice: each device
+    has its ``slice_index``), as libtpu describes them (no TPU needed)."""
     quiet_libtpu(check_topology(topology_name))
+    if num_slices < 1:
+        raise ValueError(f"--num_slices {num_slices}: must be at least 1")
     try:
-        desc = topologies.get_topology_desc(platform="tpu", topology_name=topology_name)
+        desc = topologies.get_topology_desc(
+            platform="tpu", topology_name=topology_name, num_slices=num_slices
+        )
     except Exception as e:
         if importlib.util.find_spec("libtpu") is None or "not installed" in str(e):
             raise NoTpuCompiler(
@@ -110,12 +115,16 @@ def required_bytes_from_oom(message: str) -> int | None:
     return int(float(match.group(1)) * _UNITS[match.group(2)])
 
 
-def _mesh_devices(mesh_shape: tuple[int, ...], devices: list[jax.Device]) -> list:
-    """All chips, or the first prod(mesh_shape) when the run asks for fewer."""
+def _mesh_devices(mesh_shape: tuple[int, ...], devices: list[jax.Device], num_slices: int = 1) -> list:
+    """All chips, or the first prod(mesh_shape) when the run asks for fewer (of every
+    slice, where there are several: then `mesh_shape` is one slice's mesh, or the whole
+    mesh, `sharding.make_mesh`)."""
     shape = list(mesh_shape)
     if -1 in shape:
         return devices
-    wanted = math.prod(shape)
+    wanted, per_slice = math.prod(shape), len(devices) // num_slices
+    if num_slices > 1 and wanted < per_slice:
+        return [d for s in range(num_slices) for d in [d for d in devices if d.slice_index == s][:wanted]]
     if wanted > len(devices):
         raise ValueError(f"mesh_shape {shape} needs {wanted} devices; topology has {len(devices)}")
     return devices[:wanted]
@@ -126,11 +135,12 @@ class Placement:
     """Where the step runs: the devices of the mesh on one topology."""
 
     topology_name: str
-    topo: Any  # hardware.parse_topology's description
+    topo: Any  # hardware.parse_topology's description (of one slice)
     devices: list  # the devices of the mesh
     devices_per_chip: int
     mesh: Any
     chips_used: int
+    num_slices: int = 1  # slices of `topo`, joined over the data-centre network (multislice)
 
     @property
     def device_capacity_bytes(self) -> int:
@@ -164,14 +174,17 @@ class Measured:
     abstract_state: Any
 
 
-def placement(run: PretrainSettings, topology_name: str) -> Placement:
-    all_devices = topology_devices(topology_name)
+def placement(run: PretrainSettings, topology_name: str, num_slices: int = 1) -> Placement:
+    all_devices = topology_devices(topology_name, num_slices)
     topo = hardware.parse_topology(topology_name)
-    devices = _mesh_devices(run.training.mesh_shape, all_devices)
-    devices_per_chip = len(all_devices) // topo.num_chips
-    mesh = sharding.make_mesh(run.training.mesh_shape, devices)
+    devices = _mesh_devices(run.training.mesh_shape, all_devices, num_slices)
+    devices_per_chip = len(all_devices) // (topo.num_chips * num_slices)
+    try:
+        mesh = sharding.make_mesh(run.training.mesh_shape, devices)
+    except ValueError as e:
+        raise ValueError(f"config.{e}" if str(e).startswith("mesh_shape") else str(e)) from None
     chips_used = max(1, len(devices) // devices_per_chip)
-    return Placement(topology_name, topo, devices, devices_per_chip, mesh, chips_used)
+    return Placement(topology_name, topo, devices, devices_per_chip, mesh, chips_used, num_slices)
 
 
 def _batch_shape(run: PretrainSettings) -> tuple[int, int, int]:

@@ -75,8 +75,9 @@ def _phase_rows(p: PhasePlan, r: PlanReport) -> list[tuple[str, str]]:
 
 def format_report(r: PlanReport) -> str:
     unfit = [str(p.phase) for p in r.phases if not p.fits]
+    slices = f" x {r.num_slices} slices" if r.num_slices > 1 else ""
     rows = [
-        ("topology", f"{r.topology} ({r.num_chips} chips used, {r.device_kind})"),
+        ("topology", f"{r.topology}{slices} ({r.num_chips} chips used, {r.device_kind})"),
         ("mesh", " x ".join(f"{k}={v}" for k, v in r.mesh_shape.items())),
         ("parameters / chip", _bytes(r.param_bytes)),
         ("optimizer state / chip", _bytes(r.opt_state_bytes)),

@@ -9,7 +9,8 @@ uninterrupted run would have seen (the input pipeline is positioned by step).
 The paper's two-phase schedule (90% of steps at sequence 128, then 512) is
 ``config.phase2_fraction`` > 0: the second phase re-creates the data iterator at
 ``phase2_max_seq_length`` and the jitted step recompiles for the new shapes; parameters
-(including the 512-row position table) and optimizer state carry over untouched.
+(including the 512-row position table) and optimizer state carry over untouched. Every
+phase's step is compiled before step 1 and checked against device memory (`preflight`).
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 import jax
-import ml_collections
 import numpy as np
 from jax.sharding import Mesh
 
@@ -28,7 +28,7 @@ from bert_jax.data import masking, records, run_vocabulary, sources, tokenizatio
 from bert_jax.data.settings import DataSettings
 from bert_jax.model.flops import model_flops_per_step
 from bert_jax.model.heads import BertForPreTraining
-from bert_jax.pretraining import batch_memory, evaluation, model_file, model_vocab
+from bert_jax.pretraining import batch_memory, evaluation, model_file, model_vocab, preflight
 from bert_jax.pretraining.objective import (
     BATCH_KEYS,
     Batch,
@@ -37,8 +37,9 @@ from bert_jax.pretraining.objective import (
 )
 from bert_jax.pretraining.settings import Phase, PretrainSettings
 from bert_jax.storage import files
-from bert_jax.training import compile_cache, engine, multihost, run_config, sharding
-from bert_jax.training.loop import Hook, StopRequested, TrainingRun
+from bert_jax.training import compile_cache, engine, multihost, sharding
+from bert_jax.training.hooks import Hook, default_hooks
+from bert_jax.training.loop import StopRequested, TrainingRun
 from bert_jax.training.results import JobResult
 
 
@@ -46,9 +47,7 @@ class Pretraining:
     """The model, objective, engine and batch placement of one pre-training run on a mesh.
 
     Everything is derived from (settings, mesh); works on real devices and on a TPU
-    topology description (`plan`) alike. `from_config` reads a config, with
-    ``model.vocab_size=0`` as `model_vocab.planned_size` (a run passes the settings of
-    its `resolve`d config).
+    topology description (`plan`) alike.
     """
 
     def __init__(self, run: PretrainSettings, mesh: Mesh) -> None:
@@ -60,7 +59,7 @@ class Pretraining:
         self.nsp = self.data.nsp
         model = BertForPreTraining(self.model_config, self.numerics)
         self.objective = PretrainingObjective(model, self.nsp)
-        tx, schedule = self.settings.optimizer.build(run.num_train_steps)
+        tx, schedule = self.settings.optimization.build(run.num_train_steps)
         self.engine = engine.Engine(
             objective=self.objective,
             init_params=self.objective.init_params,
@@ -71,10 +70,13 @@ class Pretraining:
             grad_accum_steps=self.settings.grad_accum_steps,
         )
 
-    @classmethod
-    def from_config(cls, config: ml_collections.ConfigDict, mesh: Mesh) -> Pretraining:
-        """The run of `config` (its vocabulary size as planned, without reading data)."""
-        return cls(PretrainSettings.from_config(model_vocab.planned(config)), mesh)
+    @functools.lru_cache(maxsize=2)  # noqa: B019 (one engine per phase, per run)
+    def phase_engine(self, phase: int) -> engine.Engine:
+        """The engine of phase 1's or 2's step (`PretrainSettings.phase_step`: phase 2's own
+        remat policy / accumulation, when set), built once: the preflight compiles with it
+        and the loop runs it."""
+        step_settings = self.run.for_phase(phase)
+        return self.engine if step_settings is self.run else Pretraining(step_settings, self.mesh).engine
 
     @functools.lru_cache(maxsize=4)  # noqa: B019 (one masker per prediction count, per run)
     def masker(self, max_predictions: int) -> Any:
@@ -123,7 +125,7 @@ class Pretraining:
             split="eval",
             max_seq_length=phase.max_seq_length,
             max_predictions_per_seq=phase.max_predictions_per_seq,
-            global_batch_size=self.run.eval_batch_size,
+            global_batch_size=self.run.eval_batch,
         )
         return (self.global_batch(local, phase.max_predictions_per_seq) for local in it)
 
@@ -162,21 +164,15 @@ def data_iterator(
     )
 
 
-def resolve(config: ml_collections.ConfigDict, check_memory: bool = False) -> PretrainSettings:
-    """The run's settings from its config: checked (`run_config.check`: first, so that a
-    removed or mistyped key is named before the vocabulary size is read; then
-    `check_recipe` at the planned vocabulary size, so contradictory switches are refused
-    before a vocabulary is learned, and with `check_memory` its batches against this host's
-    and devices' memory, `batch_memory`), then with the size the run trains with
-    (`model_vocab.resolved`: learning the vocabulary once where the data config learns
-    one, refusing an explicit size the tokenizer's ids do not fit). Everything that can
-    refuse the run, before anything is written."""
-    run_config.check(config, "pretrain")
-    planned = PretrainSettings.from_config(model_vocab.planned(config))
-    check_recipe(planned)
-    if check_memory:
-        batch_memory.check(planned, sharding.make_mesh(planned.training.mesh_shape))
-    return PretrainSettings.from_config(model_vocab.resolved(config))
+def check_run(settings: PretrainSettings) -> None:
+    """Everything about the run's settings that can refuse it, before anything is written:
+    `check_recipe` (contradictory switches, before a vocabulary is learned), its batches
+    against this host's and devices' memory (`batch_memory`), then the vocabulary
+    (`model_vocab.check_run_size`: learned once where the data config learns one; an
+    explicit size the tokenizer's ids do not fit refused)."""
+    check_recipe(settings)
+    batch_memory.check(settings, sharding.make_mesh(settings.training.mesh_shape))
+    model_vocab.check_run_size(settings.model.vocab_size, settings.data)
 
 
 def check_recipe(run: PretrainSettings) -> None:
@@ -219,7 +215,7 @@ def check_data(run: PretrainSettings) -> bool:
                     split=split,
                     max_seq_length=phase.max_seq_length,
                     max_predictions_per_seq=phase.max_predictions_per_seq,
-                    global_batch_size=run.eval_batch_size if split == "eval" else None,
+                    global_batch_size=run.eval_batch if split == "eval" else None,
                 )
                 next(iter(it))
             except records.NoHeldOutData as e:
@@ -247,43 +243,21 @@ def keep_vocab(data: DataSettings, workdir: str) -> None:
         files.copy_file(src, dst)  # whole: readers never see half a vocabulary
 
 
-class PeriodicEval:
-    """Pre-training's evaluation hook: held-out metrics every ``eval_every_steps`` and at
-    the last step (at the sequence length of the phase that step belongs to), logged and kept
-    as the best checkpoint when they are; `last` holds the latest."""
-
-    def __init__(self, run: Pretraining, loop: TrainingRun) -> None:
-        self.run, self.loop, self.phases = run, loop, run.run.phases()
-        self.last: dict[str, float] = {}
-
-    def hook(self) -> Hook:
-        every, total = self.run.run.eval_every_steps, self.run.run.num_train_steps
-        return Hook(self, every=every, also_at=(total,) if every else ())
-
-    def __call__(self, step: int, state: Any, metrics: Any) -> None:
-        phase = next(p for p in self.phases if p.start < step <= p.end)
-        self.last, _ = evaluation.evaluate_held_out(self.run, state.params, phase)
-        self.loop.logger.write(step, self.last, split="eval")
-        self.loop.ckpt.maybe_save_best(step, state, self.last)
-
-
-def train_phases(run: Pretraining, loop: TrainingRun, state: Any, hooks: Sequence[Hook]) -> Any:
+def train_phases(job: Pretraining, loop: TrainingRun, state: Any, hooks: Sequence[Hook]) -> Any:
     """Trains every phase not yet done (each its own data and compiled shapes)."""
-    batch = run.run.global_batch_size
-    for phase in run.run.phases():
+    batch = job.run.global_batch_size
+    for phase in job.run.phases():
         step = int(jax.device_get(state.step))
         if step >= phase.end:
             continue
-        # Phase 2's own remat policy / gradient accumulation (`PretrainSettings.phase_step`), when set.
-        step_settings = run.run.for_phase(2 if phase.start else 1)
-        step_engine = run.engine if step_settings is run.run else Pretraining(step_settings, run.mesh).engine
+        step_engine = job.phase_engine(2 if phase.start else 1)  # the engine `preflight` compiled
         flops = model_flops_per_step(
-            run.model_config, batch, phase.max_seq_length, phase.max_predictions_per_seq, run.nsp
+            job.model_config, batch, phase.max_seq_length, phase.max_predictions_per_seq, job.nsp
         )
         state = loop.steps(
             step_engine,
             state,
-            run.batches(phase, step),
+            job.batches(phase, step),
             end=phase.end,
             flops=lambda _, flops=flops: flops,
             hooks=hooks,
@@ -292,68 +266,72 @@ def train_phases(run: Pretraining, loop: TrainingRun, state: Any, hooks: Sequenc
     return state
 
 
-def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> JobResult:
-    """Trains (or resumes) to `config.num_train_steps`; returns the last step and the final
+def train_and_evaluate(settings: PretrainSettings, workdir: str) -> JobResult:
+    """Trains (or resumes) to ``num_train_steps``; returns the last step and the final
     held-out metrics (``held_out=False`` and no metrics when the data has no held-out split;
     ``stopped`` when ``stop_after_step`` ended the run first)."""
     shown = files.as_given(workdir)  # what the summary names: the workdir as the user gave it
     workdir = files.resolve(workdir)  # orbax wants absolute paths; gs:// stays as it is
     # Everything that can refuse the run comes before anything is written to the workdir.
     files.check_reachable(workdir, "--workdir", writable=True)  # before a vocabulary is learned
-    settings = resolve(config, check_memory=True)  # model.vocab_size=0: the tokenizer's size from here
+    check_run(settings)
     multihost.check_same_run(settings.config)
     mesh = sharding.make_mesh(settings.training.mesh_shape)
     phase_numbers = range(1, len(settings.phases()) + 1)
     sharding.check_batches(
         mesh,
-        {"global_batch_size": settings.global_batch_size, "eval_batch_size": settings.eval_batch_size},
+        {"global_batch_size": settings.global_batch_size, "eval_batch_size": settings.eval_batch},
         {"global_batch_size": sorted({settings.phase_step(p).grad_accum_steps for p in phase_numbers})},
     )
-    run = Pretraining(settings, mesh)
-    model_file.check(workdir, run.model_config)
+    job = Pretraining(settings, mesh)
+    model_file.check(workdir, job.model_config)
     held_out = check_data(settings)  # whether the data has a held-out split
     compile_cache.check(settings.compilation_cache_dir)
+    with compile_cache.staged(settings.compilation_cache_dir, workdir) as compiled:
+        job = preflight.check(job)  # every phase compiled: refused, or fitted, if one would not fit
+    settings = job.run
     final_phase = settings.phases()[-1]
-    keys = ("mlm_accuracy", "nsp_accuracy") if run.nsp else ("mlm_accuracy",)
+    keys = ("mlm_accuracy", "nsp_accuracy") if job.nsp else ("mlm_accuracy",)
     try:
         total = settings.num_train_steps
         with contextlib.ExitStack() as stack:
+            stack.callback(compiled.discard)  # refused below: the preflight's programs go too
             loop = stack.enter_context(
                 TrainingRun(
                     workdir,
-                    run.settings,
+                    job.settings,
                     total_steps=total,
                     best_metric=keys[0],
-                    console_keys=keys,
                     restore_transform=model_file.restore_transform(workdir),
                 )
             )
-            state, _ = loop.restore_or_init(run.engine, lambda: run.engine.init_state(run.settings.seed))
+            state, _ = loop.restore_or_init(job.engine, lambda: job.engine.init_state(job.settings.seed))
             # The run is accepted: from here on it writes to the workdir, its compiled programs
             # included (a restart compiles nothing anew).
-            model_file.write(workdir, run.model_config)
+            model_file.write(workdir, job.model_config)
             keep_vocab(settings.data, workdir)
             stack.enter_context(compile_cache.use(settings.compilation_cache_dir, workdir))
-            periodic_eval = PeriodicEval(run, loop)
-            state = train_phases(run, loop, state, [periodic_eval.hook()] if held_out else [])
+            compiled.publish()  # the preflight's programs, into the run's cache
+            periodic_eval = evaluation.PeriodicEval(job)
+            ends = tuple(phase.end for phase in settings.phases())  # each phase's last step is logged
+            hooks = default_hooks(job.settings, total_steps=total, console_keys=keys, ends=ends)
+            state = train_phases(job, loop, state, [*hooks, periodic_eval.hook()] if held_out else hooks)
             step = loop.finish(state)
             if not held_out:
                 evaluation.report_without_held_out(shown, step)
                 return JobResult(step=step, held_out=False)
-            final, eval_targets = evaluation.evaluate_held_out(run, state.params, final_phase)
-            if periodic_eval.last.get("mlm_accuracy") != final["mlm_accuracy"]:
-                loop.logger.write(step, final, split="eval")
-            loop.ckpt.maybe_save_best(step, state, final)
+            # The last step's: evaluated once, by the hook (or now, if no step ran here).
+            final, eval_targets = periodic_eval.final(loop.context(state))
     except StopRequested as stop:
         return JobResult.stopped_at(stop.step)
     if settings.baseline_batches:
-        with jax.set_mesh(run.mesh):
+        with jax.set_mesh(job.mesh):
             top, acc, loss = evaluation.unigram_baseline(
-                run, final_phase, eval_targets, settings.baseline_batches
+                job, final_phase, eval_targets, settings.baseline_batches
             )
         final["unigram_baseline_token"] = top
         if settings.data.source != "synthetic":
-            final["unigram_baseline_piece"] = run_vocabulary.tokenizer_of(run.data).vocab[top]
+            final["unigram_baseline_piece"] = run_vocabulary.tokenizer_of(job.data).vocab[top]
         final["unigram_baseline_accuracy"], final["unigram_baseline_loss"] = acc, loss
-    evaluation.report(final, workdir, run.nsp, shown)
+    evaluation.report(final, workdir, job.nsp, shown)
     return JobResult(step=step, metrics=final)

@@ -1,15 +1,15 @@
-"""A pre-training run's settings, resolved once from its config (`PretrainSettings.from_config`).
+"""A pre-training run's settings: the typed record of its config.
 
 The config files and flags stay what users write (`configs/pretrain.py` on
-`configs/defaults.py`); at the entry point (`pretrain.train_and_evaluate`, `plan`, the
-benchmarks) they become this frozen record: checked (`run_config.check`: the job, removed
-names, value ranges, each phase's step among them), the eval batch resolved, the model
-built at the config's vocabulary size. The pre-training job (`Pretraining`, the phases, the
+`configs/defaults.py`); at the command's edge (`bert_jax.commands.run_settings`, for every
+command, the Python API and the benchmarks) they become this frozen record, each key typed
+and range-checked beside its field (`bert_jax.setting_fields`), the model built at the
+config's vocabulary size. The pre-training job (`Pretraining`, the phases, the
 evaluation hook) reads typed fields from here; the engine's share is `TrainingSettings`,
 the data layer's `DataSettings`.
 
-A run's settings carry the vocabulary size it trains with (`model_vocab.resolved`); `plan`
-and the cost estimates build them at the size known without data (`model_vocab.planned`).
+A run's settings carry the vocabulary size it trains with (``model.vocab_size=0``: the
+tokenizer's, `model_vocab.planned_size`), known without reading any data.
 """
 
 from __future__ import annotations
@@ -17,11 +17,18 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-import ml_collections
-
 from bert_jax.data.settings import DataSettings
 from bert_jax.model.config import BertConfig
-from bert_jax.training import run_config
+from bert_jax.model.numerics import REMAT_POLICIES
+from bert_jax.setting_fields import (
+    FRACTION,
+    NON_NEGATIVE_INT,
+    POSITIVE_INT,
+    SEQUENCE_LENGTH,
+    block,
+    flat,
+    setting,
+)
 from bert_jax.training.settings import TrainingSettings
 
 
@@ -46,57 +53,66 @@ class PhaseStep:
 
 @dataclasses.dataclass(frozen=True)
 class PretrainSettings:
-    """Everything one pre-training run reads."""
+    """Everything one pre-training run reads: the keys of `configs/pretrain.py` (whose
+    presets set them; the shared training keys and the ``data`` block default to
+    `TrainingSettings` and `DataSettings`)."""
 
     model: BertConfig
-    data: DataSettings
-    training: TrainingSettings  # phase 1's remat policy and accumulation
-    num_train_steps: int
-    global_batch_size: int
-    eval_batch_size: int  # resolved: never 0
-    max_seq_length: int
-    max_predictions_per_seq: int
-    phase2_fraction: float
-    phase2_max_seq_length: int
-    phase2_max_predictions_per_seq: int
-    phase2_remat_policy: str  # "": phase 1's
-    phase2_grad_accum_steps: int  # 0: phase 1's
-    eval_every_steps: int
-    eval_steps: int  # batches per evaluation; 0: the whole held-out split
-    baseline_batches: int  # > 0: the unigram baseline from that many held-out batches
-    compilation_cache_dir: str  # "": the workdir's; "none": off (`bert_jax.training.compile_cache`)
-    config: dict[str, Any]  # the config as written (records, the hosts' agreement check)
+    num_train_steps: int = setting(1, POSITIVE_INT)
+    global_batch_size: int = setting(1, POSITIVE_INT)
+    max_seq_length: int = setting(128, SEQUENCE_LENGTH)
+    max_predictions_per_seq: int = setting(20, POSITIVE_INT)
+    # > 0: the last share of the steps at phase2_max_seq_length (the paper's 10% at 512).
+    phase2_fraction: float = setting(0.0, FRACTION)
+    phase2_max_seq_length: int = setting(512, SEQUENCE_LENGTH)
+    phase2_max_predictions_per_seq: int = setting(80, POSITIVE_INT)
+    phase2_remat_policy: str = setting("", choices=("", *REMAT_POLICIES))  # "": phase 1's
+    phase2_grad_accum_steps: int = setting(0, NON_NEGATIVE_INT)  # 0: phase 1's
+    eval_every_steps: int = setting(0, NON_NEGATIVE_INT)
+    eval_steps: int = setting(0, NON_NEGATIVE_INT)  # batches per evaluation; 0: the whole held-out split
+    eval_batch_size: int = setting(0, NON_NEGATIVE_INT)  # 0: global_batch_size (`eval_batch`)
+    baseline_batches: int = setting(0, NON_NEGATIVE_INT)  # > 0: the unigram baseline from that many batches
+    compilation_cache_dir: str = ""  # "": the workdir's; "none": off (`bert_jax.training.compile_cache`)
+    preset: str = ""  # the preset the config was built from (records)
+    data: DataSettings = block(DataSettings)
+    training: TrainingSettings = flat(TrainingSettings)  # phase 1's remat policy and accumulation
+    config: dict[str, Any] = dataclasses.field(default_factory=dict)  # as written (records, hosts' check)
 
-    @classmethod
-    def from_config(cls, config: ml_collections.ConfigDict) -> PretrainSettings:
-        """The settings of `config` at its ``model.vocab_size`` (pass it through
-        `model_vocab.resolved` or `planned` first where it may be 0)."""
-        run_config.check(config, "pretrain")
-        batch = int(config.global_batch_size)
-        return cls(
-            model=run_config.bert_config(config),
-            data=DataSettings.from_config(config.data),
-            training=TrainingSettings.from_config(config),
-            num_train_steps=int(config.num_train_steps),
-            global_batch_size=batch,
-            eval_batch_size=int(config.eval_batch_size) or batch,
-            max_seq_length=int(config.max_seq_length),
-            max_predictions_per_seq=int(config.max_predictions_per_seq),
-            phase2_fraction=float(config.phase2_fraction),
-            phase2_max_seq_length=int(config.phase2_max_seq_length),
-            phase2_max_predictions_per_seq=int(config.phase2_max_predictions_per_seq),
-            phase2_remat_policy=str(config.phase2_remat_policy),
-            phase2_grad_accum_steps=int(config.phase2_grad_accum_steps),
-            eval_every_steps=int(config.eval_every_steps),
-            eval_steps=int(config.eval_steps),
-            baseline_batches=int(config.baseline_batches),
-            compilation_cache_dir=str(config.compilation_cache_dir),
-            config=config.to_dict(),
-        )
+    def __post_init__(self) -> None:
+        self._check_positions()
+        batch = self.global_batch_size
+        if batch % self.training.grad_accum_steps:
+            raise ValueError(
+                f"config.global_batch_size={batch} does not split into "
+                f"config.grad_accum_steps={self.training.grad_accum_steps} micro-batches"
+            )
+        if self.phase2_grad_accum_steps and batch % self.phase2_grad_accum_steps:
+            raise ValueError(
+                f"config.phase2_grad_accum_steps={self.phase2_grad_accum_steps} must split "
+                f"config.global_batch_size={batch} into equal micro-batches (0: grad_accum_steps)"
+            )
+
+    def _check_positions(self) -> None:
+        """A learned position table must hold every position of every phase."""
+        if self.model.position_embedding_type not in ("learned", "absolute"):
+            return
+        table = self.model.max_position_embeddings
+        keys = ["max_seq_length"] + (["phase2_max_seq_length"] if self.phase2_fraction else [])
+        for key in keys:
+            if getattr(self, key) > table:
+                raise ValueError(
+                    f"config.{key}={getattr(self, key)} is longer than the position table "
+                    f"(config.model.max_position_embeddings={table}): shorten it or enlarge the table"
+                )
 
     @property
     def seed(self) -> int:
         return self.training.seed
+
+    @property
+    def eval_batch(self) -> int:
+        """The evaluation batch: ``eval_batch_size``, or with 0 the training batch."""
+        return self.eval_batch_size or self.global_batch_size
 
     def phases(self) -> list[Phase]:
         """Phase 1 at ``max_seq_length``; with ``phase2_fraction`` > 0 the last share of the
@@ -144,6 +160,12 @@ class PretrainSettings:
         )
 
 
-# The keys that set a phase's step, by phase (1 or 2); their ranges are checked with every
-# other setting's (`training.value_ranges`).
+@dataclasses.dataclass(frozen=True)
+class VocabSize:
+    """``model.vocab_size`` as written: 0 means the tokenizer's size (`model_vocab`)."""
+
+    vocab_size: int = setting(0, NON_NEGATIVE_INT)
+
+
+# The keys that set a phase's step, by phase (1 or 2).
 PHASE_KEYS = {1: ("remat_policy", "grad_accum_steps"), 2: ("phase2_remat_policy", "phase2_grad_accum_steps")}

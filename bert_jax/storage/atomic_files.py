@@ -18,8 +18,6 @@ import stat
 from collections.abc import Callable
 from typing import Any
 
-from etils import epath
-
 from bert_jax.storage import files
 
 _MARK = ".tmp-"
@@ -49,7 +47,7 @@ def write_bytes(path: str, data: bytes) -> None:
     """`data` to `path` whole. A bucket path (``gs://``...) is written straight to its
     name: an object store publishes an object whole or not at all (`storage.files`)."""
     if files.is_remote(path):
-        epath.Path(path).write_bytes(data)
+        files.write_bytes_remote(path, data)
         return
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     tmp = temp_path(path)

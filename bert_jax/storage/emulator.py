@@ -4,17 +4,17 @@
 `gcp-storage-emulator`) sets, for this process and the processes it starts, what each
 layer beneath bert_jax needs to reach it:
 
-- `etils.epath` (workdir files, orbax's folders): ``EPATH_USE_TF=false``, so ``gs://``
-  goes through `gcsfs` (TensorFlow's own GCS client cannot be pointed at an emulator);
-  gcsfs reads ``STORAGE_EMULATOR_HOST``, with anonymous credentials
+- `gcsfs`, epath's ``gs://`` client on every machine (`storage.gcs`: workdir files,
+  orbax's folders): ``STORAGE_EMULATOR_HOST``, with anonymous credentials
   (``FSSPEC_GCS_TOKEN=anon``) and without its bucket-layout probe over gRPC
   (``GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT=false``, which an emulator does not answer).
 - tensorstore (orbax's array files): ``TENSORSTORE_GCS_HTTP_URL``, and a fixed token
   (``GOOGLE_AUTH_TOKEN_FOR_TESTING``) instead of a search for credentials.
 - Google's auth library: ``NO_GCE_CHECK=true`` (no metadata-server probe).
 
-Applied at the start of `bert-jax` (before those libraries read them); variables the
-user set already are kept. Needs `gcsfs` installed (the test extra has it).
+Applied at the start of `bert-jax` and by `gcs.configure` (before those libraries read
+them); variables the user set already are kept. The emulator itself
+(`gcp-storage-emulator`) is in the test extra.
 """
 
 from __future__ import annotations
@@ -28,7 +28,6 @@ def environment(url: str) -> dict[str, str]:
     """The variables that point every layer at the emulator at `url`."""
     url = url.rstrip("/")
     return {
-        "EPATH_USE_TF": "false",
         "STORAGE_EMULATOR_HOST": url,
         "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false",
         "FSSPEC_GCS_TOKEN": "anon",

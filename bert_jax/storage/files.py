@@ -3,18 +3,21 @@
 Every workdir file (metrics, TensorBoard events, configs, ``best_metric.json``, vocabulary
 copies, reports, damaged-checkpoint moves) goes through `etils.epath`, the layer orbax
 already uses for checkpoints, so a ``gs://`` workdir is the same code as a local one.
-epath reaches ``gs://`` through `tf.io.gfile` when TensorFlow is installed (as here), or
-through `gcsfs` with ``EPATH_USE_TF=false`` (how the tests reach a GCS emulator;
-`storage.emulator`).
+epath reaches ``gs://`` through `gcsfs` on every machine, with one retry policy
+(`storage.gcs`, set up here before the first bucket access); the tests point it at a GCS
+emulator (`storage.emulator`).
 
 What differs on a bucket, and is handled here once:
 - An object is written whole or not at all, so remote writes go straight to their name
   (locally: a temporary file renamed over the target, `atomic_files`).
 - Objects cannot be appended to: `AppendFile` keeps a remote file's contents and rewrites
-  it whole, at most every ``flush_every_s`` seconds and when closed (locally: appends).
+  it whole, at most every ``flush_every_s`` seconds, when asked and when closed (locally:
+  appends).
 - A rename is a copy and a delete per object (`move_tree`).
 - A path that cannot be reached (no network, no credentials, a typo in the bucket) is
   found at start by `check_reachable`, within a time bound, and named in one line.
+- A bucket that stops answering mid-run is retried by the policy; past its bound the
+  operation raises `BucketUnreachableError`, one line naming the path.
 """
 
 from __future__ import annotations
@@ -26,13 +29,53 @@ import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from typing import Any
 
 from etils import epath
 
+from bert_jax.storage import gcs
+
 
 class UnreachablePathError(OSError):
     """A path the run needs cannot be read or written (the message names it and why)."""
+
+
+class BucketUnreachableError(UnreachablePathError):
+    """A bucket that did not answer, still, when the retry policy's bound ran out
+    (`storage.gcs`): a restart may succeed once it answers again."""
+
+
+def bucket_error(path: str, doing: str, error: BaseException) -> BucketUnreachableError | None:
+    """`error` as a `BucketUnreachableError` naming `path` if it says the bucket did not
+    answer (`gcs.transient`), else None."""
+    if isinstance(error, BucketUnreachableError):
+        return error
+    if isinstance(error, UnreachablePathError) or not gcs.transient(error):
+        return None
+    reason = " ".join(str(error).split())[:200] or type(error).__name__
+    bound = gcs.configure().within_s
+    return BucketUnreachableError(
+        f"{path} cannot be reached ({doing}; retried for {bound:g} s, {gcs.SETTING}): "
+        f"{type(error).__name__}: {reason}"
+    )
+
+
+@contextlib.contextmanager
+def on_bucket(path: str, doing: str) -> Iterator[None]:
+    """For a bucket path: the client set up (`gcs.configure`), and an error that says the
+    bucket did not answer raised as `BucketUnreachableError` naming `path`."""
+    if not is_remote(path):
+        yield
+        return
+    gcs.configure()
+    try:
+        yield
+    except Exception as e:
+        unreachable = bucket_error(path, doing, e)
+        if unreachable is None or unreachable is e:
+            raise
+        raise unreachable from None
 
 
 def is_remote(path: str) -> bool:
@@ -60,15 +103,22 @@ def join(*parts: str) -> str:
 
 
 def exists(path: str) -> bool:
-    return epath.Path(path).exists()
+    with on_bucket(path, "reading"):
+        return epath.Path(path).exists()
 
 
 def makedirs(path: str) -> None:
-    epath.Path(path).mkdir(parents=True, exist_ok=True)
+    with on_bucket(path, "writing"):
+        epath.Path(path).mkdir(parents=True, exist_ok=True)
+
+
+def read_bytes(path: str) -> bytes:
+    with on_bucket(path, "reading"):
+        return epath.Path(path).read_bytes()
 
 
 def read_text(path: str) -> str:
-    return epath.Path(path).read_text(encoding="utf-8")
+    return read_bytes(path).decode("utf-8")
 
 
 def read_json(path: str) -> Any:
@@ -76,13 +126,13 @@ def read_json(path: str) -> Any:
 
 
 def read_json_if_exists(path: str) -> Any | None:
-    p = epath.Path(path)
-    return json.loads(p.read_text(encoding="utf-8")) if p.exists() else None
+    return read_json(path) if exists(path) else None
 
 
 def write_bytes_remote(path: str, data: bytes) -> None:
     """A bucket object written whole (its parent "folder" needs no creating)."""
-    epath.Path(path).write_bytes(data)
+    with on_bucket(path, "writing"):
+        epath.Path(path).write_bytes(data)
 
 
 def write_text_remote(path: str, text: str) -> None:
@@ -93,7 +143,7 @@ def copy_file(src: str, dst: str) -> None:
     """`src` to `dst`, whole: a reader of `dst` never sees half of it."""
     from bert_jax.storage import atomic_files  # it imports this module
 
-    atomic_files.write_bytes(dst, epath.Path(src).read_bytes())  # local or bucket
+    atomic_files.write_bytes(dst, read_bytes(src))  # local or bucket
 
 
 def move_tree(src: str, dst: str) -> None:
@@ -103,11 +153,12 @@ def move_tree(src: str, dst: str) -> None:
         d.parent.mkdir(parents=True, exist_ok=True)
         s.rename(d)
         return
-    for f in sorted(p for p in s.rglob("*") if p.is_file()):
-        target = d / f.relative_to(s)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(f.read_bytes())
-    s.rmtree()
+    with on_bucket(src, f"moving it to {dst}"):
+        for f in sorted(p for p in s.rglob("*") if p.is_file()):
+            target = d / f.relative_to(s)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(f.read_bytes())
+        s.rmtree()
 
 
 class AppendFile:
@@ -119,8 +170,7 @@ class AppendFile:
         self._lines: list[str] = []
         self._dirty, self._last_flush = False, 0.0
         if self.remote:
-            p = epath.Path(path)
-            self._lines = p.read_text(encoding="utf-8").splitlines(keepends=True) if p.exists() else []
+            self._lines = read_text(path).splitlines(keepends=True) if exists(path) else []
 
     def write(self, text: str, *, flush: bool = False) -> None:
         if not self.remote:
@@ -144,14 +194,17 @@ class AppendFile:
 def check_reachable(path: str, what: str, *, writable: bool = False, timeout_s: float | None = None) -> None:
     """Raises `UnreachablePathError` naming `what` (a flag) and `path` unless the path's
     file system answers within `timeout_s` (``BERT_JAX_REACH_TIMEOUT_S``, default 60):
-    ``exists`` for a read, and a probe object written and deleted for `writable`. Local
-    paths are only checked for kind: a file where a folder is wanted is refused."""
+    ``exists`` for a read, and a probe object written and deleted for `writable`. No
+    answer, or only transient failures, is a `BucketUnreachableError` (a restart may
+    succeed); a refusal (no such bucket, no permission) is not. Local paths are only
+    checked for kind: a file where a folder is wanted is refused."""
     if not is_remote(path):
         if os.path.exists(path) and not os.path.isdir(path):
             raise UnreachablePathError(f"{what} {path} is a file, not a folder")
         if writable:
             check_can_create(path, what)
         return
+    gcs.configure()
     timeout = float(timeout_s or os.environ.get("BERT_JAX_REACH_TIMEOUT_S", 60))
     outcome: list[BaseException | None] = []
 
@@ -162,7 +215,7 @@ def check_reachable(path: str, what: str, *, writable: bool = False, timeout_s: 
             if writable:
                 marker = p / f".bert_jax_write_check-{uuid.uuid4().hex}"
                 marker.write_text("")
-                marker.unlink()
+                marker.unlink(missing_ok=True)  # a retried delete may find it gone
             outcome.append(None)
         except BaseException as e:  # reported below, in one line
             outcome.append(e)
@@ -172,11 +225,12 @@ def check_reachable(path: str, what: str, *, writable: bool = False, timeout_s: 
         thread.start()
         thread.join(timeout)
     if not outcome:
-        raise UnreachablePathError(f"{what} {path} cannot be reached: no answer in {timeout:.0f} s")
+        raise BucketUnreachableError(f"{what} {path} cannot be reached: no answer in {timeout:.0f} s")
     error = outcome[0]
     if error is not None:
         reason = " ".join(str(error).split())[:240] or type(error).__name__
-        raise UnreachablePathError(f"{what} {path} cannot be reached: {type(error).__name__}: {reason}")
+        kind = BucketUnreachableError if gcs.transient(error) else UnreachablePathError
+        raise kind(f"{what} {path} cannot be reached: {type(error).__name__}: {reason}")
 
 
 def check_can_create(path: str, what: str, folder: str = "") -> None:

@@ -37,7 +37,7 @@ class QAWindows:
 
 @dataclasses.dataclass(frozen=True)
 class TaskData:
-    """What a task's `Task.load` reads, resolved once from the run config (`from_config`):
+    """What a task's `Task.load` reads (`FinetuneSettings.task_data`):
     where the data is, how long a row may be, the quick-run subsets and their seed, the
     casing (for answers read back from text) and, for QA tasks, `qa`."""
 
@@ -48,31 +48,6 @@ class TaskData:
     seed: int = 0
     do_lower_case: bool = True
     qa: QAWindows | None = None
-
-    @classmethod
-    def from_config(cls, config: Any) -> TaskData:
-        """From a fine-tuning config (`configs/defaults.py: finetuning()`; QA settings when
-        the task's file sets ``doc_stride``)."""
-        qa = None
-        if "doc_stride" in config:
-            qa = QAWindows(
-                doc_stride=int(config.doc_stride),
-                max_query_length=int(config.max_query_length),
-                n_best_size=int(config.n_best_size),
-                max_answer_length=int(config.max_answer_length),
-                null_score_diff_threshold=float(config.null_score_diff_threshold),
-                train_file=str(config.get("train_file", "")),
-                dev_file=str(config.get("dev_file", "")),
-            )
-        return cls(
-            data_dir=str(config.data_dir),
-            max_seq_length=int(config.max_seq_length),
-            max_train_examples=int(config.max_train_examples),
-            max_eval_examples=int(config.max_eval_examples),
-            seed=int(config.seed),
-            do_lower_case=bool(config.data.do_lower_case),
-            qa=qa,
-        )
 
     def windows(self, task: str) -> QAWindows:
         """The QA settings, which a QA task cannot do without."""

@@ -84,28 +84,34 @@ class Checkpointer:
         )
         # The handler is named up front so that a fresh process can read metadata (shapes)
         # of existing checkpoints before restoring.
-        self.manager = ocp.CheckpointManager(
-            files.join(workdir, "checkpoints"),
-            options=options,
-            item_handlers=ocp.StandardCheckpointHandler(),
-        )
-        self.best_manager = ocp.CheckpointManager(
-            files.join(workdir, "best"),
-            options=ocp.CheckpointManagerOptions(
-                max_to_keep=1, enable_async_checkpointing=async_save, create=False
-            ),
-            item_handlers=ocp.StandardCheckpointHandler(),
-        )
+        with files.on_bucket(workdir, "listing its checkpoints"):
+            self.manager = ocp.CheckpointManager(
+                files.join(workdir, "checkpoints"),
+                options=options,
+                item_handlers=ocp.StandardCheckpointHandler(),
+            )
+            self.best_manager = ocp.CheckpointManager(
+                files.join(workdir, "best"),
+                options=ocp.CheckpointManagerOptions(
+                    max_to_keep=1, enable_async_checkpointing=async_save, create=False
+                ),
+                item_handlers=ocp.StandardCheckpointHandler(),
+            )
         self.best_metric, self.best_mode = best_metric, best_mode
         self._best = self._load_best()
 
     # ---------------------------------------------------------------- saving
+    # On a bucket, a save (or the async one before it) that still fails when the retry
+    # policy's bound runs out is a `files.BucketUnreachableError` naming the folder: the
+    # run stops (exit 74); the step being saved has no commit file, so a restart resumes
+    # from the last committed one.
     def save(self, step: int, state: Any, *, force: bool = False) -> bool:
-        _mkdir(self.manager.directory)
-        # One async save at a time across both managers: on a slice, each save's finalize
-        # enters a barrier of the same name, and two at once fail ("already ongoing").
-        self.best_manager.wait_until_finished()
-        return self.manager.save(step, args=ocp.args.StandardSave(state), force=force)
+        with files.on_bucket(str(self.manager.directory), f"saving step {step}"):
+            _mkdir(self.manager.directory)
+            # One async save at a time across both managers: on a slice, each save's finalize
+            # enters a barrier of the same name, and two at once fail ("already ongoing").
+            self.best_manager.wait_until_finished()
+            return self.manager.save(step, args=ocp.args.StandardSave(state), force=force)
 
     def maybe_save_best(self, step: int, state: Any, metrics: dict[str, float]) -> bool:
         value = metrics.get(self.best_metric)
@@ -114,9 +120,10 @@ class Checkpointer:
         better = self._best is None or (value > self._best if self.best_mode == "max" else value < self._best)
         if not better:
             return False
-        _mkdir(self.best_manager.directory)
-        self.manager.wait_until_finished()  # one async save at a time (see `save`)
-        self.best_manager.save(step, args=ocp.args.StandardSave(state), force=True)
+        with files.on_bucket(str(self.best_manager.directory), f"saving step {step}"):
+            _mkdir(self.best_manager.directory)
+            self.manager.wait_until_finished()  # one async save at a time (see `save`)
+            self.best_manager.save(step, args=ocp.args.StandardSave(state), force=True)
         self._best = float(value)
         if jax.process_index() == 0:
             path = files.join(self.workdir, "best_metric.json")
@@ -134,13 +141,15 @@ class Checkpointer:
         return float(value) if known else None
 
     def wait(self) -> None:
-        self.manager.wait_until_finished()
-        self.best_manager.wait_until_finished()
+        with files.on_bucket(str(self.manager.directory), "finishing a save"):
+            self.manager.wait_until_finished()
+            self.best_manager.wait_until_finished()
 
     def close(self) -> None:
         self.wait()
-        self.manager.close()
-        self.best_manager.close()
+        with files.on_bucket(str(self.manager.directory), "finishing a save"):
+            self.manager.close()
+            self.best_manager.close()
 
     # ---------------------------------------------------------------- restoring
     def latest_step(self) -> int | None:
@@ -153,6 +162,8 @@ class Checkpointer:
         manifest) while an older one restores is damaged: it is moved, never deleted, to
         ``WORKDIR/checkpoints_damaged/`` and named in a warning. If none restores, the
         error names every step's reason (a model of another size first) and nothing moves.
+        A read that failed because the bucket did not answer (on any host) damages nothing:
+        every host stops with `files.BucketUnreachableError`, and nothing moves.
         """
         failures: list[tuple[int, Exception]] = []
         for step in self._steps_on_process_0():
@@ -172,6 +183,7 @@ class Checkpointer:
                     except Exception as e:
                         error = e
                         failed_reads.quiet_restore_debris()
+            self._stop_if_unreachable(step, error)
             if not multihost.all_true(error is None):
                 failures.append((step, error or CheckpointDamagedError("failed to restore on another host")))
                 continue
@@ -188,6 +200,17 @@ class Checkpointer:
             f"no checkpoint in {self.manager.directory} restores ({reasons}); nothing was moved or "
             "deleted: repair or move them away to start afresh"
         )
+
+    def _stop_if_unreachable(self, step: int, error: Exception | None) -> None:
+        """Raises `files.BucketUnreachableError` on every host if the bucket did not answer
+        on any host while `step` was read (agreed: every host takes the same way)."""
+        folder = str(self.manager.directory)
+        failed = error is not None and files.is_remote(folder)
+        unreachable = files.bucket_error(folder, f"restoring step {step}", error) if failed else None
+        if not multihost.all_true(unreachable is None):
+            raise unreachable or files.BucketUnreachableError(
+                f"{folder} cannot be reached on another host (restoring step {step}); nothing was moved"
+            )
 
     def _steps_on_process_0(self) -> list[int]:
         """The saved steps, newest first, as process 0 lists them."""

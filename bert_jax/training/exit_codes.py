@@ -12,11 +12,18 @@ code  meaning                                                         restarted?
 2     usage: an unknown subcommand                                    no
 3     diverged: a non-finite loss or gradient norm                    no
 4     out of memory (XLA's RESOURCE_EXHAUSTED, Python's MemoryError)  no
+74    a bucket did not answer within the retry policy's bound         yes
+      (EX_IOERR; `storage.gcs`): the last committed checkpoint stays
 75    a peer process of a multi-host run was lost (EX_TEMPFAIL)       yes
 130   interrupted (Ctrl-C on a single process)                        no
 143   preempted (SIGTERM): the job saved its step                     yes
 >128  ended by a signal 128+N (137 SIGKILL, 134 SIGABRT, 139 SIGSEGV)  yes
 ====  ==============================================================  ===========
+
+A bucket that stops answering is retried for ``BERT_JAX_BUCKET_RETRY``'s bound; past it
+the run stops with 74 in one line naming the path, at start (the workdir's probe) as
+mid-run, and a restart resumes once the bucket answers. A bucket that answers no (no such
+bucket, no permission) is a user error (1).
 
 A lost peer ends the surviving hosts one of two ways: a collective that fails (on CPU,
 gloo's "Connection reset by peer") raises in Python, and the job exits with 75
@@ -37,6 +44,7 @@ USER_ERROR = 1
 USAGE = 2
 DIVERGED = 3
 OUT_OF_MEMORY = 4
+BUCKET_UNREACHABLE = 74
 PEER_LOST = 75
 INTERRUPTED = 130
 PREEMPTED = 143
@@ -51,6 +59,7 @@ LOST_PEER_MARKS = (
     "coordination service",
     "coordinationservice",
     "barrier timed out",
+    "getkeyvalue() timed out",  # a peer that never came up (it failed at start)
     "barrier failed",
     "connection reset by peer",
     "connection closed by peer",
@@ -65,15 +74,15 @@ class PeerLost(RuntimeError):
 
 def restartable(code: int) -> bool:
     """Whether a restart (from the latest checkpoint) may end differently: preempted, a
-    lost peer, or ended by a signal other than Ctrl-C's."""
-    return code in (PEER_LOST, PREEMPTED) or (code > SIGNALLED and code != INTERRUPTED)
+    lost peer, a bucket that did not answer, or ended by a signal other than Ctrl-C's."""
+    return code in (BUCKET_UNREACHABLE, PEER_LOST, PREEMPTED) or (code > SIGNALLED and code != INTERRUPTED)
 
 
 def restart_test(var: str = "rc") -> str:
     """`restartable` as a POSIX shell test on ``$var``."""
     v = f'"${var}"'
     return (
-        f"{{ [ {v} -eq {PEER_LOST} ] || [ {v} -eq {PREEMPTED} ] || "
+        f"{{ [ {v} -eq {BUCKET_UNREACHABLE} ] || [ {v} -eq {PEER_LOST} ] || [ {v} -eq {PREEMPTED} ] || "
         f"{{ [ {v} -gt {SIGNALLED} ] && [ {v} -ne {INTERRUPTED} ]; }}; }}"
     )
 
@@ -82,6 +91,7 @@ def describe_shell(var: str = "rc") -> str:
     """A shell ``case`` that sets ``$why`` to what the exit status ``$var`` means."""
     return (
         f'case "${var}" in {PREEMPTED}) why=preempted;; {PEER_LOST}) why="lost a peer";; '
+        f'{BUCKET_UNREACHABLE}) why="bucket unreachable";; '
         f'{USER_ERROR}) why="a user error or a bug";; {USAGE}) why=usage;; '
         f'{DIVERGED}) why=diverged;; {OUT_OF_MEMORY}) why="out of memory";; '
         f"{INTERRUPTED}) why=interrupted;; "
@@ -120,7 +130,9 @@ def peers_watched(multihost: bool) -> Iterator[None]:
     except PeerLost:
         raise
     except Exception as e:
-        if not multihost or not lost_peer(e):
+        # A file or bucket error (OSError: "connection reset by peer" from a bucket) is never
+        # a lost peer: it keeps its own line and code.
+        if not multihost or isinstance(e, OSError) or not lost_peer(e):
             raise
         raise PeerLost(
             f"lost a peer process of this multi-host run ({type(e).__name__}: {first_line(e)}); "

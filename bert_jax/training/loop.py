@@ -1,20 +1,19 @@
-"""The loop every job runs: steps, metrics, checkpoints, resume and preemption.
+"""The loop every job runs: steps, resume, preemption; everything between steps is a hook.
 
 `TrainingRun` owns one job's workdir bookkeeping: it restores the newest intact
 checkpoint (or starts fresh), drives `Engine.train_step` over a stream of global batches,
-logs loss, tokens/s, MFU and ETA every ``log_every_steps``, checkpoints every
-``checkpoint_every_steps``, and on SIGTERM (a TPU maintenance event, `launch/tpu_pod.py
-stop`, a scheduler) saves and exits with 143 so that a restart loop resumes it (Ctrl-C:
-saves, 130; `Preemption`). A run
-with ``stop_after_step`` checkpoints and stops there (`StopRequested`). The job decides
-what happens between steps (evaluation, best-model saving) through a callback that gets
-the step, the state and the step's metrics (on the devices: reading them is the job's
-choice, so the loop never waits for a step it does not log).
+times the training (`throughput.Throughput`: tokens/s, MFU and the ETA over training time
+alone) and after each step runs the hooks that are due (`hooks.Hook`). Logging, the
+progress line, checkpoints and evaluations are all hooks (`hooks.default_hooks` builds the
+ones every job adds; the job appends its own); they reach the run only through the
+`hooks.StepContext` they are given. On SIGTERM (a TPU maintenance event, `launch/tpu_pod.py
+stop`, a scheduler) the loop saves and exits with 143 so that a restart loop resumes it
+(Ctrl-C: saves, 130; `Preemption`). A run with ``stop_after_step`` checkpoints and stops
+there (`StopRequested`).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import os
 import signal
@@ -24,13 +23,14 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 from jax.experimental import multihost_utils
 
-from bert_jax.training import checkpoints, exit_codes, hardware
+from bert_jax.training import checkpoints, exit_codes
 from bert_jax.training.engine import Batch, Engine, TrainState
+from bert_jax.training.hooks import Hook, StepContext
 from bert_jax.training.metric_writer import MetricsLogger
 from bert_jax.training.settings import TrainingSettings
+from bert_jax.training.throughput import Throughput, device_peak_flops
 
 PREEMPTED_EXIT_CODE = exit_codes.PREEMPTED  # as a process ended by SIGTERM: restarted
 INTERRUPTED_EXIT_CODE = exit_codes.INTERRUPTED  # as a process ended by Ctrl-C (SIGINT)
@@ -46,28 +46,6 @@ class StopRequested(Exception):
     def __init__(self, step: int) -> None:
         super().__init__(f"stopped at step {step} (stop_after_step); rerun to continue")
         self.step = step
-
-
-_CPU_PEAK: list[float] = []
-
-
-def device_peak_flops() -> float:
-    """Peak FLOP/s of one local device: from the table, or measured once on CPU."""
-    device = jax.local_devices()[0]
-    peak = hardware.peak_flops_for_device_kind(device.device_kind)
-    if peak is not None:
-        return peak
-    if not _CPU_PEAK:
-        n = 2048
-        a = jnp.ones((n, n), jnp.float32)
-        f = jax.jit(lambda x: x @ x)
-        f(a).block_until_ready()
-        start = time.perf_counter()
-        reps = 5
-        for _ in range(reps):
-            f(a).block_until_ready()
-        _CPU_PEAK.append(2 * n**3 * reps / (time.perf_counter() - start))
-    return _CPU_PEAK[0]
 
 
 class Preemption:
@@ -127,27 +105,14 @@ class Preemption:
             signal.signal(signum, previous)
 
 
-@dataclasses.dataclass(frozen=True)
-class Hook:
-    """What a job runs between steps (levanter's ``trainer.add_hook(fn, every=N)``):
-    ``fn(step, state, metrics)`` after every `every`-th step (0: on no cadence) and after
-    each step listed in `also_at` (e.g. the run's last). Its time is not training time."""
-
-    fn: Callable[[int, TrainState, dict[str, Any]], None]
-    every: int = 1
-    also_at: tuple[int, ...] = ()
-
-    def due(self, step: int) -> bool:
-        return bool(self.every and step % self.every == 0) or step in self.also_at
-
-
 class TrainingRun:
     """Checkpoints, metrics and preemption of one job in `workdir` (a context manager).
 
-    Reads the run's `CheckpointSettings` (``every_steps`` 0: only when stopping;
-    ``stop_after_step`` 0: none) and ``log_every_steps`` from `settings`. `console_keys` are
-    the metrics shown on the progress line besides the loss. `clock` (seconds) times the
-    training for tokens/s, MFU and the ETA.
+    Reads the run's `CheckpointSettings` (``keep_checkpoints``, ``async_checkpointing``;
+    ``stop_after_step`` 0: none) from `settings`; when to log and to save is the hooks'
+    (`hooks.default_hooks`). `clock` (seconds) times the training for tokens/s, MFU and
+    the ETA. A hook reaches the run through its `StepContext` (`log`, `save`,
+    `save_best`, `check_finite` below); work after the loop gets one from `context`.
     """
 
     def __init__(
@@ -157,7 +122,6 @@ class TrainingRun:
         *,
         total_steps: int,
         best_metric: str = "",
-        console_keys: tuple[str, ...] = (),
         restore_transform: checkpoints.RestoreTransform | None = None,
         clock: Callable[[], float] = time.perf_counter,
     ) -> None:
@@ -166,22 +130,18 @@ class TrainingRun:
         saving = settings.checkpoints
         self.ckpt = checkpoints.Checkpointer(
             workdir,
-            keep=saving.keep,
-            async_save=saving.async_save,
+            keep=saving.keep_checkpoints,
+            async_save=saving.async_checkpointing,
             best_metric=best_metric,
             restore_transform=restore_transform,
         )
-        self.checkpoint_every = saving.every_steps
-        self.log_every = max(1, settings.log_every_steps)
         self.stop_after = saving.stop_after_step or -1
-        self.console_keys = console_keys
         self.clock = clock
-        self.logger: MetricsLogger | None = None
+        self.logger: MetricsLogger | None = None  # the metrics log, opened by `restore_or_init`
         self.preemption = Preemption()
         self.last_saved: int | None = None
-        self._peak: float | None = None
+        self._meter: Throughput | None = None  # across `steps` calls: the ETA's rate
         self._metrics: tuple[int, Any] | None = None  # the last step's, on the devices
-        self._train_time, self._train_steps = 0.0, 0  # training alone: no saves, no evaluations
 
     def __enter__(self) -> TrainingRun:
         return self
@@ -202,22 +162,35 @@ class TrainingRun:
             print(f"resumed from {self.workdir}/checkpoints/{self.last_saved}", flush=True)
         else:
             state = init()
-        self.logger = MetricsLogger(
-            self.workdir, self.total_steps, self.console_keys, from_step=self.last_saved or 0
-        )
+        self.logger = MetricsLogger(self.workdir, self.total_steps, from_step=self.last_saved or 0)
         return state, restored is not None
+
+    def context(self, state: TrainState) -> StepContext:
+        """A `StepContext` at `state`'s step outside the loop (no step metrics): for a job's
+        work after training (e.g. the final evaluation when no hook did it)."""
+        step = int(jax.device_get(state.step))
+        return StepContext(step, state, {}, total_steps=self.total_steps, outputs=self)
+
+    def log(self, step: int, values: dict[str, Any], split: str = "train") -> None:
+        assert self.logger is not None, "restore_or_init first"
+        self.logger.write(step, values, split=split)
 
     def save(self, step: int, state: TrainState, *, force: bool = False) -> None:
         if self._metrics is not None and self._metrics[0] == step:
             self.check_finite(step, self._metrics[1])  # a diverged state is never saved
+        if self.logger is not None:
+            self.logger.flush()  # every step up to a committed checkpoint stays logged
         self.ckpt.save(step, state, force=force)
         self.last_saved = step
 
-    def check_finite(self, step: int, metrics: dict[str, Any]) -> None:
+    def save_best(self, step: int, state: TrainState, values: dict[str, float]) -> bool:
+        return self.ckpt.maybe_save_best(step, state, values)
+
+    def check_finite(self, step: int, values: dict[str, Any]) -> None:
         """Raises `DivergedError` (one line: the step, the value, the checkpoint kept) if the
         step's loss or gradient norm is not finite."""
-        values = {k: float(v) for k, v in jax.device_get(metrics).items() if k in ("loss", "grad_norm")}
-        bad = [k for k, v in values.items() if not math.isfinite(v)]
+        host = {k: float(v) for k, v in jax.device_get(values).items() if k in ("loss", "grad_norm")}
+        bad = [k for k, v in host.items() if not math.isfinite(v)]
         if not bad:
             return
         kept = (
@@ -226,7 +199,7 @@ class TrainingRun:
             else "no checkpoint was saved"
         )
         raise DivergedError(
-            f"training diverged at step {step}: {bad[0]} is {values[bad[0]]}; nothing from this run's "
+            f"training diverged at step {step}: {bad[0]} is {host[bad[0]]}; nothing from this run's "
             f"later steps was saved ({kept}); lower --config.learning_rate or check the data"
         )
 
@@ -248,50 +221,45 @@ class TrainingRun:
         hooks: Sequence[Hook] = (),
         extra_metrics: dict[str, Any] | None = None,
     ) -> TrainState:
-        """Trains from ``state.step`` up to step `end` on `batches` (global batches).
+        """Trains from ``state.step`` up to step `end` on `batches` (global batches),
+        running the `hooks` due after each step, in order (`hooks.default_hooks` first).
 
         Tokens/s counts the positions of ``input_ids`` of each batch as fed (batches of
         varying length count what they hold); MFU is `flops(batch)` (the model's training
         FLOPs for that batch) over the devices' peak. Both, and the ETA, are over training
-        time only: the time spent saving and in `hooks` (evaluations) is left out.
+        time only: the time the hooks take (saving, evaluating) is left out, and so is the
+        first step's (compilation) unless a hook reads that step's metrics. `extra_metrics`
+        join every training row (e.g. the phase's sequence length).
         """
         assert self.logger is not None, "restore_or_init first"
-        if self._peak is None:
-            self._peak = device_peak_flops() * jax.device_count()
-        step = first = window_first = int(jax.device_get(state.step))
-        window_start, window_tokens, window_flops = self.clock(), 0, 0.0
+        if self._meter is None:
+            self._meter = Throughput(self.clock, device_peak_flops() * jax.device_count())
+        meter = self._meter
+        step = first = int(jax.device_get(state.step))
+        meter.start(step)
         while step < end:
             batch = next(batches)
             state, metrics = engine.train_step(state, batch)
             step += 1
             self._metrics = (step, metrics)  # checked before any save of this state
-            window_tokens += batch["input_ids"].size
-            window_flops += flops(batch)
-            is_log_step = step % self.log_every == 0 or step == end
-            if step == first + 1 and not is_log_step:
-                jax.block_until_ready(metrics)  # keep compilation out of the first window
-                window_start, window_tokens, window_flops = self.clock(), 0, 0.0
-                window_first = step
-            if is_log_step:
-                host = {k: float(v) for k, v in jax.device_get(metrics).items()}
-                elapsed = self.clock() - window_start
-                self._train_time += elapsed
-                self._train_steps += step - window_first
-                host["tokens_per_sec"] = window_tokens / elapsed
-                host["mfu"] = window_flops / elapsed / self._peak
-                host.update(extra_metrics or {})
-                self.logger.write(step, host)
-                self.logger.progress(step, host, self._train_time / max(self._train_steps, 1))
-                self.check_finite(step, host)
-                window_start, window_tokens, window_flops = self.clock(), 0, 0.0
-                window_first = step
-            paused = self.clock()
-            if self.checkpoint_every and step % self.checkpoint_every == 0:
-                self.save(step, state)
+            meter.add(batch["input_ids"].size, flops(batch))
+            ctx = StepContext(
+                step,
+                state,
+                metrics,
+                total_steps=self.total_steps,
+                outputs=self,
+                meter=meter,
+                extra_metrics=extra_metrics,
+            )
+            meter.pause()  # saving and evaluating are not training
             for hook in hooks:
                 if hook.due(step):
-                    hook.fn(step, state, metrics)
-            window_start += self.clock() - paused  # saving and evaluating are not training
+                    hook.fn(ctx)
+            meter.resume()
+            if step == first + 1 and not ctx.metrics_read:
+                jax.block_until_ready(metrics)  # keep compilation out of the first window
+                meter.start(step)
             if step == self.stop_after or self.preemption.should_stop(step):
                 self._stop(step, state)
         return state

@@ -1,4 +1,5 @@
-"""Where metrics go: WORKDIR/metrics.jsonl, TensorBoard event files, one console line.
+"""Where metrics go: WORKDIR/metrics.jsonl and TensorBoard event files (the console line is
+the progress hook's, `hooks.show_progress`).
 
 Only process 0 writes. Every row carries ``step``; eval rows carry ``split: "eval"``.
 A bucket workdir (``gs://``) gets the same files through the path layer
@@ -30,14 +31,12 @@ class MetricsLogger:
         self,
         workdir: str,
         total_steps: int,
-        console_keys: tuple[str, ...] = (),
         *,
         from_step: int = 0,
         flush_every_s: float = 30.0,
     ) -> None:
         self.enabled = jax.process_index() == 0
         self.total_steps = total_steps
-        self.console_keys = console_keys
         self.path = files.join(workdir, "metrics.jsonl")
         self.tb_dir = files.join(workdir, "tensorboard")
         self.flush_every_s = flush_every_s
@@ -67,19 +66,15 @@ class MetricsLogger:
                 self._tb.add_scalar(f"{split}/{k}", v, step)
         self._tb.flush()
 
-    def progress(self, step: int, metrics: dict[str, Any], seconds_per_step: float) -> None:
-        """Console line: step, loss, the console keys (e.g. MLM accuracy), tokens/s, MFU, and
-        the ETA at `seconds_per_step` (training time alone)."""
-        if not self.enabled:
-            return
-        eta = (self.total_steps - step) * seconds_per_step if seconds_per_step > 0 else float("nan")
-        print(
-            f"step {step:>7}/{self.total_steps}  loss {metrics['loss']:.4f}  "
-            + "".join(f"{k} {metrics[k]:.4f}  " for k in self.console_keys if k in metrics)
-            + f"tok/s {metrics['tokens_per_sec']:,.0f}  mfu {metrics['mfu']:.1%}  "
-            f"eta {format_eta(eta)}",
-            flush=True,
-        )
+    def flush(self) -> None:
+        """Everything logged so far written out now (on a bucket: the objects rewritten).
+        The loop calls it before each checkpoint save, so that the metrics of every step up
+        to a committed checkpoint are in the workdir: a run killed later resumes from that
+        checkpoint and logs the steps after it, and no step's row is lost."""
+        if self._file is not None:
+            self._file.flush()
+        if self._tb is not None:
+            self._tb.flush()
 
     def close(self) -> None:
         if self._file is not None:
@@ -134,12 +129,22 @@ class _RemoteRecordFile:
 
 def _keep_rows_until(path: str, step: int) -> set[tuple[int, str, frozenset[str]]]:
     """Drops the rows of `path` logged after `step` (rewriting it when there are any);
-    returns what the kept rows hold: (step, split, keys)."""
+    returns what the kept rows hold: (step, split, keys). A last line cut short (a local
+    file's append, killed mid-write) is dropped, with a warning; one cut just before its
+    newline is kept, the newline added."""
     if not files.exists(path):
         return set()
     lines = files.read_text(path).splitlines(keepends=True)
+    torn = bool(lines) and not lines[-1].endswith("\n")
+    if torn:
+        try:
+            json.loads(lines[-1])
+            lines[-1] += "\n"
+        except ValueError:
+            print(f"warning: {path}: its last line was cut short (a killed write); dropped", flush=True)
+            lines = lines[:-1]
     kept = [(ln, row) for ln in lines if ln.strip() and (row := json.loads(ln))["step"] <= step]
-    if len(kept) != len(lines):
+    if torn or len(kept) != len(lines):
         atomic_files.write_text(path, "".join(ln for ln, _ in kept))  # local or bucket, whole
     rows = [row for _, row in kept]
     return {(r["step"], r.get("split", "train"), frozenset(r) - {"step", "split"}) for r in rows}

@@ -22,6 +22,7 @@ import jax.numpy as jnp
 import optax
 
 SCHEDULES = ("linear", "one_cycle", "wsd")
+OPTIMIZERS = ("adamw", "lamb")
 
 
 def learning_rate_schedule(

@@ -1,5 +1,6 @@
-"""Reading a run config (`configs/*.py`): the model it names, its sharding rules, and the
-names that were removed (one name per setting: a removed one is refused, not ignored)."""
+"""Reading a run config (`configs/*.py`): loading it by path, setting keys, and the names
+that were removed (one name per setting: a removed one is refused, not ignored). Its
+values become typed settings at the command's edge (`bert_jax.commands.run_settings`)."""
 
 from __future__ import annotations
 
@@ -9,9 +10,6 @@ from types import ModuleType
 from typing import Any
 
 import ml_collections
-
-from bert_jax.model.config import BertConfig
-from bert_jax.training import value_ranges
 
 # Settings that had another name; the config must use the one on the right. The run's
 # numerics left the model (they apply to the whole run, never saved with the model);
@@ -44,9 +42,9 @@ _JOB_MARKS = {"pretrain": ("data.source", "model.hidden_size"), "finetune": ("ta
 
 
 def check(config: ml_collections.ConfigDict, job: str | None = None) -> None:
-    """Refuses a config written for the other job (`job`: "pretrain" or "finetune"), one
-    that sets a removed name (naming the one to use), or a value out of its range
-    (`value_ranges`)."""
+    """Refuses a config written for the other job (`job`: "pretrain" or "finetune") or one
+    that sets a removed name (naming the one to use); the values are the resolver's
+    (`bert_jax.training.resolver`)."""
     if job is not None and not all(_has(config, k) for k in _JOB_MARKS[job]):
         other = next(j for j in _JOB_MARKS if j != job)
         kind = "a fine-tuning" if other == "finetune" else "a pre-training"
@@ -56,13 +54,6 @@ def check(config: ml_collections.ConfigDict, job: str | None = None) -> None:
     for old, new in REMOVED_KEYS.items():
         if _has(config, old):
             raise ValueError(f"config.{old} was removed: set --config.{new} instead")
-    value_ranges.check(config)
-
-
-def bert_config(config: ml_collections.ConfigDict) -> BertConfig:
-    """The model shape of a pre-training config (`config.model`)."""
-    check(config)
-    return BertConfig.from_dict(config.model)
 
 
 def sibling(config_file: str, name: str) -> ModuleType:

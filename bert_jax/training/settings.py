@@ -1,10 +1,11 @@
 """The settings both jobs share, typed once at the entry point (levanter's `TrainerConfig`
 and `OptimizerConfig`, Flax lm1b's one typed config).
 
-The ml-collections files and absl flags stay what users write; `TrainingSettings.from_config`
-reads the keys of `configs/defaults.py`'s ``training()`` block once, after `run_config.check`
-has refused unknown keys and out-of-range values, and the training layer (the engine, the
-loop, checkpoints, the optimizer) reads typed fields from here, never the `ConfigDict`.
+The ml-collections files and absl flags stay what users write; the resolver
+(`bert_jax.training.resolver`) reads these keys once, at the command's edge, each field
+named as its config key, with its default and range beside it; the training layer (the
+engine, the loop, checkpoints, the optimizer) reads typed fields from here, never the
+`ConfigDict`.
 """
 
 from __future__ import annotations
@@ -12,28 +13,41 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-import ml_collections
 import optax
 
 from bert_jax.model.numerics import Numerics
-from bert_jax.training import optimizer
+from bert_jax.setting_fields import (
+    FRACTION,
+    NON_NEGATIVE,
+    NON_NEGATIVE_INT,
+    POSITIVE,
+    POSITIVE_INT,
+    PROBABILITY,
+    flat,
+    setting,
+)
+from bert_jax.training.optimizer import OPTIMIZERS, SCHEDULES, create_optimizer
 
 
 @dataclasses.dataclass(frozen=True)
 class OptimizerSettings:
-    """The optimizer and its schedule (the paper's AdamW by default, §A.2)."""
+    """The optimizer and its schedule (the paper's AdamW, §A.2: no decay on LayerNorm and
+    biases, clipping 1.0)."""
 
-    name: str = "adamw"
-    learning_rate: float = 1e-4
-    weight_decay: float = 0.01
-    b1: float = 0.9
-    b2: float = 0.999
-    eps: float = 1e-6
-    clip_norm: float = 1.0
-    schedule: str = "linear"
-    decay_fraction: float = 0.2
-    warmup_steps: int = 0
-    warmup_proportion: float = 0.0  # > 0: this share of the run's steps, not warmup_steps
+    optimizer: str = setting("adamw", choices=OPTIMIZERS)  # lamb: for large batches
+    learning_rate: float = setting(1e-4, POSITIVE)
+    weight_decay: float = setting(0.01, NON_NEGATIVE)
+    adam_b1: float = setting(0.9, FRACTION)
+    adam_b2: float = setting(0.999, FRACTION)
+    adam_eps: float = setting(1e-6, POSITIVE)
+    grad_clip_norm: float = setting(1.0, NON_NEGATIVE)  # 0: no clipping
+    # linear (the paper's: warm-up, then linear decay to 0) | one_cycle | wsd (warm-up,
+    # stable, then linear decay over the last lr_decay_fraction of steps).
+    lr_schedule: str = setting("linear", choices=SCHEDULES)
+    lr_decay_fraction: float = setting(0.2, PROBABILITY)
+    # Warm-up: warmup_proportion of the run's steps when > 0, else warmup_steps.
+    warmup_steps: int = setting(0, NON_NEGATIVE_INT)
+    warmup_proportion: float = setting(0.0, PROBABILITY)
 
     def warmup(self, total_steps: int) -> int:
         """The warm-up steps of a run of `total_steps` (one rule for every job)."""
@@ -43,10 +57,18 @@ class OptimizerSettings:
 
     def build(self, total_steps: int) -> tuple[optax.GradientTransformation, optax.Schedule]:
         """The optax transformation and its learning-rate schedule for a run's length."""
-        fields = dataclasses.asdict(self)
-        del fields["warmup_steps"], fields["warmup_proportion"]  # decided here, per run
-        return optimizer.create_optimizer(
-            **fields, warmup_steps=self.warmup(int(total_steps)), total_steps=int(total_steps)
+        return create_optimizer(
+            name=self.optimizer,
+            learning_rate=self.learning_rate,
+            warmup_steps=self.warmup(total_steps),
+            total_steps=total_steps,
+            weight_decay=self.weight_decay,
+            b1=self.adam_b1,
+            b2=self.adam_b2,
+            eps=self.adam_eps,
+            clip_norm=self.grad_clip_norm,
+            schedule=self.lr_schedule,
+            decay_fraction=self.lr_decay_fraction,
         )
 
 
@@ -54,58 +76,29 @@ class OptimizerSettings:
 class CheckpointSettings:
     """When and how a run saves (`loop.TrainingRun`)."""
 
-    every_steps: int = 10_000  # 0: only when stopping
-    keep: int = 3
-    async_save: bool = True
-    stop_after_step: int = 0  # >0: save and stop there (a rerun continues)
+    checkpoint_every_steps: int = setting(10_000, NON_NEGATIVE_INT)  # 0: only when stopping
+    keep_checkpoints: int = setting(3, POSITIVE_INT)
+    async_checkpointing: bool = True
+    stop_after_step: int = setting(0, NON_NEGATIVE_INT)  # >0: save and stop there (a rerun continues)
 
 
 @dataclasses.dataclass(frozen=True)
 class TrainingSettings:
-    """Everything the training layer reads, for either job (defaults: `configs/defaults.py`)."""
+    """Everything the training layer reads, for either job: the keys every job's config
+    shares, at its top level (`configs/defaults.py: training()` is these defaults)."""
 
     seed: int = 42
-    numerics: Numerics = dataclasses.field(default_factory=Numerics)  # "auto": per platform
+    # How this run computes the model, never saved with it (`bert_jax.model.numerics`):
+    # compute_dtype, param_dtype, remat_policy, weight_grad_matmul, dropout_rng, attention_kernel.
+    numerics: Numerics = flat(Numerics)
+    # Device mesh (data, fsdp, tensor); -1 takes the remaining devices.
     mesh_shape: tuple[int, int, int] = (-1, 1, 1)
-    sharding_rules: tuple[tuple[str, Any], ...] = ()  # overrides of `sharding.LOGICAL_AXIS_RULES`
-    optimizer: OptimizerSettings = OptimizerSettings()
-    grad_accum_steps: int = 1
-    checkpoints: CheckpointSettings = CheckpointSettings()
-    log_every_steps: int = 50
-
-    @classmethod
-    def from_config(cls, config: ml_collections.ConfigDict) -> TrainingSettings:
-        return cls(
-            seed=int(config.seed),
-            numerics=Numerics(
-                compute_dtype=config.compute_dtype,
-                param_dtype=config.param_dtype,
-                remat_policy=config.remat_policy,
-                weight_grad_matmul=config.weight_grad_matmul,
-                dropout_rng=config.dropout_rng,
-                attention_kernel=config.attention_kernel,
-            ),
-            mesh_shape=tuple(int(x) for x in config.mesh_shape),
-            sharding_rules=tuple(tuple(r) for r in config.sharding_rules),
-            optimizer=OptimizerSettings(
-                name=config.optimizer,
-                learning_rate=float(config.learning_rate),
-                weight_decay=float(config.weight_decay),
-                b1=float(config.adam_b1),
-                b2=float(config.adam_b2),
-                eps=float(config.adam_eps),
-                clip_norm=float(config.grad_clip_norm),
-                schedule=config.lr_schedule,
-                decay_fraction=float(config.lr_decay_fraction),
-                warmup_steps=int(config.warmup_steps),
-                warmup_proportion=float(config.warmup_proportion),
-            ),
-            grad_accum_steps=int(config.grad_accum_steps),
-            checkpoints=CheckpointSettings(
-                every_steps=int(config.checkpoint_every_steps),
-                keep=int(config.keep_checkpoints),
-                async_save=bool(config.async_checkpointing),
-                stop_after_step=int(config.stop_after_step),
-            ),
-            log_every_steps=int(config.log_every_steps),
-        )
+    # Overrides of the logical-axis rules (`bert_jax.training.sharding.LOGICAL_AXIS_RULES`), e.g.
+    # --config.sharding_rules="(('embed', None),)" keeps the hidden axis unsharded.
+    sharding_rules: tuple[tuple[str, Any], ...] = ()
+    optimization: OptimizerSettings = flat(OptimizerSettings)
+    grad_accum_steps: int = setting(
+        1, POSITIVE_INT
+    )  # micro-batches per step: the same gradient in less memory
+    checkpoints: CheckpointSettings = flat(CheckpointSettings)
+    log_every_steps: int = setting(50, POSITIVE_INT)

@@ -8,17 +8,19 @@ map those names onto three mesh axes:
   (ZeRO-3 style, gathered per layer by XLA);
 - ``tensor``: Megatron-style model parallelism over heads, the MLP and the vocabulary.
 
-The same code runs on 1 CPU device (a 1x1x1 mesh), 8 virtual CPU devices, a GPU or a TPU
-pod slice: only the mesh shape changes. A run config may replace or add rules
-(`rules_with_overrides`, as MaxText's ``logical_axis_rules``), and `check_param_sharding`
-names any parameter a mesh cannot hold under the rules before anything is allocated. The
-vocabulary goes over ``tensor``: BERT's 30522 rows divide by 2 only, so tensor sizes of 4
-or 8 need `BertConfig.vocab_pad_multiple` (e.g. 128).
+The same code runs on 1 CPU device (a 1x1x1 mesh), 8 virtual CPU devices, a GPU, a TPU
+pod slice or several slices (multislice: data parallelism across slices over the
+data-centre network, fsdp and tensor inside each slice): only the mesh shape changes. A
+run config may replace or add rules (`rules_with_overrides`, as MaxText's
+``logical_axis_rules``), and `check_param_sharding` names any parameter a mesh cannot
+hold under the rules before anything is allocated. The vocabulary goes over ``tensor``:
+BERT's 30522 rows divide by 2 only, so tensor sizes of 4 or 8 need
+`BertConfig.vocab_pad_multiple` (e.g. 128).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import flax.linen as nn
@@ -30,6 +32,8 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from bert_jax.model.param_shapes import path_str
 
 MESH_AXES = ("data", "fsdp", "tensor")
+# With several slices: how the slices line up on the mesh axes (-1: all of them on data).
+DATA_ACROSS_SLICES = (-1, 1, 1)
 
 # (logical name, mesh axis or axes or None). Batch goes over both data-parallel axes.
 LOGICAL_AXIS_RULES: tuple[tuple[str, Any], ...] = (
@@ -56,22 +60,43 @@ LOGICAL_AXIS_RULES: tuple[tuple[str, Any], ...] = (
 )
 
 
-def make_mesh(shape: Sequence[int], devices: Sequence[jax.Device] | None = None) -> Mesh:
+def by_slice_index(device: Any) -> int:
+    """A device's slice: its ``slice_index`` (multislice TPU), 0 where it has none."""
+    return int(getattr(device, "slice_index", 0) or 0)
+
+
+def by_process(device: Any) -> int:
+    """Each process one "slice": for devices that carry no slice index (CPU, GPU hosts),
+    so that data parallelism runs across processes and fsdp/tensor inside each."""
+    return int(device.process_index)
+
+
+def make_mesh(
+    shape: Sequence[int],
+    devices: Sequence[jax.Device] | None = None,
+    *,
+    dcn_shape: Sequence[int] = DATA_ACROSS_SLICES,
+    slice_of: Callable[[Any], int] = by_slice_index,
+) -> Mesh:
     """A (data, fsdp, tensor) mesh. A ``-1`` entry takes the remaining devices.
 
     Devices are laid out along the physical topology (`mesh_utils.create_device_mesh`).
-    Devices of several slices (multislice TPU: more than one ``slice_index``) get a hybrid
-    mesh: ``data`` is split across the slices (data parallelism over the slower network
-    between slices), fsdp and tensor stay inside each slice. When no topology-aware layout
-    can be built, the devices go in the order given, with one ``warning:`` line.
+    Devices of several slices (multislice TPU: more than one ``slice_index``; `slice_of`
+    may group them otherwise, e.g. `by_process`) get a hybrid mesh, as MaxText's ICI and
+    DCN parallelism: `shape` is then one slice's mesh (its ``-1`` fills a slice) and
+    `dcn_shape` how the slices line up, by default all of them along ``data`` (data
+    parallelism over the slower network between slices, fsdp and tensor inside each); the
+    mesh is the two multiplied. A `shape` without ``-1`` that covers every device is read
+    as the whole mesh instead. When no topology-aware layout can be built, the devices go
+    in the order given, with one ``warning:`` line.
 
     Auto axis types keep the flax-linen logical-partitioning style working (jax 0.10's
     ``make_mesh`` defaults to Explicit axes).
     """
     devices = list(jax.devices() if devices is None else devices)
-    shape = _resolve_shape(list(shape), len(devices))
     auto = (jax.sharding.AxisType.Auto,) * 3
-    return Mesh(device_array(shape, devices), MESH_AXES, axis_types=auto)
+    array = device_array(shape, devices, dcn_shape=dcn_shape, slice_of=slice_of)
+    return Mesh(array, MESH_AXES, axis_types=auto)
 
 
 def check_batches(mesh: Mesh, batch_sizes: dict[str, int], micro_batches: dict[str, Sequence[int]]) -> None:
@@ -109,36 +134,79 @@ def _resolve_shape(shape: list[int], num_devices: int) -> list[int]:
     return shape
 
 
-def device_array(shape: Sequence[int], devices: Sequence[Any]) -> np.ndarray:
+def device_array(
+    shape: Sequence[int],
+    devices: Sequence[Any],
+    *,
+    dcn_shape: Sequence[int] = DATA_ACROSS_SLICES,
+    slice_of: Callable[[Any], int] = by_slice_index,
+) -> np.ndarray:
     """`devices` arranged as a (data, fsdp, tensor) array of `shape` (see `make_mesh`)."""
-    shape = list(shape)
-    slices = sorted({getattr(d, "slice_index", 0) for d in devices})
-    if len(slices) > 1:
-        return _hybrid_device_array(shape, devices, len(slices))
-    try:
-        return mesh_utils.create_device_mesh(shape, devices=devices, allow_split_physical_axes=True)
-    except Exception as e:
-        _warn_naive_order(shape, devices, e)
-        return np.asarray(devices).reshape(shape)
+    slices = _group_by_slice(devices, slice_of)
+    ici, dcn = _split_shape(list(shape), list(dcn_shape), slices)
+    laid_out = [_slice_array(ici, group) for group in slices]
+    failed = [error for _, error in laid_out if error is not None]
+    if failed:
+        _warn_naive_order([i * d for i, d in zip(ici, dcn, strict=True)], devices, failed[0])
+    if len(slices) == 1:
+        return laid_out[0][0]
+    index = np.arange(len(slices)).reshape(dcn)
+    blocks = np.vectorize(lambda i: laid_out[i][0], otypes=[object])(index)
+    return np.block(blocks.tolist())  # slice blocks side by side along the DCN axes
 
 
-def _hybrid_device_array(shape: list[int], devices: Sequence[Any], num_slices: int) -> np.ndarray:
-    """Data parallelism across slices: each slice holds ``data / num_slices`` rows of the
-    mesh, laid out along its own topology."""
-    if shape[0] % num_slices:
+def _group_by_slice(devices: Sequence[Any], slice_of: Callable[[Any], int]) -> list[list[Any]]:
+    """The devices of each slice, slices in order, devices in the order given."""
+    groups: dict[int, list[Any]] = {}
+    for device in devices:
+        groups.setdefault(slice_of(device), []).append(device)
+    slices = [groups[key] for key in sorted(groups)]
+    sizes = sorted({len(group) for group in slices})
+    if len(sizes) > 1:
+        counts = ", ".join(str(len(group)) for group in slices)
         raise ValueError(
-            f"mesh_shape {tuple(shape)}: the data axis ({shape[0]}) must be a multiple of the "
-            f"{num_slices} slices the devices span (data parallelism runs across slices)"
+            f"the devices' {len(slices)} slices differ in size ({counts} devices): no mesh spans them"
         )
-    ici = [shape[0] // num_slices, shape[1], shape[2]]
+    return slices
+
+
+def _split_shape(
+    shape: list[int], dcn_shape: list[int], slices: list[list[Any]]
+) -> tuple[list[int], list[int]]:
+    """The mesh inside one slice and the mesh of the slices (see `make_mesh`)."""
+    n, per = len(slices), len(slices[0])
     try:
-        return mesh_utils.create_hybrid_device_mesh(
-            ici, [num_slices, 1, 1], devices=devices, allow_split_physical_axes=True
-        )
+        dcn = _resolve_shape(list(dcn_shape), n)
+    except ValueError as e:
+        raise ValueError(
+            f"the mesh across slices {tuple(dcn_shape)} does not fit {n} slice(s): {e}"
+        ) from None
+    if n == 1:
+        return _resolve_shape(shape, per), dcn
+    if -1 not in shape and int(np.prod(shape)) == n * per:  # the whole mesh
+        for axis, size, ways in zip(MESH_AXES, shape, dcn, strict=True):
+            if size % ways:
+                raise ValueError(
+                    f"mesh_shape {tuple(shape)}: the {axis} axis ({size}) must be a multiple of the {ways} "
+                    f"slices the devices span along it (data parallelism runs across slices; a shape "
+                    f"with -1 is one slice's mesh)"
+                )
+        return [size // ways for size, ways in zip(shape, dcn, strict=True)], dcn
+    try:
+        return _resolve_shape(shape, per), dcn
+    except ValueError as e:
+        raise ValueError(
+            f"mesh_shape {tuple(shape)} is one slice's mesh here ({n} slices of {per} devices; "
+            f"without -1, a shape of all {n * per} devices is the whole mesh): {e}"
+        ) from None
+
+
+def _slice_array(shape: list[int], devices: list[Any]) -> tuple[np.ndarray, Exception | None]:
+    """One slice's devices along its physical topology; else in the order given, with why."""
+    try:
+        return mesh_utils.create_device_mesh(shape, devices=devices, allow_split_physical_axes=True), None
     except Exception as e:
-        _warn_naive_order(shape, devices, e)
-        by_slice = sorted(devices, key=lambda d: (d.slice_index, d.id))  # slices stay on data
-        return np.asarray(by_slice).reshape(shape)
+        return np.asarray(devices).reshape(shape), e
 
 
 def _warn_naive_order(shape: list[int], devices: Sequence[Any], error: Exception) -> None:

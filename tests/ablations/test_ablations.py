@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from bert_jax.ablations import cells, figure5, reports, runner
-from bert_jax.ablations.spec import AblationTable
+from bert_jax.commands import run_settings
 from bert_jax.data import tokenization
 from bert_jax.finetuning import feature_based
 from bert_jax.model import bilstm, flops
@@ -125,7 +125,7 @@ def _check_schema(report: dict, columns: list[str]) -> None:
 @pytest.mark.parametrize("table", ["table5", "table6", "table7", "table8", "figure5"])
 def test_dry_run_reports_the_papers_figures_and_every_rows_config(tmp_path, table) -> None:
     config = ablation_configs.get_config(table)
-    report = runner.run_table(AblationTable.from_config(config), str(tmp_path), dry_run=True)
+    report = runner.run_table(run_settings.ablation_table(config), str(tmp_path), dry_run=True)
     on_disk = json.loads((tmp_path / "report.json").read_text())
     assert on_disk == json.loads(json.dumps(report))
     columns = COLUMNS.get(table, ["mnli_m"])
@@ -159,7 +159,7 @@ def test_dry_run_reports_the_papers_figures_and_every_rows_config(tmp_path, tabl
         # feature-based approach does not serve (multiple choice) is "n/a" in those rows,
         # not an error.
         extra = runner.run_table(
-            AblationTable.from_config(ablation_configs.get_config("table7+bbc+squad_f1+swag")),
+            run_settings.ablation_table(ablation_configs.get_config("table7+bbc+squad_f1+swag")),
             str(tmp_path / "bbc"),
             dry_run=True,
         )
@@ -180,7 +180,7 @@ def test_cpu_preset_pretrains_offline_text_and_skips_columns_that_need_a_network
     sizes = [(rows[r].model.num_hidden_layers, rows[r].model.hidden_size) for r in pretrained]
     assert sizes == [(1, 96), (2, 96), (2, 96), (4, 96), (4, 128), (8, 128)]  # layers / 3, width / 8
     assert all(rows[r].data.source == "wiki_excerpt,bbc_news" for r in pretrained)
-    report = runner.run_table(AblationTable.from_config(config), str(tmp_path), dry_run=True)
+    report = runner.run_table(run_settings.ablation_table(config), str(tmp_path), dry_run=True)
     cells = report["rows"][0]["config"]["cells"]
     assert cells["mnli_m"]["approach"] == "n/a" and "network" in cells["mnli_m"]["reason"]
     assert cells["bbc"]["approach"] == "finetune" and cells["lm_ppl"]["approach"] == "lm_ppl"
@@ -192,7 +192,7 @@ def test_cpu_preset_pretrains_offline_text_and_skips_columns_that_need_a_network
     assert list(t8.column_order) == [*COLUMNS["table8"], "bbc", "bbc_features"]
     assert (t8.columns.bbc_features.approach, t8.columns.bbc_features.layers) == ("features", "-1,-2")
     assert t8.columns.bbc_features.skip == "" and t8.columns.ner_feature_f1.skip
-    runner.check_table(AblationTable.from_config(t8))
+    runner.check_table(run_settings.ablation_table(t8))
 
 
 def test_table7_cpu_scales_base_and_large_alike_and_checks_feature_layers_up_front(tmp_path) -> None:
@@ -200,7 +200,7 @@ def test_table7_cpu_scales_base_and_large_alike_and_checks_feature_layers_up_fro
     sizes = {r: (m.num_hidden_layers, m.hidden_size, m.num_attention_heads) for r, m in
              ((r, config.rows[r].model) for r in ("finetune_large", "finetune_base"))}  # fmt: skip
     assert sizes == {"finetune_large": (8, 128, 16), "finetune_base": (4, 96, 12)}
-    report = runner.run_table(AblationTable.from_config(config), str(tmp_path / "ok"), dry_run=True)
+    report = runner.run_table(run_settings.ablation_table(config), str(tmp_path / "ok"), dry_run=True)
     cells = {r["row"]: r["config"]["cells"]["bbc"] for r in report["rows"]}
     assert (
         cells["concat_last_four"]["approach"] == "features"
@@ -209,7 +209,7 @@ def test_table7_cpu_scales_base_and_large_alike_and_checks_feature_layers_up_fro
     # A Base too shallow for "the last four" is refused before anything trains.
     config.rows.finetune_base.model.num_hidden_layers = 2
     with pytest.raises(ValueError, match=r"row weighted_sum_last_four, column bbc: layers .* out of range"):
-        runner.run_table(AblationTable.from_config(config), str(tmp_path / "shallow"))
+        runner.run_table(run_settings.ablation_table(config), str(tmp_path / "shallow"))
     assert not (tmp_path / "shallow" / "finetune_base").exists()
 
 
@@ -241,7 +241,7 @@ def test_report_from_finished_cells_mean_std_seeds_and_tau(tmp_path) -> None:
                 (folder / "results.json").write_text(
                     json.dumps({"main_metric": "accuracy", "best": {"accuracy": v}})
                 )
-    report = runner.run_table(AblationTable.from_config(config), str(tmp_path), dry_run=True)
+    report = runner.run_table(run_settings.ablation_table(config), str(tmp_path), dry_run=True)
     _check_schema(report, COLUMNS["table6"])
     rows = {r["row"]: r for r in report["rows"]}
     assert rows["L3_H768_A12"]["seeds"]["mnli_m"] == pytest.approx([70.0, 72.0])
@@ -316,7 +316,7 @@ def test_table7_feature_row_trains_a_bilstm_on_the_frozen_layers(tmp_path) -> No
     table = _tiny_table("table7.tiny")
     table.data_dirs.conll2003 = str(_write_conll(tmp_path / "conll"))
     table.columns.ner_f1.finetune.max_seq_length = 32
-    report = runner.run_table(AblationTable.from_config(table), str(tmp_path), rows=["weighted_sum_all_12"])
+    report = runner.run_table(run_settings.ablation_table(table), str(tmp_path), rows=["weighted_sum_all_12"])
     (row,) = report["rows"]
     assert row["paper"]["ner_f1"] == 95.5 and 0.0 <= row["ours"]["ner_f1"] <= 100.0
     assert row["pretraining"]["model_from"] == "finetune_base"
@@ -343,7 +343,7 @@ def test_table7_feature_row_classifies_bbc_topics_from_frozen_layers(tmp_path) -
     table = _tiny_table("table7.tiny+bbc")
     table.columns.bbc.finetune.max_seq_length = 32
     report = runner.run_table(
-        AblationTable.from_config(table), str(tmp_path), rows=["last_hidden"], columns=["bbc"]
+        run_settings.ablation_table(table), str(tmp_path), rows=["last_hidden"], columns=["bbc"]
     )
     (row,) = report["rows"]
     run = tmp_path / "last_hidden" / "bbc" / "seed0"
@@ -399,7 +399,7 @@ def test_ablate_table5_plus_bilstm_row_on_a_user_added_column(tmp_path, capsys) 
     capsys.readouterr()
     table = _tiny_table("table5.tiny+bbc")
     table.columns.bbc.finetune.learning_rate = 3e-5
-    again = runner.run_table(AblationTable.from_config(table), str(tmp_path), ["plus_bilstm"], ["bbc"])
+    again = runner.run_table(run_settings.ablation_table(table), str(tmp_path), ["plus_bilstm"], ["bbc"])
     assert json.loads(json.dumps(again)) == report
     out = capsys.readouterr().out
     assert "pre-training in" not in out and "seed 0 in" not in out
@@ -431,7 +431,7 @@ def test_figure5_pretrains_in_stages_and_finetunes_mnli_from_each(tmp_path) -> N
     table.columns.squad_f1.skip = "no data here"  # a column that runs nothing (as at cpu)
     assert tuple(table.steps) == (3, 6) and table.data_dirs.glue == "tfds"
     with tfds.testing.mock_data(num_examples=16, policy=tfds.testing.MockPolicy.USE_CODE):
-        report = runner.run_table(AblationTable.from_config(table), str(tmp_path), rows=["mlm"])
+        report = runner.run_table(run_settings.ablation_table(table), str(tmp_path), rows=["mlm"])
     assert [(r["row"], r["step"]) for r in report["rows"]] == [("mlm@3", 3), ("mlm@6", 6)]
     _check_schema(report, ["mnli_m", "squad_f1"])
     assert all(len(r["seeds"]["mnli_m"]) == 1 and r["ours"]["squad_f1"] is None for r in report["rows"])
@@ -445,7 +445,7 @@ def test_figure5_pretrains_in_stages_and_finetunes_mnli_from_each(tmp_path) -> N
     assert list(report["figures"]) == ["mnli_m"] and (tmp_path / report["figures"]["mnli_m"]).exists()
     assert f"]({report['figures']['mnli_m']})" in (tmp_path / "report.md").read_text()
     # Nothing to redo (the skipped column neither): the stages are not pre-trained again.
-    again = runner.run_table(AblationTable.from_config(table), str(tmp_path), rows=["mlm"])
+    again = runner.run_table(run_settings.ablation_table(table), str(tmp_path), rows=["mlm"])
     assert again["rows"] == report["rows"]
 
 
@@ -509,7 +509,7 @@ def test_squad_and_conll_by_tfds_name_are_written_in_the_original_format(tmp_pat
 def test_plan_estimates_a_tables_time_chip_hours_and_cost(tmp_path) -> None:
     from bert_jax.ablations import cost
 
-    table = AblationTable.from_config(ablation_configs.get_config("table6"))
+    table = run_settings.ablation_table(ablation_configs.get_config("table6"))
     plan = cost.estimate(table, "v5e:4x4", mfu=0.5, chip_hour_usd=1.2)
     assert plan["chips"] == 16 and [e["row"] for e in plan["pretraining"]] == list(table.row_order)
     seconds = {e["row"]: e["seconds"] for e in plan["pretraining"]}
@@ -521,7 +521,7 @@ def test_plan_estimates_a_tables_time_chip_hours_and_cost(tmp_path) -> None:
     planned = {(e["row"], e["column"]): e for e in plan["finetuning"]}
     assert len(planned) == 6 * 4 and planned[("L3_H768_A12", "lm_ppl")]["flops"] == 0.0
     # MNLI: 392,702 rows in batches of 32 for 3 epochs, 5 seeds, at length 128.
-    model = run_config.bert_config(table.rows["L12_H768_A12"])
+    model = table.pretraining["L12_H768_A12"].model
     per_step = flops.model_flops_per_step(model, 32, 128, 0, nsp=False)
     assert planned[("L12_H768_A12", "mnli_m")]["flops"] == pytest.approx(
         math.ceil(392_702 / 32) * 3 * 5 * per_step
@@ -533,7 +533,7 @@ def test_plan_estimates_a_tables_time_chip_hours_and_cost(tmp_path) -> None:
     assert "| L24_H1024_A16 |" in md and "chip-hours" in md and (tmp_path / "plan.json").exists()
     # The feature-based cells run the encoder forward only; "+ BiLSTM" is planned from the LTR model.
     t8 = cost.estimate(
-        AblationTable.from_config(ablation_configs.get_config("table8")),
+        run_settings.ablation_table(ablation_configs.get_config("table8")),
         "v4:2x2x4",
         rows=["mask80_same10_rnd10"],
     )
@@ -541,6 +541,6 @@ def test_plan_estimates_a_tables_time_chip_hours_and_cost(tmp_path) -> None:
     finetune = next(e for e in t8["finetuning"] if e["column"] == "ner_finetune_f1")
     assert feature["flops"] < finetune["flops"] and t8["cost_usd"] is None
     t5 = cost.estimate(
-        AblationTable.from_config(ablation_configs.get_config("table5")), "v5e:2x2", rows=["plus_bilstm"]
+        run_settings.ablation_table(ablation_configs.get_config("table5")), "v5e:2x2", rows=["plus_bilstm"]
     )
     assert [e["row"] for e in t5["pretraining"]] == ["ltr_no_nsp"]

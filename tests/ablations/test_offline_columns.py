@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from bert_jax.ablations import cells, cost, grid, parallel, runner
-from bert_jax.ablations.spec import AblationTable
+from bert_jax.commands import run_settings
 from bert_jax.data import tokenization
 from bert_jax.tasks import scorers, squad
 from bert_jax.training import run_config
@@ -33,7 +33,7 @@ STANDS_FOR = {
 
 def test_column_sets_name_the_papers_rows_and_read_the_cache(tmp_path) -> None:
     sets = ablation_configs.get_config("table5.cpu+qa+pairs+sentiment")
-    typed = AblationTable.from_config(sets)
+    typed = run_settings.ablation_table(sets)
     assert list(sets.column_order[-5:]) == OFFLINE
     assert sets.column_order == ablation_configs.get_config("table5.cpu+offline").column_order
     assert list(ablation_configs.get_config("table6.demo+qa").column_order[-2:]) == ["disfl_qa", "cpkc"]
@@ -75,7 +75,7 @@ def _result(folder: Path, dev: float, test: float, metric: str = "accuracy") -> 
 
 
 def test_grid_point_chosen_on_dev_reported_on_test_with_its_spread(tmp_path) -> None:
-    table = AblationTable.from_config(ablation_configs.get_config("table5.cpu+sentiment"))
+    table = run_settings.ablation_table(ablation_configs.get_config("table5.cpu+sentiment"))
     col, cell = table.columns["rotten_tomatoes"], tmp_path / "bert_base" / "rotten_tomatoes"
     assert col.grid == (("learning_rate", (5e-4, 1e-3)), ("num_epochs", (2,)))
     assert (table.finetune_seeds, table.grid_seeds) == (3, 1)
@@ -125,19 +125,19 @@ def test_grid_point_chosen_on_dev_reported_on_test_with_its_spread(tmp_path) -> 
 
 def test_random_init_row_sets_the_fine_tuning_key_or_says_why_not() -> None:
     config = ablation_configs.get_config("table5.cpu+sentiment")
-    table = AblationTable.from_config(config)
+    table = run_settings.ablation_table(config)
     if "random_init" not in config.columns.rotten_tomatoes.finetune:
         plan = cells.cell_plan(table, "random_init", "rotten_tomatoes")
         assert plan["approach"] == "n/a" and "no random_init setting" in plan["reason"]
         config.columns.rotten_tomatoes.finetune.random_init = False  # as the key will be
-        table = AblationTable.from_config(config)
+        table = run_settings.ablation_table(config)
     plan = cells.cell_plan(table, "random_init", "rotten_tomatoes")
     assert plan["config"].random_init is True and plan["model_from"] == "bert_base"
     assert cells.cell_plan(table, "bert_base", "rotten_tomatoes")["config"].random_init is False
     # Nothing pre-trained to read a perplexity or frozen features from.
-    t6 = AblationTable.from_config(ablation_configs.get_config("table6.cpu"))
+    t6 = run_settings.ablation_table(ablation_configs.get_config("table6.cpu"))
     assert cells.cell_plan(t6, "random_init", "lm_ppl")["approach"] == "n/a"
-    t8 = AblationTable.from_config(ablation_configs.get_config("table8.cpu+bbc_features"))
+    t8 = run_settings.ablation_table(ablation_configs.get_config("table8.cpu+bbc_features"))
     assert "fine-tuned only" in cells.cell_plan(t8, "random_init", "bbc_features")["reason"]
 
 
@@ -172,7 +172,7 @@ def test_qa_column_chooses_on_dev_and_reports_test_end_to_end(tmp_path, downstre
     table = _tiny_offline(tmp_path, downstream_root, "table5.tiny+qa", ("bert_base",))
     table.finetune_seeds = 2
     report = runner.run_table(
-        AblationTable.from_config(table), str(tmp_path), rows=["bert_base"], columns=["disfl_qa"]
+        run_settings.ablation_table(table), str(tmp_path), rows=["bert_base"], columns=["disfl_qa"]
     )
     (row,) = report["rows"]
     sel = row["selection"]["disfl_qa"]
@@ -206,7 +206,7 @@ def test_parallel_processes_pretrain_and_fill_the_same_figures(tmp_path, downstr
     table.columns.rotten_tomatoes.grid.learning_rate = (1e-3,)
     table.processes = 2
     rows, cols = ["bert_base", "no_nsp", "random_init"], ["rotten_tomatoes"]
-    report = runner.run_table(AblationTable.from_config(table), str(par), rows=rows, columns=cols)
+    report = runner.run_table(run_settings.ablation_table(table), str(par), rows=rows, columns=cols)
     assert sorted(p.name for p in (par / "logs").glob("*.log")) == [  # one per job
         "bert_base--rotten_tomatoes--lr0.001_ep1--seed0.log",
         "no_nsp--rotten_tomatoes--lr0.001_ep1--seed0.log",
@@ -224,7 +224,7 @@ def test_parallel_processes_pretrain_and_fill_the_same_figures(tmp_path, downstr
     )
     table.processes = 1
     again = runner.run_table(
-        AblationTable.from_config(table), str(tmp_path / "seq"), rows=["bert_base"], columns=cols
+        run_settings.ablation_table(table), str(tmp_path / "seq"), rows=["bert_base"], columns=cols
     )
     assert again["rows"][0]["seeds"] == report["rows"][0]["seeds"]
     # A rerun in parallel finds everything done and starts nothing.
@@ -232,7 +232,7 @@ def test_parallel_processes_pretrain_and_fill_the_same_figures(tmp_path, downstr
     for log in (par / "logs").glob("*.log"):
         log.unlink()
     assert (
-        runner.run_table(AblationTable.from_config(table), str(par), rows=rows, columns=cols)["rows"]
+        runner.run_table(run_settings.ablation_table(table), str(par), rows=rows, columns=cols)["rows"]
         == report["rows"]
     )
     assert not list((par / "logs").glob("*.log"))
@@ -259,7 +259,7 @@ def test_feature_row_extracts_spans_and_reports_the_official_test_f1(tmp_path, d
     table = _tiny_offline(tmp_path, downstream_root, "table7.tiny+cpkc", ("finetune_base",))
     table.finetune_seeds, table.feature_bilstm.num_epochs = 1, 3
     report = runner.run_table(
-        AblationTable.from_config(table), str(tmp_path), rows=["last_hidden"], columns=["cpkc"]
+        run_settings.ablation_table(table), str(tmp_path), rows=["last_hidden"], columns=["cpkc"]
     )
     (row,) = report["rows"]
     run = tmp_path / "last_hidden" / "cpkc" / "seed0"
@@ -291,7 +291,7 @@ def test_table7_feature_baseline_reads_the_embeddings_of_fresh_weights(tmp_path,
     table.finetune_seeds = 1
     rows = ["embeddings", "random_init_embeddings"]
     report = runner.run_table(
-        AblationTable.from_config(table), str(tmp_path), rows=rows, columns=["rotten_tomatoes"]
+        run_settings.ablation_table(table), str(tmp_path), rows=rows, columns=["rotten_tomatoes"]
     )
     results = {
         row: json.loads((tmp_path / row / "rotten_tomatoes" / "seed0" / "results.json").read_text())

@@ -1,8 +1,8 @@
-"""The TPU launch scripts: the exact gcloud commands of a dry run, the supervisor's loop
-driven by a fake `gcloud`, the workers' shell pieces (restart loop, status, stop) run
-locally, and the VM install script run locally in a fresh HOME (no TPU)."""
+"""The TPU launch scripts: the exact gcloud commands of a dry run (one slice, and a
+multislice job), the workers' shell pieces (restart loop, status, stop, log copies) run
+locally, and the VM install script run locally in a fresh HOME (no TPU). The supervisor's
+loop driven by a fake `gcloud`: `test_launch_supervisor.py`."""
 
-import json
 import os
 import re
 import shlex
@@ -15,11 +15,11 @@ import pytest
 
 from bert_jax.training.hardware import parse_topology
 from tests.conftest import ROOT
+from tests.helpers import fake_bucket
 
 SCRIPT = ROOT / "launch" / "tpu_pod.py"
 INSTALL = ROOT / "launch" / "install_on_vm.sh"
 BASE = ["--name=bert-pod", "--zone=us-central2-b", "--project=my-proj", "--topology=v4:2x2x4"]
-STAMP = re.compile(r"^\[\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ\] ")
 
 
 def dry_run(*args: str) -> list[list[str]]:
@@ -103,7 +103,13 @@ def test_stop_reaches_every_worker_and_logs_stream_worker0() -> None:
 
 @pytest.mark.parametrize(
     ("args", "message"),
-    [(["run"], "give the bert-jax command"), (["--topology=v9:2x2", "create"], "error: --topology: ")],
+    [
+        (["run"], "give the bert-jax command"),
+        (["--topology=v9:2x2", "create"], "error: --topology: "),
+        (["--num_slices=0", "create"], "error: --num_slices=0: "),
+        (["--slice=2", "--num_slices=2", "logs"], "error: --slice=2: "),
+        (["--log_dir=/tmp/x", "run", "--", "pretrain"], "error: --log_dir=/tmp/x: "),
+    ],
 )
 def test_run_without_job_and_bad_topology_are_one_line_errors(args: list[str], message: str) -> None:
     proc = subprocess.run(
@@ -116,119 +122,73 @@ def test_run_without_job_and_bad_topology_are_one_line_errors(args: list[str], m
 
 def test_supervise_dry_run_prints_the_whole_plan() -> None:
     out = subprocess.run(
-        [sys.executable, str(SCRIPT), *BASE, "--dry_run", "--queued", "supervise", "--", "pretrain"],
+        [sys.executable, str(SCRIPT), *BASE, "--dry_run", "--queued", "supervise", "--", "pretrain",
+         "--workdir=gs://b/run"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout  # fmt: skip
+    cmds = [shlex.split(line) for line in out.splitlines() if not line.startswith("#")]
+    assert cmds[0][3:6] == ["queued-resources", "describe", "bert-pod-qr"]
+    assert "--format=value(state.state)" in cmds[0]
+    # Every worker's status, then every worker's log to the workdir's bucket.
+    assert "--worker=all" in cmds[1] and "bert_jax.status" in remote(cmds[1])
+    assert remote(cmds[1]).endswith('echo "bert-pod worker $W: $s"')
+    assert "--worker=all" in cmds[2] and "gcloud storage cp $HOME/bert_jax.log" in remote(cmds[2])
+    verbs = [c[4] if c[0] == "gcloud" else c[1] for c in cmds[3:]]
+    assert verbs == ["delete", "create", "ssh", "archive", "scp", "ssh", "ssh", "ssh"]
+    assert "echo stopped" in remote(cmds[5])
+    assert "install_on_vm.sh check" in remote(cmds[-2]) and "nohup" in remote(cmds[-1])
+    assert "logs to gs://b/run/logs/" in out and "the slice deleted" in out
+
+
+def test_multislice_is_one_queued_resource_whose_slices_are_set_up_and_run_together() -> None:
+    multi = ["--topology=v5e:4x4", "--num_slices=2", "--spot"]  # 4 hosts per slice
+    (create,) = dry_run(*multi, "create")
+    assert create[3:6] == ["queued-resources", "create", "bert-pod-qr"]
+    assert "--node-count=2" in create and "--node-prefix=bert-pod" in create and "--spot" in create
+    assert "--accelerator-type=v5litepod-16" in create and not any(w.startswith("--node-id") for w in create)
+    (delete,) = dry_run(*multi, "delete")
+    assert delete[3:6] == ["queued-resources", "delete", "bert-pod-qr"] and "--force" in delete
+    archive, *per_slice = dry_run(*multi, "setup")
+    assert archive[:2] == ["git", "archive"] and len(per_slice) == 6  # scp, install, check: 2 each
+    for i, cmd in enumerate(per_slice):  # the slice's node: scp's target, ssh's node
+        assert (cmd[6].split(":")[0] if i < 2 else cmd[5]) == f"bert-pod-{i % 2}" and "--worker=all" in cmd
+    for check in per_slice[4:]:
+        assert remote(check).endswith("BERT_JAX_SLICES=2 bash launch/install_on_vm.sh check")
+    runs = dry_run(*multi, "run", "--", "pretrain", "--workdir=gs://b/run")
+    assert [c[5] for c in runs] == ["bert-pod-0", "bert-pod-1"]
+    assert "gs://b/run/logs/bert-pod-1/worker-$W-" in remote(runs[1])
+    out = subprocess.run(
+        [
+            sys.executable,
+            str(SCRIPT),
+            *BASE,
+            *multi,
+            "--dry_run",
+            "supervise",
+            "--",
+            "pretrain",
+            "--workdir=gs://b",
+        ],
         check=True,
         capture_output=True,
         text=True,
     ).stdout
-    cmds = [shlex.split(line) for line in out.splitlines() if not line.startswith("#")]
-    assert cmds[0][3:6] == ["queued-resources", "describe", "bert-pod-qr"]
-    assert "--format=value(state.state)" in cmds[0]
-    assert "--worker=0" in cmds[1] and "bert_jax.status" in remote(cmds[1])
-    verbs = [c[4] if c[0] == "gcloud" else c[1] for c in cmds[2:]]
-    assert verbs == ["delete", "create", "archive", "scp", "ssh", "ssh", "ssh"]
-    assert "install_on_vm.sh check" in remote(cmds[-2]) and "nohup" in remote(cmds[-1])
+    assert "# supervise bert-pod-qr" in out and "status on all 8 workers" in out
 
 
-# --- the supervisor's loop, driven by a fake gcloud -----------------------------------------
-
-FAKE = """#!{python}
-import json, pathlib, sys
-here = pathlib.Path(__file__).parent
-argv = sys.argv[1:]
-with open(here / "calls.jsonl", "a") as f:
-    f.write(json.dumps([pathlib.Path(sys.argv[0]).name, *argv]) + "\\n")
-script = json.loads((here / "script.json").read_text())
-def take(key):  # the next scripted answer; the last one repeats
-    queue = script[key]
-    value = queue.pop(0) if len(queue) > 1 else queue[0]
-    (here / "script.json").write_text(json.dumps(script))
-    return value
-if "describe" in argv:
-    state = take("states")
-    if state == "NOT_FOUND":
-        sys.exit(print("ERROR: (gcloud) NOT_FOUND: Resource not found", file=sys.stderr) or 1)
-    print(state)
-elif any("pgrep" in a for a in argv):
-    print(take("job"))
-elif "create" in argv:
-    sys.exit(int(take("create")))
-"""
-
-
-def call_kind(call: list[str]) -> str:
-    if call[0] == "git":
-        return "archive"
-    command = next((w for w in call if w.startswith("--command=")), "")
-    for needle, kind in (
-        ("pgrep", "status"),
-        ("install_on_vm.sh install", "install"),
-        ("install_on_vm.sh check", "check"),
-        ("nohup", "run"),
-    ):
-        if needle in command:
-            return kind
-    return next(w for w in ("describe", "delete", "create", "scp") if w in call)
-
-
-def supervise(tmp_path: Path, script: dict, *flags: str) -> tuple[subprocess.CompletedProcess, list]:
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    (bin_dir / "gcloud").write_text(FAKE.format(python=sys.executable))
-    (bin_dir / "gcloud").chmod(0o755)
-    (bin_dir / "git").symlink_to(bin_dir / "gcloud")
-    (bin_dir / "script.json").write_text(json.dumps(script))
-    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
-    args = [*BASE, "--poll_s=0", *flags, "supervise", "--", "pretrain", "--workdir=gs://b/run"]
-    proc = subprocess.run(  # the timeout ends a hung loop: minutes above its few seconds
-        [sys.executable, str(SCRIPT), *args], env=env, capture_output=True, text=True, timeout=300
+def test_a_job_without_a_gs_workdir_warns_that_its_logs_stay_on_the_vms() -> None:
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), *BASE, "--dry_run", "run", "--", "pretrain", "--workdir=/tmp/run"],
+        capture_output=True,
+        text=True,
     )
-    lines = (bin_dir / "calls.jsonl").read_text().splitlines()
-    return proc, [json.loads(line) for line in lines]
-
-
-def test_supervise_recreates_a_preempted_slice_and_ends_when_the_job_exits_0(tmp_path: Path) -> None:
-    script = {
-        "states": ["READY", "READY", "PREEMPTED", "CREATING", "READY", "READY"],
-        "job": ["none", "running", "exited 0"],
-        "create": [0],
-    }
-    proc, calls = supervise(tmp_path, script, "--spot", "--max_recreations=2")
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    setup_and_run = ["archive", "scp", "install", "check", "run"]
-    assert [call_kind(c) for c in calls] == [
-        "describe", "status", *setup_and_run,  # READY, no job yet: set up and start it
-        "describe", "status",  # READY, running
-        "describe", "delete", "create",  # PREEMPTED: delete, create again
-        "describe",  # CREATING: wait
-        "describe", *setup_and_run,  # READY: set up and start the job again
-        "describe", "status",  # exited 0
-    ]  # fmt: skip
-    create = next(c for c in calls if call_kind(c) == "create")
-    assert create[1:5] == ["compute", "tpus", "tpu-vm", "create"] and "--spot" in create
-    out = proc.stdout.splitlines()
-    assert all(STAMP.match(line) for line in out), out
-    assert sum("recovery 1 of 2" in line for line in out) == 1
-    assert out[-1].endswith("job finished: exit 0")
-
-
-def test_supervise_gives_up_after_max_recreations_with_one_line(tmp_path: Path) -> None:
-    script = {"states": ["SUSPENDED"], "job": ["none"], "create": [0]}
-    proc, calls = supervise(tmp_path, script, "--queued", "--spot", "--max_recreations=1")
-    assert proc.returncode == 1
-    assert [call_kind(c) for c in calls] == ["describe", "delete", "create", "describe"]
-    assert calls[1][3:6] == ["queued-resources", "delete", "bert-pod-qr"] and "--force" in calls[1]
-    giving_up = [line for line in proc.stdout.splitlines() if "giving up" in line]
-    assert len(giving_up) == 1 and "SUSPENDED" in giving_up[0] and "--max_recreations" in giving_up[0]
-
-
-def test_supervise_counts_failed_creates_of_a_missing_slice(tmp_path: Path) -> None:
-    script = {"states": ["NOT_FOUND"], "job": ["none"], "create": [1]}
-    proc, calls = supervise(tmp_path, script, "--max_recreations=2")
-    assert proc.returncode == 1
-    # Not found: nothing to delete; each failed create spends one recovery.
-    assert [call_kind(c) for c in calls] == ["describe", "create", "describe", "create", "describe"]
-    assert "giving up: slice bert-pod is GONE" in proc.stdout
+    assert proc.returncode == 0 and "gcloud storage" not in proc.stdout
+    (line,) = proc.stderr.splitlines()
+    assert line.startswith("warning: the job has no gs:// --workdir") and "--log_dir=" in line
+    (cmd,) = dry_run("--log_dir=gs://logs/x", "run", "--", "pretrain", "--workdir=/tmp/run")
+    assert "gs://logs/x/bert-pod/worker-$W-" in remote(cmd)
 
 
 # --- the workers' shell pieces, run locally with a fake job ---------------------------------
@@ -268,42 +228,59 @@ def started_by(home: Path) -> list[int]:
 
 
 def on_worker(home: Path, cmd: list[str]) -> str:
-    env = {**os.environ, "HOME": str(home)}
+    """Runs an ssh line's command as worker 0 in `home` (log copies land in its bucket)."""
+    env = {**os.environ, **fake_bucket.worker_env(home, home.parent / "bucket")}
     proc = subprocess.run(["bash", "-c", remote(cmd)], env=env, capture_output=True, text=True, timeout=30)
     return proc.stdout.strip()
 
 
+LOG_OBJECT = re.compile(r"^b/run/logs/bert-pod/worker-0-\d{8}T\d{6}Z\.log$")
+
+
 @pytest.mark.parametrize("mode", ["flaky", "fail", "wait"])
 def test_worker_restart_loop_status_and_stop(tmp_path: Path, mode: str) -> None:
-    home = tmp_path / "home"
+    home, bucket = tmp_path / "home", tmp_path / "bucket"
     job = home / "bert_jax" / ".venv" / "bin" / "bert-jax"
     job.parent.mkdir(parents=True)
     job.write_text(FAKE_JOB.format(python=sys.executable))
     job.chmod(0o755)
-    flags = ["--max_restarts=2", "--restart_pause_s=0"]
+    flags = ["--max_restarts=2", "--restart_pause_s=0", "--log_copy_s=1"]
     (run,) = dry_run(*flags, "run", "--", mode, "--workdir=gs://b/run")
     _, status = dry_run("status")
     (stop,) = dry_run("stop")
+    (save,) = dry_run("--dry_run", "--queued", "supervise", "--", mode, "--workdir=gs://b/run")[2:3]
+    worker = "bert-pod worker 0: "
     try:
+        assert on_worker(home, status) == worker + "none"
+        assert on_worker(home, save) == worker + "no log"  # nothing started: nothing to copy
         on_worker(home, run)  # returns at once: the loop runs in the background
         if mode == "flaky":  # preempted once (exit 143), restarted, exits 0
-            wait_for(lambda: on_worker(home, status) == "exited 0")
+            wait_for(lambda: on_worker(home, status) == worker + "exited 0")
             assert len((home / "starts").read_text().splitlines()) == 2
             assert "bert-jax exited (143: preempted); restarting" in (home / "bert_jax.log").read_text()
+            # The loop's last act: its log to the bucket, one object for this start.
+            wait_for(lambda: "restarting" in "".join(fake_bucket.copies(bucket).values()))
+            (name,) = fake_bucket.copies(bucket)
+            assert LOG_OBJECT.match(name), name
         elif mode == "fail":  # exit 143 on both of its --max_restarts=2 starts
-            wait_for(lambda: on_worker(home, status) == "failed 143 (preempted) after 2 starts")
+            wait_for(lambda: on_worker(home, status) == worker + "failed 143 (preempted) after 2 starts")
             assert len((home / "starts").read_text().splitlines()) == 2
         else:  # runs until `stop`: SIGTERM to the job, the loop does not restart it
             wait_for(lambda: (home / "waiting").exists())
-            assert on_worker(home, status) == "running"
+            assert on_worker(home, status) == worker + "running"
+            wait_for(lambda: fake_bucket.copies(bucket))  # copied while it runs (--log_copy_s=1)
+            assert all(LOG_OBJECT.match(name) for name in fake_bucket.copies(bucket))
+            (home / "bert_jax.log").write_text("the last lines\n")
+            assert on_worker(home, save).startswith(worker + "copied gs://b/run/logs/bert-pod/worker-0-")
+            assert list(fake_bucket.copies(bucket).values()) == ["the last lines\n"]
             on_worker(home, stop)
             wait_for(lambda: (home / "terminated").exists())
             starts = home / "starts"  # until nothing is left that could restart it, or it did
             wait_for(lambda: not started_by(home) or len(starts.read_text().splitlines()) > 1)
             assert len(starts.read_text().splitlines()) == 1
-            assert on_worker(home, status) == "stopped"
+            assert on_worker(home, status) == worker + "stopped"
             (home / "bert_jax.status").write_text("running\n")  # the loop is gone: lost
-            assert on_worker(home, status) == "lost"
+            assert on_worker(home, status) == worker + "lost"
     finally:  # end what this test started (its command lines name its own tmp dir)
         for pid in started_by(home):
             os.kill(pid, 9)

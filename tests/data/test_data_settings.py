@@ -10,6 +10,7 @@ import pytest
 
 from bert_jax.data import corpus_inputs, prepare, prepared_cache, run_vocabulary, vocab_learning
 from bert_jax.data.settings import DataSettings
+from bert_jax.training import resolver
 from configs import defaults
 from configs import pretrain as pretrain_config
 
@@ -58,7 +59,7 @@ def test_the_demo_keeps_its_vocabulary_and_prepared_folder_names(preset, pinned)
     cache, learned = pinned
     config = pretrain_config.get_config(preset)
     config.data.cache_dir = cache
-    data = DataSettings.from_config(config.data)
+    data = resolver.resolve(DataSettings, config.data, "config.data")
     assert os.path.basename(run_vocabulary.vocab_file_of(data)) == DEMO_VOCAB_NAME
     assert learned == [8192]
     assert _prepared_name(data, int(config.max_seq_length), int(config.seed)) == DEMO_PREPARED_NAME
@@ -69,23 +70,26 @@ def test_the_default_vocabulary_keeps_its_prepared_folder_name(pinned) -> None:
     cache, learned = pinned
     config = pretrain_config.get_config("demo")
     config.data.cache_dir, config.data.learned_vocab_size = cache, 0
-    assert _prepared_name(DataSettings.from_config(config.data), 128, 42) == DEFAULT_VOCAB_PREPARED_NAME
+    assert (
+        _prepared_name(resolver.resolve(DataSettings, config.data, "config.data"), 128, 42)
+        == DEFAULT_VOCAB_PREPARED_NAME
+    )
     assert learned == []
     # Any flag of the preparation moves the folder: the key reads the settings.
-    other = dataclasses.replace(DataSettings.from_config(config.data), dupe_factor=3)
+    other = dataclasses.replace(resolver.resolve(DataSettings, config.data, "config.data"), dupe_factor=3)
     assert _prepared_name(other, 128, 42) != DEFAULT_VOCAB_PREPARED_NAME
 
 
-def test_from_config_types_every_key_of_the_data_block() -> None:
+def test_the_resolver_types_every_key_of_the_data_block() -> None:
     block = defaults.data()
-    assert DataSettings.from_config(block) == DataSettings()  # the record's defaults are the file's
+    assert resolver.resolve(DataSettings, block, "config.data") == DataSettings()  # the file's defaults
     assert {f.name for f in dataclasses.fields(DataSettings)} == set(block.keys())
-    loose = ml_collections.ConfigDict(
-        {**block.to_dict(), "eval_fraction": 0, "tfds_num_shards": 8.0, "nsp": 0}
-    )
-    data = DataSettings.from_config(loose)
-    assert type(data.eval_fraction) is float and type(data.tfds_num_shards) is int
-    assert data.nsp is False and data.eval_fraction == 0.0 and data.tfds_num_shards == 8
+    data = resolver.resolve(DataSettings, ml_collections.ConfigDict({**block.to_dict(), "eval_fraction": 0}))
+    assert type(data.eval_fraction) is float and data.eval_fraction == 0.0  # an integer is a number
+    for key, value, must in (("tfds_num_shards", 8.0, "an integer"), ("nsp", 0, "True or False")):
+        loose = ml_collections.ConfigDict({**block.to_dict(), key: value})
+        with pytest.raises(ValueError, match=rf"^config\.data\.{key}={value!r}: must be {must}$"):
+            resolver.resolve(DataSettings, loose, "config.data")
     with pytest.raises(dataclasses.FrozenInstanceError):
         data.source = "text"  # type: ignore[misc]
 
@@ -94,4 +98,4 @@ def test_a_block_missing_a_key_is_named_in_one_line() -> None:
     block = defaults.data()
     del block["cache_dir"]
     with pytest.raises(ValueError, match=r"^config\.data\.cache_dir is missing"):
-        DataSettings.from_config(block)
+        resolver.resolve(DataSettings, block, "config.data")

@@ -1,6 +1,7 @@
-"""Prepared folders in a bucket: copied once to local disk and read there; a bucket that
-cannot be read, or an unfinished upload, fails at start naming the path. TensorFlow's
-in-memory file system (``ram://``) stands in for ``gs://``, through the same `tf.io.gfile`."""
+"""Prepared folders in a bucket: copied once to local disk (in the background) and read
+there; a bucket that cannot be read, or an unfinished upload, fails at start naming the
+path. TensorFlow's in-memory file system (``ram://``) stands in for ``gs://``, through the
+same `tf.io.gfile`. Reading in place before the copy is whole: `test_remote_in_place`."""
 
 import os
 import subprocess
@@ -44,6 +45,7 @@ def test_a_bucket_folder_is_copied_once_and_reads_as_the_local_one(prepared, tmp
     _upload(prepared, "ram://bucket/prep")
     capsys.readouterr()
     got = _rows("ram://bucket/prep", str(tmp_path / "cache"))
+    remote.wait_for_copies()
     assert "copying ram://bucket/prep" in capsys.readouterr().out
     want = _rows(prepared, str(tmp_path / "unused"))
     for key in want:

@@ -21,6 +21,7 @@ import transformers
 from tokenizers import models, pre_tokenizers, processors, trainers
 
 from bert_jax import convert
+from bert_jax.commands import run_settings
 from bert_jax.convert import tokenizer_files
 from bert_jax.data import corpora, tokenization, tokenizer_json, vocab_fit, vocab_learning
 from bert_jax.finetuning import finetune
@@ -217,7 +218,7 @@ def test_finetuning_and_features_use_it_and_refuse_another_size(cased, tmp_path)
     c = bbc_config.get_config()
     c.init_checkpoint, c.max_seq_length, c.max_train_examples, c.max_eval_examples = checkpoint, 64, 16, 8
     inputs = finetune.load_inputs(
-        finetune.resolve(c)
+        run_settings.finetune_settings(c)
     )  # the task's featurizer, the vocabulary beside the checkpoint
     ref = transformers.AutoTokenizer.from_pretrained(checkpoint)
     examples = inputs.train.meta
@@ -231,7 +232,7 @@ def test_finetuning_and_features_use_it_and_refuse_another_size(cased, tmp_path)
     other = _tiny_checkpoint(tmp_path / "other", VOCAB_SIZE + 64)
     c.init_checkpoint, c.data.vocab_file = other, str(cased / "tokenizer.json")
     with pytest.raises(ValueError) as e:
-        finetune.load_inputs(finetune.resolve(c))
+        finetune.load_inputs(run_settings.finetune_settings(c))
     assert f"has {VOCAB_SIZE} tokens but {other} was trained with {VOCAB_SIZE + 64}" in str(e.value)
     # `features` from the checkpoint folder alone (its tokenizer.json found beside it).
     text = tmp_path / "in.txt"

@@ -6,9 +6,9 @@ import types
 import pytest
 
 from bert_jax.ablations import cells
-from bert_jax.ablations.spec import AblationTable
+from bert_jax.commands import run_settings
 from bert_jax.data import tokenization
-from bert_jax.finetuning import baseline, finetune
+from bert_jax.finetuning import baseline
 from bert_jax.tasks.registry import get_task
 from bert_jax.training import run_config
 from bert_jax.training.results import JobResult
@@ -27,7 +27,7 @@ def test_the_baseline_runs_beside_the_run_and_is_read_back(tmp_path, tiny_checkp
         "random_init_baseline": True,
     }  # fmt: skip
     c = run_config.set_keys(glue_config.get_config("sst2"), overrides)
-    result = finetune.finetune(c, str(tmp_path / "run"))
+    result = run_settings.finetune(c, str(tmp_path / "run"))
     out = capsys.readouterr().out
     table = json.loads((tmp_path / "run" / "baseline.json").read_text())
     saved = json.loads((tmp_path / "run" / "random_init" / "results.json").read_text())
@@ -42,7 +42,7 @@ def test_the_baseline_runs_beside_the_run_and_is_read_back(tmp_path, tiny_checkp
     assert f"{result.metrics['accuracy']:.4f}" in lines[head + 1]
     assert not (tmp_path / "run" / "random_init" / "best_model").exists()
     # A finished baseline of the same run is read back, not fine-tuned again.
-    settings = finetune.resolve(c)
+    settings = run_settings.finetune_settings(c)
     inputs = types.SimpleNamespace(checkpoint=tiny_checkpoint, task=get_task("sst2"))
     again = baseline.run(
         settings, str(tmp_path / "run"), result, inputs, lambda *a: pytest.fail("the baseline was re-run")
@@ -60,7 +60,7 @@ def test_the_baseline_runs_beside_the_run_and_is_read_back(tmp_path, tiny_checkp
 def test_the_suite_prints_a_baseline_and_the_ablation_tables_do_not() -> None:
     assert all(any_config.get_config(t).random_init_baseline for t in ("cpkc", "disfl_qa", "rotten_tomatoes"))
     assert not any_config.get_config("sst2").random_init_baseline
-    table = AblationTable.from_config(ablations_config.get_config("table5.tiny+cpkc"))
+    table = run_settings.ablation_table(ablations_config.get_config("table5.tiny+cpkc"))
     assert cells.cell_plan(table, "bert_base", "cpkc")["config"].random_init_baseline is False
 
 

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from bert_jax import convert
+from bert_jax.commands import run_settings
 from bert_jax.data import tokenization
 from bert_jax.finetuning import finetune, sweep
 from bert_jax.model import param_shapes
@@ -56,7 +57,7 @@ def test_finetuning_real_minilm_on_bbc_news_reaches_high_dev_accuracy(tmp_path) 
     c.global_batch_size = 16
     c.learning_rate = 1e-4
     c.num_epochs = 2
-    best = finetune.finetune(c, str(tmp_path))
+    best = run_settings.finetune(c, str(tmp_path))
     results = json.loads((tmp_path / "results.json").read_text())
     assert results["eval_rows"] == {"dev": len(bbc.read("", "dev"))}  # the whole dev split
     assert best.metrics["accuracy"] > 0.8  # chance is about 0.23 (5 topics); measured 0.89
@@ -70,12 +71,12 @@ def test_glue_task_trains_and_writes_the_submission_file(tmp_path, tiny_checkpoi
     data = write_sst2(tmp_path / "glue")
     c = _tiny(glue_config.get_config("sst2"), tiny_checkpoint, data_dir=str(data), max_seq_length=48,
               global_batch_size=8, learning_rate=2e-3, num_epochs=6, predict_test=True)  # fmt: skip
-    best = finetune.finetune(c, str(tmp_path / "run"))
+    best = run_settings.finetune(c, str(tmp_path / "run"))
     assert best.metrics["accuracy"] >= 0.9  # the appended word decides the label
     # The best epoch is saved whole: re-scoring it gives the same dev accuracy.
     saved = tmp_path / "run" / "best_model"
     assert json.loads((saved / "task.json").read_text())["best"]["accuracy"] == best.metrics["accuracy"]
-    again = finetune.evaluate_saved(c, str(saved), str(tmp_path / "rescore"))
+    again = finetune.evaluate_saved(run_settings.finetune_settings(c), str(saved), str(tmp_path / "rescore"))
     assert again["accuracy"] == pytest.approx(best.metrics["accuracy"])
     lines = (tmp_path / "run" / "test" / "SST-2.tsv").read_text().splitlines()
     assert lines[0] == "index\tprediction" and len(lines) == 11
@@ -91,7 +92,7 @@ def test_squad_v2_end_to_end_writes_official_prediction_files(tmp_path, tiny_che
     c = _tiny(squad_config.get_config("2.0"), tiny_checkpoint, data_dir=str(tmp_path), max_seq_length=96,
               doc_stride=32, max_query_length=24, global_batch_size=8, learning_rate=3e-3,
               num_epochs=3)  # fmt: skip
-    best = finetune.finetune(c, str(tmp_path / "run"))
+    best = run_settings.finetune(c, str(tmp_path / "run"))
     results = json.loads((tmp_path / "run" / "results.json").read_text())
     losses = [e["train_loss"] for e in results["epochs"]]
     assert losses[-1] < losses[0]
@@ -132,7 +133,7 @@ def test_ner_end_to_end_scores_entities_as_seqeval(tmp_path, tiny_checkpoint) ->
     c = _tiny(ner_config.get_config(), tiny_checkpoint, data_dir=str(data), **{"data.do_lower_case": True},
               max_seq_length=64, global_batch_size=8, learning_rate=3e-3, num_epochs=8,
               predict_test=True)  # fmt: skip
-    best = finetune.finetune(c, str(tmp_path / "run"))
+    best = run_settings.finetune(c, str(tmp_path / "run"))
     assert best.metrics["f1"] > 0.5  # gazetteer words are learnable from their pieces
     written = (
         tmp_path / "run" / "eval" / f"epoch{best.metrics['epoch']}" / "dev" / "dev_predictions.txt"
@@ -184,7 +185,7 @@ def test_swag_end_to_end_multiple_choice(tmp_path, tiny_checkpoint) -> None:
     c = _tiny(swag_config.get_config(), tiny_checkpoint, data_dir=str(data), max_seq_length=48,
               global_batch_size=4, eval_batch_size=4, learning_rate=3e-3, num_epochs=3,
               predict_test=True)  # fmt: skip
-    best = finetune.finetune(c, str(tmp_path / "run"))
+    best = run_settings.finetune(c, str(tmp_path / "run"))
     results = json.loads((tmp_path / "run" / "results.json").read_text())
     assert results["train_rows"] == 24 and results["eval_rows"] == {"dev": 8}
     assert 0.0 <= best.metrics["accuracy"] <= 1.0
@@ -229,7 +230,7 @@ def test_sweep_from_the_command_line_writes_the_table_and_resumes(
         (0,),
     )
     monkeypatch.setattr(sweep, "finetune", lambda *a: pytest.fail("a finished run was repeated"))
-    assert sweep.sweep(c, str(workdir)) == best
+    assert sweep.sweep(run_settings.finetune_settings(c), str(workdir)) == best
 
 
 def test_wrong_size_checkpoint_and_vocab_fail_clearly(tmp_path, tiny_checkpoint) -> None:
@@ -248,7 +249,7 @@ def test_wrong_size_checkpoint_and_vocab_fail_clearly(tmp_path, tiny_checkpoint)
         **{"data.vocab_file": str(vocab)},
     )
     with pytest.raises(ValueError, match=r"vocab.txt has 7 tokens but .* was trained with 30522"):
-        finetune.finetune(c, str(tmp_path / "run"))
+        run_settings.finetune(c, str(tmp_path / "run"))
     with pytest.raises(ValueError, match="unknown task 'sst3'"):
         any_config.get_config("sst3")
     assert (
@@ -259,9 +260,9 @@ def test_wrong_size_checkpoint_and_vocab_fail_clearly(tmp_path, tiny_checkpoint)
 def test_random_init_keeps_the_architecture_and_draws_fresh_weights(tiny_checkpoint) -> None:
     """The random-init baseline: the checkpoint's shapes and vocabulary, none of its weights."""
     c = _tiny(bbc_config.get_config(), tiny_checkpoint, max_train_examples=16, max_eval_examples=8)
-    loaded = finetune.load_inputs(finetune.resolve(c))
+    loaded = finetune.load_inputs(run_settings.finetune_settings(c))
     c.random_init = True
-    fresh = finetune.load_inputs(finetune.resolve(c))
+    fresh = finetune.load_inputs(run_settings.finetune_settings(c))
     assert fresh.bert_config == loaded.bert_config
     flat = lambda p: dict(jax.tree_util.tree_flatten_with_path(p)[0])
     before, after = flat(loaded.params), flat(fresh.params)
@@ -269,7 +270,9 @@ def test_random_init_keeps_the_architecture_and_draws_fresh_weights(tiny_checkpo
     assert all(np.shape(before[k]) == np.shape(after[k]) for k in before)
     encoder = [k for k in before if k[0].key == "bert" and k[-1].key in ("kernel", "embedding")]
     assert encoder and not any(np.allclose(before[k], after[k]) for k in encoder)
-    again = flat(finetune.load_inputs(finetune.resolve(c)).params)  # the same seed: the same baseline
+    again = flat(
+        finetune.load_inputs(run_settings.finetune_settings(c)).params
+    )  # the same seed: the same baseline
     assert all(np.array_equal(after[k], again[k]) for k in after)
 
 
@@ -279,6 +282,7 @@ import jax
 from jax.sharding import PartitionSpec as P
 from bert_jax.finetuning import finetune
 from configs import glue
+from bert_jax.commands import run_settings
 
 checkpoint, vocab, data, out = sys.argv[1:]
 results = {}
@@ -288,7 +292,7 @@ for shape in ((8, 1, 1), (2, 2, 2)):
     c.update(dict(init_checkpoint=checkpoint, data_dir=data, max_seq_length=48,
                   global_batch_size=8, eval_batch_size=16, learning_rate=2e-3, num_epochs=1,
                   log_every_steps=1, mesh_shape=shape))
-    settings = finetune.resolve(c)
+    settings = run_settings.finetune_settings(c)
     inputs = finetune.load_inputs(settings)
     state = finetune.Finetuning(settings, inputs, total_steps=10).engine.init_state(0, inputs.params)
     word = state.params["bert"]["embeddings"]["word_embeddings"]["embedding"]
@@ -296,7 +300,7 @@ for shape in ((8, 1, 1), (2, 2, 2)):
                            "word_shards": len({d.id for d in word.sharding.device_set}),
                            "word_local": list(word.addressable_shards[0].data.shape)}
     workdir = f"{out}/{shape[0]}{shape[1]}{shape[2]}"
-    best = finetune.finetune(c, workdir)
+    best = run_settings.finetune(c, workdir)
     with open(f"{workdir}/metrics.jsonl") as f:
         rows = [json.loads(line) for line in f]
     results[str(shape)]["losses"] = [r["loss"] for r in rows if "loss" in r]
@@ -315,7 +319,7 @@ def test_sharded_finetuning_equals_one_device(tmp_path, tiny_checkpoint) -> None
     c = _tiny(glue_config.get_config("sst2"), tiny_checkpoint, data_dir=str(data), max_seq_length=48,
               global_batch_size=8, eval_batch_size=16, learning_rate=2e-3, num_epochs=1)  # fmt: skip
     c.log_every_steps = 1
-    best = finetune.finetune(c, str(tmp_path / "one"))
+    best = run_settings.finetune(c, str(tmp_path / "one"))
     rows = [json.loads(x) for x in (tmp_path / "one" / "metrics.jsonl").read_text().splitlines()]
     want = [r["loss"] for r in rows if "loss" in r]
     assert len(want) == 170 // 8
@@ -341,14 +345,13 @@ def test_finetuning_starts_from_a_pretraining_workdir(tmp_path) -> None:
     vocabulary, and the encoder starts from the latest pre-training checkpoint."""
     import numpy as np
 
-    from bert_jax.pretraining import pretrain
     from configs import pretrain as pretrain_config
 
     pre = pretrain_config.get_config("tiny")
     pre.num_train_steps, pre.checkpoint_every_steps, pre.eval_every_steps = 4, 4, 4
     pre.async_checkpointing, pre.baseline_batches = False, 4
     workdir = tmp_path / "pretrain"
-    final = pretrain.train_and_evaluate(pre, str(workdir))
+    final = run_settings.pretrain(pre, str(workdir))
     # Dynamic 80/10/10 masking of real text: some masked tokens are shown unchanged.
     assert 0 < final.metrics["num_changed_predictions"] < final.metrics["num_predictions"]
     # Four steps leave the model near uniform; the unigram model of the text is far better.
@@ -360,11 +363,11 @@ def test_finetuning_starts_from_a_pretraining_workdir(tmp_path) -> None:
     data = str(write_sst2(tmp_path / "glue"))
     c.update(dict(init_checkpoint=str(workdir), data_dir=data, max_seq_length=48,
                   global_batch_size=8, num_epochs=1, max_train_examples=32, learning_rate=1e-3))  # fmt: skip
-    inputs = finetune.load_inputs(finetune.resolve(c))
+    inputs = finetune.load_inputs(run_settings.finetune_settings(c))
     loaded, _ = convert.load_checkpoint(str(workdir))
     for name in ("embeddings", "encoder"):
         a, b = convert.flatten(inputs.params["bert"][name]), convert.flatten(loaded["bert"][name])
         assert a.keys() <= b.keys() and all(np.array_equal(a[k], b[k]) for k in a), name
-    finetune.finetune(c, str(tmp_path / "ft"))
+    run_settings.finetune(c, str(tmp_path / "ft"))
     results = json.loads((tmp_path / "ft" / "results.json").read_text())
     assert results["checkpoint"] == str(workdir) and results["train_rows"] == 32

@@ -15,11 +15,12 @@ import jax
 import numpy as np
 import pytest
 
+from bert_jax.commands import run_settings
 from bert_jax.data import tokenization
 from bert_jax.finetuning import batches, finetune
 from bert_jax.tasks.ner import IGNORE
 from bert_jax.tasks.registry import get_task
-from bert_jax.training import engine, loop, run_config, sharding
+from bert_jax.training import engine, loop, resolver, run_config, sharding
 from bert_jax.training.settings import TrainingSettings
 from configs import glue as glue_config
 from tests.conftest import ROOT
@@ -50,11 +51,11 @@ def _ner_step(accum: int, compute_dtype: str = "float32") -> tuple[dict, dict]:
     c.warmup_proportion = 0.0  # a full learning rate from the first step
     mesh = sharding.make_mesh((1, 1, 1), jax.devices()[:1])
     bert = TINY.replace(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
-    settings = TrainingSettings.from_config(c)
+    settings = resolver.resolve(TrainingSettings, c, partial=True)
     model = task.model(bert).clone(numerics=settings.numerics.for_platform(engine.platform(mesh)))
     batch = _token_batch()
     sample = [batch[k][:1] for k in ("input_ids", "input_mask", "segment_ids")]
-    tx, schedule = settings.optimizer.build(10)
+    tx, schedule = settings.optimization.build(10)
     eng = engine.Engine(
         objective=finetune.FinetuningObjective(model, task),
         init_params=lambda rng: model.init(rng, *sample)["params"],
@@ -156,7 +157,7 @@ def test_sigterm_saves_and_sigkill_resumes_with_the_losses_of_an_uninterrupted_r
                  # One compiled shape per process (packing and buckets are tested apart).
                  "pack_examples": False, "length_buckets": ()}  # fmt: skip
     c = run_config.set_keys(glue_config.get_config("sst2"), overrides)
-    best = finetune.finetune(c, str(tmp_path / "whole"))
+    best = run_settings.finetune(c, str(tmp_path / "whole"))
     assert best.step == 50 and not best.stopped
     want = _losses(tmp_path / "whole" / "metrics.jsonl")
     assert sorted(want) == list(range(1, 51))  # 100 rows / 4 = 25 steps x 2 epochs

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from bert_jax.commands import run_settings
 from bert_jax.data import tokenization
-from bert_jax.finetuning import finetune, finished_run
+from bert_jax.finetuning import finished_run
 from bert_jax.training import run_config
 from configs import bbc as bbc_config
 from tests.conftest import ROOT
@@ -41,7 +42,7 @@ def _event_files(root: Path) -> list[Path]:
 def finished(tmp_path_factory, tiny_checkpoint) -> tuple[Path, dict]:
     """A finished run at learning rate 2e-3 and its results."""
     workdir = tmp_path_factory.mktemp("ft") / "run"
-    result = finetune.finetune(_config(tiny_checkpoint), str(workdir))
+    result = run_settings.finetune(_config(tiny_checkpoint), str(workdir))
     assert not result.stopped
     return workdir, json.loads((workdir / "results.json").read_text())
 
@@ -52,7 +53,7 @@ def test_the_same_config_reads_the_finished_run_back(finished, tiny_checkpoint, 
     before = _tree(workdir)
     capsys.readouterr()
     # Only how the run is carried out changes (logging, checkpoints): the same run.
-    again = finetune.finetune(_config(tiny_checkpoint, log_every_steps=7), str(workdir))
+    again = run_settings.finetune(_config(tiny_checkpoint, log_every_steps=7), str(workdir))
     assert again.metrics == results["best"] and again.step == results["epochs"][-1]["step"] == 2
     assert capsys.readouterr().out == (
         f"finished run: read back from {workdir}/results.json (--overwrite trains it anew)\n"
@@ -65,7 +66,7 @@ def test_another_config_is_refused_naming_the_keys(finished, tiny_checkpoint) ->
     before = _tree(workdir)
     changed = _config(tiny_checkpoint, learning_rate=1e-3, **{"model.hidden_dropout_prob": 0.0})
     with pytest.raises(ValueError) as refused:
-        finetune.finetune(changed, str(workdir))
+        run_settings.finetune(changed, str(workdir))
     assert str(refused.value) == (
         f"--workdir {workdir} holds a finished run of another config (learning_rate: 0.002 there, "
         "0.001 now; model.hidden_dropout_prob: 0.1 there, 0.0 now): pass --overwrite to train it "
@@ -77,17 +78,17 @@ def test_another_config_is_refused_naming_the_keys(finished, tiny_checkpoint) ->
     recorded = {k: v for k, v in json.loads((workdir / "results.json").read_text()).items() if k != "config"}
     (legacy / "results.json").write_text(json.dumps(recorded))
     with pytest.raises(ValueError, match=r"\(learning_rate: 0\.002 there, 0\.001 now\): pass --overwrite"):
-        finetune.finetune(changed, str(legacy))
-    assert finetune.finetune(_config(tiny_checkpoint), str(legacy)).metrics == recorded["best"]
+        run_settings.finetune(changed, str(legacy))
+    assert run_settings.finetune(_config(tiny_checkpoint), str(legacy)).metrics == recorded["best"]
     assert _tree(workdir) == before
 
 
 def test_overwrite_trains_anew_in_place(tmp_path, tiny_checkpoint, capsys) -> None:
     workdir = tmp_path / "run"
-    finetune.finetune(_config(tiny_checkpoint), str(workdir))
+    run_settings.finetune(_config(tiny_checkpoint), str(workdir))
     (workdir / "notes.md").write_text("mine")  # not the run's: kept
     capsys.readouterr()
-    result = finetune.finetune(_config(tiny_checkpoint, learning_rate=1e-3), str(workdir), overwrite=True)
+    result = run_settings.finetune(_config(tiny_checkpoint, learning_rate=1e-3), str(workdir), overwrite=True)
     out = capsys.readouterr().out
     assert out.count(f"warning: --workdir: --overwrite removes the earlier output in {workdir}\n") == 1
     results = json.loads((workdir / "results.json").read_text())

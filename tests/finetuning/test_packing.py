@@ -7,6 +7,7 @@ import jax
 import numpy as np
 import pytest
 
+from bert_jax.commands import run_settings
 from bert_jax.finetuning import finetune, packing
 from bert_jax.tasks.base import MODEL_INPUTS
 from bert_jax.tasks.registry import get_task
@@ -122,7 +123,7 @@ def test_pack_row_multiple_rounds_the_packed_row_count(tmp_path, tiny_checkpoint
              "data_dir": data, "max_seq_length": 128, "global_batch_size": 24,
              "pack_row_multiple": multiple},
         )  # fmt: skip
-        settings = finetune.resolve(c)
+        settings = run_settings.finetune_settings(c)
         inputs = finetune.load_inputs(settings)
         ft = finetune.Finetuning(settings, inputs, total_steps=4)
         rows = [ft.rows(s) for s in range(4)]

@@ -10,6 +10,7 @@ import jax
 import numpy as np
 import pytest
 
+from bert_jax.commands import run_settings
 from bert_jax.data import tokenization
 from bert_jax.finetuning import finetune
 from bert_jax.training import run_config
@@ -21,7 +22,7 @@ from tests.helpers.task_data import build_squad, write_sst2
 def _predict_both_ways(config):
     """Outputs of the first eval split with the default buckets and with none (every batch
     at max_seq_length), from the same parameters; and the lengths the batches ran at."""
-    settings = finetune.resolve(config)
+    settings = run_settings.finetune_settings(config)
     inputs = finetune.load_inputs(settings)
     got = {}
     for buckets in (settings.length_buckets, ()):
@@ -33,7 +34,7 @@ def _predict_both_ways(config):
             widths.append(b["input_ids"].shape[-1]) or step(p, b)
         )
         state = ft.engine.init_state(0, inputs.params)
-        got[buckets] = (ft.predict(state.params, inputs.evals[0], run.eval_batch_size), widths)
+        got[buckets] = (ft.predict(state.params, inputs.evals[0], run.eval_batch), widths)
     return got[settings.length_buckets], got[()], settings.max_seq_length
 
 
@@ -61,7 +62,7 @@ def test_span_outputs_equal_the_full_width_ones_on_every_real_token(tmp_path, ti
               doc_stride=48, max_query_length=24, eval_batch_size=4)  # fmt: skip
     (cut, widths), (full, _), width = _predict_both_ways(c)
     assert min(widths) < width
-    settings = finetune.resolve(c)
+    settings = run_settings.finetune_settings(c)
     real = finetune.load_inputs(settings).evals[0].arrays["input_mask"] > 0
     for a, b in zip(jax.tree.leaves(cut), jax.tree.leaves(full), strict=True):
         assert a.shape == b.shape == real.shape  # per-token, padded back to the full width
@@ -77,7 +78,7 @@ def test_a_length_beyond_the_checkpoints_position_table_is_refused_in_one_line(
     c = _tiny(glue_config.get_config("sst2"), tiny_checkpoint, data_dir=str(write_sst2(tmp_path)),
               max_seq_length=192)  # fmt: skip
     with pytest.raises(ValueError) as err:
-        finetune.load_inputs(finetune.resolve(c))
+        finetune.load_inputs(run_settings.finetune_settings(c))
     message = str(err.value)
     assert "config.max_seq_length=192" in message and "max_position_embeddings=128" in message
     assert "\n" not in message

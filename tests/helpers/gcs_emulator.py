@@ -1,10 +1,14 @@
-"""A GCS API emulator on localhost for the tests: `gcp-storage-emulator`, with the object
-generation headers tensorstore (orbax's storage) reads.
+"""A GCS API emulator on localhost for the tests: `gcp-storage-emulator`, answering as the
+real service does where bert_jax's clients depend on it.
 
-gcp-storage-emulator answers media downloads without ``x-goog-generation`` and ignores
-``ifGenerationNotMatch``; tensorstore's OCDBT driver reads an object's generation from
-that header ("Malformed StorageGeneration" without it) and revalidates cached manifests
-with that condition. Both are added here, as the real service answers.
+- gcp-storage-emulator answers media downloads without ``x-goog-generation`` and ignores
+  ``ifGenerationNotMatch``; tensorstore's OCDBT driver reads an object's generation from
+  that header ("Malformed StorageGeneration" without it) and revalidates cached manifests
+  with that condition. Both are added here.
+- It forgets a resumable upload's session once the upload is complete, and answers 404 to
+  a client that sends the last chunk again because the first answer never reached it (a
+  dropped connection; `bucket_front.py` drops some). GCS answers such a request with the
+  object's metadata (200), and gcsfs's retries rely on it: so does this emulator.
 
     python tests/helpers/gcs_emulator.py PORT DATA_DIR BUCKET
 """
@@ -18,6 +22,8 @@ from gcp_storage_emulator.exceptions import NotFound
 from gcp_storage_emulator.handlers import objects
 
 _download = objects.download
+_upload_partial = objects.upload_partial
+_completed: dict[str, dict] = {}  # finished resumable sessions: upload_id -> the object
 
 
 def download(request, response, storage, *args, **kwargs):
@@ -34,12 +40,31 @@ def download(request, response, storage, *args, **kwargs):
     return _download(request, response, storage, *args, **kwargs)
 
 
+def upload_partial(request, response, storage, *args, **kwargs):
+    upload_id = (request.query.get("upload_id") or [""])[0]
+    if upload_id in _completed:  # a finished session answers with its object, as GCS does
+        response.json(_completed[upload_id])
+        return None
+    try:
+        session = storage.get_resumable_file_obj(upload_id)
+    except NotFound:
+        session = None
+    result = _upload_partial(request, response, storage, *args, **kwargs)
+    if session is not None and upload_id not in storage.resumable:  # it completed just now
+        try:
+            _completed[upload_id] = storage.get_file_obj(session["bucket"], session["name"])
+        except NotFound:
+            pass
+    return result
+
+
 def main(port: int, data_dir: str, bucket: str) -> None:
-    objects.download = download  # `objects.get` (alt=media) looks it up here
+    # The module's own callers (`objects.get`, `objects.insert`) look them up here.
+    objects.download, objects.upload_partial = download, upload_partial
+    patched = {_download: download, _upload_partial: upload_partial}
     for _, handlers in server.HANDLERS:
         for method, fn in list(handlers.items()):
-            if fn is _download:
-                handlers[method] = download
+            handlers[method] = patched.get(fn, fn)
     srv = server.create_server("127.0.0.1", port, default_bucket=bucket, data_dir=data_dir)
     srv.start()
     print("READY", flush=True)

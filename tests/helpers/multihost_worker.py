@@ -14,6 +14,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 
 import jax
 
+from bert_jax.commands import run_settings
 from bert_jax.data import synthetic
 from bert_jax.pretraining import evaluation, pretrain
 from bert_jax.training import sharding
@@ -34,7 +35,7 @@ def main(process_id: int, num_processes: int, port: int, cache_dir: str) -> None
     c.max_seq_length = 32
     c.max_predictions_per_seq = 5
     mesh = sharding.make_mesh((-1, 1, 1))
-    setup = pretrain.Pretraining.from_config(c, mesh)
+    setup = pretrain.Pretraining(run_settings.pretrain_settings(c), mesh)
     losses = []
     with jax.set_mesh(mesh):
         state = setup.engine.init_state(c.seed)
@@ -53,7 +54,7 @@ def main(process_id: int, num_processes: int, port: int, cache_dir: str) -> None
             losses.append(float(metrics["loss"]))
     c.data = pretrain_config.get_config("demo").data
     c.data.cache_dir, c.data.dupe_factor = cache_dir, 1
-    setup = pretrain.Pretraining.from_config(c, mesh)
+    setup = pretrain.Pretraining(run_settings.pretrain_settings(c), mesh)
     wiki_losses, targets = [], []
     with jax.set_mesh(mesh):
         state = setup.engine.init_state(c.seed)

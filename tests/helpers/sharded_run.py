@@ -14,6 +14,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 import jax
 import numpy as np
 
+from bert_jax.commands import run_settings
 from bert_jax.data import synthetic
 from bert_jax.pretraining import pretrain
 from bert_jax.training import checkpoints, sharding
@@ -38,7 +39,7 @@ def config():
 def run(mesh_shape, devices, workdir=None):
     c = config()
     mesh = sharding.make_mesh(mesh_shape, devices)
-    setup = pretrain.Pretraining.from_config(c, mesh)
+    setup = pretrain.Pretraining(run_settings.pretrain_settings(c), mesh)
     with jax.set_mesh(mesh):
         state = setup.engine.init_state(c.seed)
         losses = []
@@ -87,7 +88,9 @@ def main(workdir):
     # The rules as config: the hidden axis left unsharded on the 2x2x2 mesh.
     overridden = config()
     overridden.sharding_rules = (("embed", None),)
-    setup = pretrain.Pretraining.from_config(overridden, sharding.make_mesh((2, 2, 2), devices))
+    setup = pretrain.Pretraining(
+        run_settings.pretrain_settings(overridden), sharding.make_mesh((2, 2, 2), devices)
+    )
     word = setup.state_shardings.params["bert"]["embeddings"]["word_embeddings"]["embedding"]
     out["override_spec"] = [str(a) for a in word.spec]
     # Restore the 2x4x1 checkpoint onto an 8x1x1 mesh and onto 1 device.
@@ -95,7 +98,7 @@ def main(workdir):
     for shape in [(8, 1, 1), (1, 1, 1)]:
         n = int(np.prod(shape))
         mesh = sharding.make_mesh(shape, devices[:n])
-        setup = pretrain.Pretraining.from_config(config(), mesh)
+        setup = pretrain.Pretraining(run_settings.pretrain_settings(config()), mesh)
         ckpt = checkpoints.Checkpointer(workdir, keep=1)
         with jax.set_mesh(mesh):
             state = ckpt.restore(setup.abstract_state)

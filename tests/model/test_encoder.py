@@ -98,13 +98,14 @@ def test_causal_attention_ignores_later_tokens() -> None:
 
 
 def test_ltr_data_needs_a_causal_model() -> None:
+    from bert_jax.commands import run_settings
     from bert_jax.pretraining import pretrain
     from configs import pretrain as pretrain_config
 
     c = pretrain_config.get_config("tiny")
     c.data.objective = "ltr"
     with pytest.raises(ValueError, match="causal_attention=True"):
-        pretrain.resolve(c)
+        pretrain.check_run(run_settings.pretrain_settings(c))
 
 
 GOLDEN = ROOT / "tests" / "testdata" / "bert_base_param_shapes.json"

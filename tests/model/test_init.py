@@ -14,10 +14,10 @@ import torch
 import transformers
 from flax.traverse_util import flatten_dict
 
+from bert_jax.commands import run_settings
 from bert_jax.convert import modernbert_format
 from bert_jax.model import heads, initialization, layers
 from bert_jax.model.config import MODEL_PRESETS, MODERNBERT, BertConfig
-from bert_jax.pretraining import model_vocab
 from configs import pretrain
 
 LAYERS, HIDDEN, VOCAB, LABELS = 8, 64, 512, 64  # LABELS: enough classifier elements for a std
@@ -137,7 +137,7 @@ def test_init_std_by_kind() -> None:
     ],
 )
 def test_family_is_what_modernbert_holds(preset, family) -> None:
-    config = model_vocab.model_config(pretrain.get_config(preset))
+    config = run_settings.pretrain_settings(pretrain.get_config(preset)).model
     assert initialization.modernbert_family(config) is family
     assert (modernbert_format.cannot_hold(config) == []) is family
 

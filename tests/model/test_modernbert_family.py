@@ -12,13 +12,13 @@ import pytest
 import torch
 import transformers
 
+from bert_jax.commands import run_settings
 from bert_jax.convert import modernbert_format
 from bert_jax.model import attention, flops, param_shapes, poolers
 from bert_jax.model.config import MODEL_PRESETS, MODERNBERT, BertConfig
 from bert_jax.model.encoder import BertLayer, BertModel, stack_layers, unstack_layers
 from bert_jax.model.heads import BertForMaskedLM
 from bert_jax.model.numerics import Numerics
-from bert_jax.pretraining import model_vocab
 from configs import pretrain
 
 
@@ -149,9 +149,9 @@ def test_switches_and_run_presets() -> None:
         assert model.num_hidden_layers == layers and model.scan_layers and c.max_seq_length == 1024
         assert model.replace(scan_layers=False, vocab_pad_multiple=1) == MODEL_PRESETS[preset]
     # The demo's recipe in this family is one ModernBERT can hold; the demo itself is not.
-    family = model_vocab.model_config(pretrain.get_config("demo-modernbert"))
+    family = run_settings.pretrain_settings(pretrain.get_config("demo-modernbert")).model
     assert modernbert_format.cannot_hold(family) == []
-    demo = model_vocab.model_config(pretrain.get_config("demo"))
+    demo = run_settings.pretrain_settings(pretrain.get_config("demo")).model
     assert [r.split(" ")[0] for r in modernbert_format.cannot_hold(demo)] == [
         "first_layer_attention_norm=True",
         "type_vocab_size=2",

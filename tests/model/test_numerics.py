@@ -8,6 +8,7 @@ import jax
 import numpy as np
 import pytest
 
+from bert_jax.commands import run_settings
 from bert_jax.model import features
 from bert_jax.model.config import BertConfig
 from bert_jax.model.encoder import BertModel
@@ -53,10 +54,12 @@ def test_old_model_files_with_run_numerics_still_load() -> None:
 
 def test_a_cpu_checkpoint_gets_the_tpus_numerics(tmp_path) -> None:
     cpu = _tiny_run(compute_dtype="float32")
-    pretrain.train_and_evaluate(cpu, str(tmp_path))
+    run_settings.pretrain(cpu, str(tmp_path))
     saved = json.loads((tmp_path / "bert_config.json").read_text())
     assert not set(saved) & set(LEGACY_MODEL_KEYS), saved  # the model alone reaches disk
-    cpu_run = pretrain.Pretraining.from_config(cpu, sharding.make_mesh((1, 1, 1), jax.devices("cpu")[:1]))
+    cpu_run = pretrain.Pretraining(
+        run_settings.pretrain_settings(cpu), sharding.make_mesh((1, 1, 1), jax.devices("cpu")[:1])
+    )
     assert cpu_run.numerics.weight_grad_matmul == "transposed_copy_wide"
 
     # The next run is on a TPU slice in bfloat16 with remat: the model from the workdir, the
@@ -65,7 +68,7 @@ def test_a_cpu_checkpoint_gets_the_tpus_numerics(tmp_path) -> None:
     tpu.model.update({k: v for k, v in saved.items() if k in tpu.model})
     tpu.mesh_shape = (4, 1, 1)
     mesh = sharding.make_mesh((4, 1, 1), plan_compile.topology_devices("v5e:2x2"))
-    run = pretrain.Pretraining.from_config(tpu, mesh)
+    run = pretrain.Pretraining(run_settings.pretrain_settings(tpu), mesh)
     assert run.model_config == cpu_run.model_config
     assert run.numerics == Numerics(
         compute_dtype="bfloat16", remat_policy="full", weight_grad_matmul="direct"

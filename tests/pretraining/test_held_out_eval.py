@@ -10,6 +10,7 @@ import jax
 import numpy as np
 import pytest
 
+from bert_jax.commands import run_settings
 from bert_jax.data import prepared_cache, sources
 from bert_jax.pretraining import evaluation, pretrain
 from bert_jax.training import sharding
@@ -24,7 +25,8 @@ def setup(tmp_path_factory):
     c.data.source = "wiki_excerpt"  # prepared into the cache on first use
     c.data.cache_dir = str(tmp_path_factory.mktemp("cache"))
     c.eval_batch_size = EVAL_BATCH
-    run = pretrain.Pretraining.from_config(c, sharding.make_mesh((1, 1, 1), jax.devices()[:1]))
+    mesh = sharding.make_mesh((1, 1, 1), jax.devices()[:1])
+    run = pretrain.Pretraining(run_settings.pretrain_settings(c), mesh)
     params = run.engine.init_state(0).params
     phase = run.run.phases()[0]
     held_out = prepared_cache.open_prepared(run.data, "eval", phase.max_seq_length, int(c.seed)).size

@@ -12,7 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bert_jax.pretraining import objective, pretrain
+from bert_jax.commands import run_settings
+from bert_jax.pretraining import objective
 from bert_jax.training import checkpoints, exit_codes, loop
 from bert_jax.training.results import JobResult
 from configs import pretrain as pretrain_config
@@ -60,12 +61,12 @@ def test_mlm_accuracy_on_changed_tokens_leaves_out_the_kept_originals() -> None:
 
 def test_resumed_run_matches_uninterrupted_run(tmp_path) -> None:
     full = tmp_path / "full"
-    pretrain.train_and_evaluate(tiny_pretraining(), str(full))
+    run_settings.pretrain(tiny_pretraining(), str(full))
     parts = tmp_path / "parts"
-    stopped = pretrain.train_and_evaluate(tiny_pretraining(stop_after_step=3), str(parts))
+    stopped = run_settings.pretrain(tiny_pretraining(stop_after_step=3), str(parts))
     assert stopped == JobResult.stopped_at(3)
     assert rows(parts).keys() == {1, 2, 3}
-    final = pretrain.train_and_evaluate(tiny_pretraining(), str(parts))
+    final = run_settings.pretrain(tiny_pretraining(), str(parts))
     assert final.step == 6 and not final.stopped and final.held_out
     a, b = rows(full), rows(parts)
     assert sorted(a) == sorted(b) == [1, 2, 3, 4, 5, 6]
@@ -92,14 +93,14 @@ def test_resumed_run_matches_uninterrupted_run(tmp_path) -> None:
 
 
 def test_checkpoint_of_another_model_size_is_refused(tmp_path) -> None:
-    pretrain.train_and_evaluate(tiny_pretraining(num_train_steps=2, eval_every_steps=0), str(tmp_path))
+    run_settings.pretrain(tiny_pretraining(num_train_steps=2, eval_every_steps=0), str(tmp_path))
     bigger = tiny_pretraining(num_train_steps=4)
     bigger.model.hidden_size = 256
     bigger.model.intermediate_size = 1024
     with pytest.raises(
         checkpoints.CheckpointMismatchError, match="hidden_size: checkpoint 128 vs config 256"
     ):
-        pretrain.train_and_evaluate(bigger, str(tmp_path))
+        run_settings.pretrain(bigger, str(tmp_path))
     # Without the config file the shapes themselves are compared, naming the parameter.
     (tmp_path / "bert_config.json").unlink()
     before = _snapshot(tmp_path)
@@ -107,10 +108,10 @@ def test_checkpoint_of_another_model_size_is_refused(tmp_path) -> None:
         checkpoints.CheckpointMismatchError,
         match=r"word_embeddings/embedding: checkpoint \(30592, 128\) vs model \(30592, 256\)",
     ):
-        pretrain.train_and_evaluate(bigger, str(tmp_path))
+        run_settings.pretrain(bigger, str(tmp_path))
     assert _snapshot(tmp_path) == before  # a refused run leaves the workdir byte-identical
     # ... so the right run is not refused afterwards.
-    pretrain.train_and_evaluate(tiny_pretraining(num_train_steps=4, eval_every_steps=0), str(tmp_path))
+    run_settings.pretrain(tiny_pretraining(num_train_steps=4, eval_every_steps=0), str(tmp_path))
     assert (tmp_path / "checkpoints" / "4").is_dir() and (tmp_path / "bert_config.json").exists()
 
 
@@ -125,14 +126,14 @@ def test_a_run_refused_for_its_data_creates_nothing(tmp_path) -> None:
     c.data = pretrain_config.get_config("tiny").data
     c.data.source, c.data.input_files, c.data.cache_dir = "text", str(empty), str(tmp_path / "cache")
     with pytest.raises(ValueError, match=r"empty\.txt is empty"):
-        pretrain.train_and_evaluate(c, str(tmp_path / "run"))
+        run_settings.pretrain(c, str(tmp_path / "run"))
     assert not (tmp_path / "run").exists()
 
 
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory) -> dict[int, dict]:
     workdir = tmp_path_factory.mktemp("uninterrupted")
-    pretrain.train_and_evaluate(tiny_pretraining(eval_every_steps=0), str(workdir))
+    run_settings.pretrain(tiny_pretraining(eval_every_steps=0), str(workdir))
     return rows(workdir)
 
 
@@ -151,10 +152,10 @@ def test_a_damaged_latest_checkpoint_is_set_aside_and_the_previous_one_restored(
     tmp_path, uninterrupted, how, capsys
 ) -> None:
     config = tiny_pretraining(eval_every_steps=0)
-    pretrain.train_and_evaluate(tiny_pretraining(eval_every_steps=0, stop_after_step=4), str(tmp_path))
+    run_settings.pretrain(tiny_pretraining(eval_every_steps=0, stop_after_step=4), str(tmp_path))
     _damage(tmp_path / "checkpoints" / "4", how)
     capsys.readouterr()
-    pretrain.train_and_evaluate(config, str(tmp_path))
+    run_settings.pretrain(config, str(tmp_path))
     out = capsys.readouterr().out
     assert "checkpoint step 4 is damaged" in out and "resumed from" in out and "checkpoints/2" in out
     (aside,) = (tmp_path / "checkpoints_damaged").iterdir()
@@ -166,11 +167,11 @@ def test_a_damaged_latest_checkpoint_is_set_aside_and_the_previous_one_restored(
 
 
 def test_no_intact_checkpoint_is_an_error_not_a_fresh_start(tmp_path) -> None:
-    pretrain.train_and_evaluate(tiny_pretraining(eval_every_steps=0, stop_after_step=4), str(tmp_path))
+    run_settings.pretrain(tiny_pretraining(eval_every_steps=0, stop_after_step=4), str(tmp_path))
     for step in (2, 4):
         _damage(tmp_path / "checkpoints" / str(step), "no manifest")
     with pytest.raises(checkpoints.CheckpointDamagedError, match=r"no checkpoint in .* restores \(step 4: "):
-        pretrain.train_and_evaluate(tiny_pretraining(eval_every_steps=0), str(tmp_path))
+        run_settings.pretrain(tiny_pretraining(eval_every_steps=0), str(tmp_path))
     assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["2", "4"]
     assert not (tmp_path / "checkpoints_damaged").exists()
 
@@ -215,7 +216,7 @@ def test_a_removed_setting_name_is_refused_naming_the_one_to_use(tmp_path) -> No
     with pytest.raises(
         ValueError, match=r"config\.model\.remat_policy was removed: set --config\.remat_policy"
     ):
-        pretrain.train_and_evaluate(c, str(tmp_path / "run"))
+        run_settings.pretrain(c, str(tmp_path / "run"))
     assert not (tmp_path / "run").exists()
 
 
@@ -287,7 +288,7 @@ def test_sigterm_saves_then_exits_and_sigkill_mid_save_leaves_a_restorable_check
 
 def test_relative_workdir(tmp_path, monkeypatch) -> None:
     monkeypatch.chdir(tmp_path)
-    final = pretrain.train_and_evaluate(tiny_pretraining(num_train_steps=2, eval_every_steps=2), "runs/x")
+    final = run_settings.pretrain(tiny_pretraining(num_train_steps=2, eval_every_steps=2), "runs/x")
     assert final.metrics["mlm_accuracy"] >= 0
     assert (tmp_path / "runs" / "x" / "best" / "2").is_dir()
     assert (tmp_path / "runs" / "x" / "checkpoints" / "2").is_dir()
@@ -302,9 +303,9 @@ def test_two_phase_schedule_switches_sequence_length_and_resumes(tmp_path) -> No
         eval_every_steps=0,
         stop_after_step=3,
     )
-    pretrain.train_and_evaluate(c, str(tmp_path))
+    run_settings.pretrain(c, str(tmp_path))
     c.stop_after_step = 0
-    final = pretrain.train_and_evaluate(c, str(tmp_path))  # resumes inside phase 2
+    final = run_settings.pretrain(c, str(tmp_path))  # resumes inside phase 2
     seq = {step: row["max_seq_length"] for step, row in rows(tmp_path).items()}
     assert seq == {1: 32, 2: 32, 3: 64, 4: 64}
     assert final.metrics["num_predictions"] > 0
@@ -332,7 +333,7 @@ def test_prepare_data_defaults_hold_out_and_data_without_held_out_trains_without
     c = pretrain_config.get_config("tiny")
     c.data.source, c.data.input_files = "prepared", str(bare)
     c.num_train_steps, c.eval_every_steps, c.checkpoint_every_steps = 4, 2, 2
-    final = pretrain.train_and_evaluate(c, str(tmp_path / "run"))
+    final = run_settings.pretrain(c, str(tmp_path / "run"))
     assert final == JobResult(step=4, metrics={}, stopped=False, held_out=False)
     warnings = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("warning:")]
     assert len(warnings) == 1 and "holds no held-out examples" in warnings[0]
@@ -423,19 +424,19 @@ def test_ctrl_c_saves_the_step_and_exits_130_in_one_line(tmp_path) -> None:
 
 def test_a_rerun_that_only_re_evaluates_adds_no_rows_and_no_event_file(tmp_path) -> None:
     config = tiny_pretraining(num_train_steps=4, eval_every_steps=2)
-    pretrain.train_and_evaluate(config, str(tmp_path))
+    run_settings.pretrain(config, str(tmp_path))
     before = (tmp_path / "metrics.jsonl").read_text()
     events = sorted(p.name for p in (tmp_path / "tensorboard").iterdir())
-    pretrain.train_and_evaluate(config, str(tmp_path))  # resumes at the last step
+    run_settings.pretrain(config, str(tmp_path))  # resumes at the last step
     assert (tmp_path / "metrics.jsonl").read_text() == before
     assert sorted(p.name for p in (tmp_path / "tensorboard").iterdir()) == events
 
 
 def test_rows_of_an_interrupted_attempt_after_its_checkpoint_are_logged_once(tmp_path) -> None:
-    pretrain.train_and_evaluate(tiny_pretraining(eval_every_steps=0, stop_after_step=4), str(tmp_path))
+    run_settings.pretrain(tiny_pretraining(eval_every_steps=0, stop_after_step=4), str(tmp_path))
     with (tmp_path / "metrics.jsonl").open("a") as f:  # as if killed after logging step 5
         f.write(json.dumps({"step": 5, "loss": 123.0}) + "\n")
-    pretrain.train_and_evaluate(tiny_pretraining(eval_every_steps=0), str(tmp_path))
+    run_settings.pretrain(tiny_pretraining(eval_every_steps=0), str(tmp_path))
     logged = [json.loads(ln) for ln in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in logged if r.get("split", "train") == "train"] == [1, 2, 3, 4, 5, 6]
     assert rows(tmp_path)[5]["loss"] != 123.0

@@ -6,11 +6,12 @@ import json
 import numpy as np
 import pytest
 
+from bert_jax.commands import run_settings
 from bert_jax.data import pretraining_examples
 from bert_jax.data.settings import DataSettings
 from bert_jax.data.tokenization import SpecialIds
 from bert_jax.pretraining import model_vocab, pretrain
-from bert_jax.training import optimizer, run_config
+from bert_jax.training import optimizer, resolver, run_config
 from configs import pretrain as pretrain_config
 
 # A few sentences, repeated: a model that uses the context predicts their hidden words far
@@ -70,7 +71,7 @@ LEARNING_STEPS = {"cramming": 600, "mosaicbert": 600}
 def test_each_recipe_learns_well_past_the_unigram_model(tmp_path, recipe) -> None:
     config = _learning_config(recipe, _corpus(tmp_path), str(tmp_path / "cache"))
     config.num_train_steps = LEARNING_STEPS.get(recipe, config.num_train_steps)
-    final = pretrain.train_and_evaluate(config, str(tmp_path / "run"))
+    final = run_settings.pretrain(config, str(tmp_path / "run"))
     # The held-out loss on the tokens the model cannot copy, against always predicting the
     # training frequencies (the unigram model, smoothed in its favour).
     assert final.metrics["mlm_loss_changed"] < final.metrics["unigram_baseline_loss"] - 1.0, final
@@ -87,16 +88,16 @@ def test_recipes_set_their_switches_and_sizes_keep_theirs() -> None:
     # The learned vocabulary's size is written once; the model takes the tokenizer's size.
     assert demo.data.learned_vocab_size == 8192 and demo.model.vocab_size == 0
     assert (
-        model_vocab.planned_size(0, DataSettings.from_config(demo.data))
+        model_vocab.planned_size(0, resolver.resolve(DataSettings, demo.data, "config.data"))
         == 8192
-        == model_vocab.model_config(demo).padded_vocab_size
+        == run_settings.pretrain_settings(demo).model.padded_vocab_size
     )
     for name in ("cramming", "mosaicbert", "modernbert"):
         c = pretrain_config.get_config(name)
         assert c.model.hidden_size == 768 and c.data.full_sentences, name
         wanted = round((c.max_seq_length - 2) * c.data.masked_lm_prob)
         assert c.max_predictions_per_seq >= wanted, name  # the masking rate is not capped
-        pretrain.resolve(c)  # a recipe's own settings pass its checks
+        pretrain.check_run(run_settings.pretrain_settings(c))  # a recipe's own settings pass its checks
     get = pretrain_config.get_config
     positions = {r: get(f"base+{r}").model.position_embedding_type for r in pretrain_config.RECIPES}
     assert positions == dict(bert="absolute", cramming="sinusoidal", mosaicbert="alibi", modernbert="rotary")
@@ -114,12 +115,14 @@ def _synthetic(recipe: str = "bert", **changes):
 
 def test_contradictory_switches_are_refused_naming_the_keys(capsys) -> None:
     with pytest.raises(ValueError, match=r"data\.full_sentences=True .* --config\.data\.nsp=False"):
-        pretrain.resolve(_synthetic(**{"data.full_sentences": True}))
-    pretrain.resolve(_synthetic(**{"data.masked_lm_prob": 0.4}))
+        pretrain.check_run(run_settings.pretrain_settings(_synthetic(**{"data.full_sentences": True})))
+    pretrain.check_run(run_settings.pretrain_settings(_synthetic(**{"data.masked_lm_prob": 0.4})))
     (line,) = capsys.readouterr().out.splitlines()
     assert line.startswith("warning: config.data.masked_lm_prob=0.4 masks up to 25 of 64 tokens")
     assert "set --config.max_predictions_per_seq=25" in line
-    pretrain.resolve(_synthetic("modernbert"))  # a recipe's own settings pass
+    pretrain.check_run(
+        run_settings.pretrain_settings(_synthetic("modernbert"))
+    )  # a recipe's own settings pass
     assert not capsys.readouterr().out
 
 
@@ -128,13 +131,13 @@ def test_a_checkpoint_with_learned_positions_refuses_a_rotary_run(tmp_path) -> N
 
     c = _synthetic(num_train_steps=2, eval_every_steps=0, global_batch_size=4, max_seq_length=32)
     c.max_predictions_per_seq = 5
-    pretrain.train_and_evaluate(c, str(tmp_path))
+    run_settings.pretrain(c, str(tmp_path))
     c.model.position_embedding_type = "rotary"
     c.num_train_steps = 4
     with pytest.raises(
         checkpoints.CheckpointMismatchError, match="position_embedding_type: checkpoint absolute"
     ):
-        pretrain.train_and_evaluate(c, str(tmp_path))
+        run_settings.pretrain(c, str(tmp_path))
 
 
 def test_full_sentence_rows_stream_documents_without_padding() -> None:
@@ -185,7 +188,6 @@ def test_a_modern_checkpoint_fine_tunes_gives_features_and_refuses_hf_export(tmp
 
     from bert_jax import convert
     from bert_jax.data import tokenization
-    from bert_jax.finetuning import finetune
     from bert_jax.model import features
     from configs import glue as glue_config
     from tests.conftest import ROOT
@@ -195,7 +197,7 @@ def test_a_modern_checkpoint_fine_tunes_gives_features_and_refuses_hf_export(tmp
     pre.data.learned_vocab_size, pre.model.vocab_size = 600, 0  # 0: the tokenizer's size
     pre.num_train_steps, pre.baseline_batches = 4, 0
     workdir = tmp_path / "pretrain"
-    pretrain.train_and_evaluate(pre, str(workdir))
+    run_settings.pretrain(pre, str(workdir))
     vocab = tokenization.load_vocab(str(workdir / "vocab.txt"))
     assert len(vocab) == 600 and "the" in vocab  # the learned vocabulary travels with it
     assert json.loads((workdir / "bert_config.json").read_text())["vocab_size"] == 600
@@ -217,7 +219,7 @@ def test_a_modern_checkpoint_fine_tunes_gives_features_and_refuses_hf_export(tmp
     c.update(dict(init_checkpoint=str(workdir), data_dir=data, max_seq_length=32,
                   global_batch_size=8, num_epochs=1, max_train_examples=16,
                   max_eval_examples=16))  # fmt: skip
-    finetune.finetune(c, str(tmp_path / "ft"))
+    run_settings.finetune(c, str(tmp_path / "ft"))
     assert json.loads((tmp_path / "ft" / "results.json").read_text())["checkpoint"] == str(workdir)
 
     for fmt in ("hf", "tf"):

@@ -1,7 +1,8 @@
 """The end-of-run summary names the workdir as the user gave it: a relative workdir gives
 relative paths (as the README shows them), though the run itself works with absolute ones."""
 
-from bert_jax.pretraining import evaluation, pretrain
+from bert_jax.commands import run_settings
+from bert_jax.pretraining import evaluation
 from tests.conftest import tiny_pretraining
 
 
@@ -9,7 +10,7 @@ def test_a_relative_workdir_is_shown_relative(tmp_path, monkeypatch, capsys) -> 
     monkeypatch.chdir(tmp_path)
     config = tiny_pretraining(num_train_steps=2, eval_every_steps=2, checkpoint_every_steps=2)
     config.async_checkpointing = False
-    pretrain.train_and_evaluate(config, "runs/rel/")
+    run_settings.pretrain(config, "runs/rel/")
     lines = capsys.readouterr().out.splitlines()
     assert lines[-3:] == [
         "checkpoints: runs/rel/checkpoints (best: runs/rel/best)",

@@ -11,13 +11,12 @@ import numpy as np
 import pytest
 
 from bert_jax.ablations import cells, cost
-from bert_jax.ablations.spec import AblationTable
+from bert_jax.commands import run_settings
 from bert_jax.data import tokenization
 from bert_jax.data.settings import DataSettings
 from bert_jax.model.config import BertConfig
 from bert_jax.pretraining import model_file, model_vocab, pretrain
-from bert_jax.pretraining.settings import PretrainSettings
-from bert_jax.training import run_config, sharding
+from bert_jax.training import resolver, run_config, sharding
 from configs import ablations as ablation_configs
 from configs import pretrain as pretrain_config
 from tests.conftest import ROOT, tiny_pretraining
@@ -32,7 +31,7 @@ SENTENCES = [
 
 def _sizes(c) -> tuple:
     """`planned_size` / `run_size`'s arguments from a run config."""
-    return int(c.model.vocab_size), DataSettings.from_config(c.data)
+    return int(c.model.vocab_size), resolver.resolve(DataSettings, c.data, "config.data")
 
 
 def _learning(tmp_path, learned: int, vocab_size: int = 0):
@@ -74,11 +73,10 @@ def _learned_files(tmp_path) -> list:
 def test_the_demo_is_planned_at_its_learned_size_without_learning_it(tmp_path) -> None:
     demo = pretrain_config.get_config("demo")
     demo.data.cache_dir = str(tmp_path / "cache")
-    planned = model_vocab.planned(demo)
-    assert planned.model.vocab_size == 8192 and demo.model.vocab_size == 0  # a copy
-    assert model_vocab.planned(planned) is planned  # a written size is kept as it is
+    planned = run_settings.pretrain_settings(demo)
+    assert planned.model.vocab_size == 8192 and demo.model.vocab_size == 0  # the config as written
     mesh = sharding.make_mesh((1, 1, 1), jax.devices()[:1])
-    run = pretrain.Pretraining.from_config(demo, mesh)
+    run = pretrain.Pretraining(planned, mesh)
     assert run.model_config.vocab_size == run.model_config.padded_vocab_size == 8192
     assert run.run.model.vocab_size == 8192 and run.run.config["model"]["vocab_size"] == 8192
     assert _learned_files(tmp_path) == []  # nothing was learned to know it
@@ -93,23 +91,25 @@ def test_ablation_costs_count_the_learned_vocabulary() -> None:
     written = table.rows[row].copy_and_resolve_references()
     written.model.vocab_size = 8192
     plan = cost.estimate(
-        AblationTable.from_config(table), "v5e:2x2", rows=[row], columns=[table.column_order[0]]
+        run_settings.ablation_table(table), "v5e:2x2", rows=[row], columns=[table.column_order[0]]
     )
     (entry,) = plan["pretraining"]
-    assert entry["flops"] == pytest.approx(cells.pretraining_flops(PretrainSettings.from_config(written)))
+    assert entry["flops"] == pytest.approx(cells.pretraining_flops(run_settings.pretrain_settings(written)))
 
 
 def test_zero_takes_the_tokenizers_size_and_a_smaller_one_is_refused(tmp_path) -> None:
     c = _learning(tmp_path, learned=300)
     assert model_vocab.planned_size(*_sizes(c)) == 300 and _learned_files(tmp_path) == []
-    resolved = model_vocab.resolved(c)  # learns it, once
-    assert resolved.model.vocab_size == 300 and c.model.vocab_size == 0
+    settings = run_settings.pretrain_settings(c)  # planned: nothing learned yet
+    assert settings.model.vocab_size == 300 and c.model.vocab_size == 0 and _learned_files(tmp_path) == []
+    pretrain.check_run(settings)  # learns it, once
     assert len(_learned_files(tmp_path)) == 1
     c.model.vocab_size = 512  # larger than the tokenizer: kept (the ids fit)
-    assert model_vocab.run_size(*_sizes(c)) == 512 and model_vocab.resolved(c) is c
+    assert model_vocab.run_size(*_sizes(c)) == 512
+    assert run_settings.pretrain_settings(c).model.vocab_size == 512
     c.model.vocab_size = 200
     with pytest.raises(ValueError) as e:
-        pretrain.resolve(c)
+        pretrain.check_run(run_settings.pretrain_settings(c))
     assert str(e.value) == (
         "the vocabulary has 300 tokens but config.model.vocab_size is 200: set "
         "--config.model.vocab_size=300 (or 0: the tokenizer's size)"
@@ -145,11 +145,11 @@ def test_zero_without_a_tokenizer_is_refused_in_one_line(tmp_path) -> None:
 def test_a_run_saves_and_resumes_at_the_tokenizers_size(tmp_path) -> None:
     c = _learning(tmp_path, learned=300)
     workdir = tmp_path / "run"
-    pretrain.train_and_evaluate(c, str(workdir))
+    run_settings.pretrain(c, str(workdir))
     saved = json.loads((workdir / model_file.NAME).read_text())
     assert (saved["vocab_size"], saved["vocab_pad_multiple"]) == (300, 128)  # 384 rows
     assert c.model.vocab_size == 0  # the caller's config is left as it was
     assert len(tokenization.load_vocab(str(workdir / "vocab.txt"))) == 300
     c.num_train_steps = 4
-    pretrain.train_and_evaluate(c, str(workdir))  # resumes: the same size, the same model
+    run_settings.pretrain(c, str(workdir))  # resumes: the same size, the same model
     assert sorted(p.name for p in (workdir / "checkpoints").iterdir()) == ["2", "4"]

@@ -20,11 +20,16 @@ from pathlib import Path
 
 import pytest
 
+from bert_jax.commands import run_settings
 from bert_jax.tasks import downstream_data
-from bert_jax.tasks.base import TaskData
 from bert_jax.tasks.registry import get_task
 from configs import finetune as any_config
 from tests.conftest import ROOT
+
+
+def _task_data(config):
+    """What the task reads of a fine-tuning config (resolved at the command's edge)."""
+    return run_settings.finetune_settings(config).task_data
 
 
 def test_cached_files_are_the_pinned_ones_with_their_counts() -> None:
@@ -104,9 +109,7 @@ def test_missing_and_damaged_files_name_the_fetch_command(tmp_path, monkeypatch)
         downstream_data.require("", name)
     target.write_bytes(b"short")
     with pytest.raises(FileNotFoundError, match=r"is damaged \(5 bytes, not 681736\)"):
-        get_task("rotten_tomatoes").load(
-            TaskData.from_config(any_config.get_config("rotten_tomatoes")), None, "train"
-        )
+        get_task("rotten_tomatoes").load(_task_data(any_config.get_config("rotten_tomatoes")), None, "train")
 
 
 def test_finetune_without_the_data_is_one_line(tmp_path) -> None:

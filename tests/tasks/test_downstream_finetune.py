@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from bert_jax.commands import run_settings
 from bert_jax.data import tokenization
 from bert_jax.finetuning import finetune
 from bert_jax.tasks import scorers, squad
@@ -60,7 +61,7 @@ def _dialog_pairs(checkpoint: str, root) -> Any:
 def test_dialog_pairs_through_the_python_api(tmp_path, downstream_root, tiny_checkpoint) -> None:
     c = _dialog_pairs(tiny_checkpoint, downstream_root)
     c.max_train_examples, c.max_eval_examples, c.num_epochs, c.global_batch_size = 128, 64, 1, 16
-    best = finetune.finetune(c, str(tmp_path))
+    best = run_settings.finetune(c, str(tmp_path))
     results = json.loads((tmp_path / "results.json").read_text())
     assert results["eval_rows"] == {"dev": 64, "test": 64}
     assert results["train_rows"] == 128 and results["main_metric"] == "accuracy"
@@ -81,7 +82,7 @@ def test_the_test_split_is_scored_only_for_an_epoch_that_is_the_best_so_far(
         "predict",
         lambda self, p, split, b: scored.append(split.name) or predict(self, p, split, b),
     )
-    best = finetune.finetune(c, str(tmp_path))
+    best = run_settings.finetune(c, str(tmp_path))
     epochs = json.loads((tmp_path / "results.json").read_text())["epochs"]
     assert scored.count("dev") == len(epochs) == 4
     running, want = None, []

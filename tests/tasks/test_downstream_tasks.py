@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from bert_jax.commands import run_settings
 from bert_jax.data import tokenization
 from bert_jax.tasks import (
     downstream_data,
@@ -23,11 +24,16 @@ from bert_jax.tasks import (
     scorers,
     squad,
 )
-from bert_jax.tasks.base import TaskData
 from bert_jax.tasks.registry import get_task
 from configs import finetune as any_config
 from tests.conftest import ROOT
 from tests.tasks.test_squad import _official
+
+
+def _task_data(config):
+    """What the task reads of a fine-tuning config (resolved at the command's edge)."""
+    return run_settings.finetune_settings(config).task_data
+
 
 # Split sizes (examples; groups) as docs/downstream_tasks.md records them.
 SIZES = {
@@ -156,10 +162,10 @@ def test_classification_tasks_load_their_splits(downstream_root) -> None:
     for task in ("dialog_pairs", "vitaminc", "rotten_tomatoes"):
         config = any_config.get_config(task)
         config.data_dir, config.max_eval_examples = str(downstream_root), 200
-        split = get_task(task).load(TaskData.from_config(config), tok, "test")
+        split = get_task(task).load(_task_data(config), tok, "test")
         assert len(split) == 200 and "labels" in split.arrays
         pairs = split.arrays["segment_ids"].max() == 1
         assert pairs == (task != "rotten_tomatoes")  # A/B segments for the pair tasks
     assert get_task("vitaminc").eval_splits == ("dev", "test") == get_task("disfl_qa").eval_splits
     with pytest.raises(ValueError, match="has the splits train, dev, test, not 'validation'"):
-        get_task("vitaminc").load(TaskData.from_config(any_config.get_config("vitaminc")), tok, "validation")
+        get_task("vitaminc").load(_task_data(any_config.get_config("vitaminc")), tok, "validation")

@@ -14,12 +14,18 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from bert_jax.commands import run_settings
 from bert_jax.data import tokenization
 from bert_jax.tasks import scorers, squad
-from bert_jax.tasks.base import TaskData
 from bert_jax.tasks.text import basic_tokenize, final_text
 from tests.conftest import ROOT
 from tests.helpers.task_data import bbc_articles, build_squad
+
+
+def _task_data(config):
+    """What the task reads of a fine-tuning config (resolved at the command's edge)."""
+    return run_settings.finetune_settings(config).task_data
+
 
 NLP_METRICS = ROOT / ".venv/lib/python3.11/site-packages/nlp/metrics"
 
@@ -296,7 +302,7 @@ def test_task_scores_only_the_questions_it_kept(tokenizer, tmp_path) -> None:
     config.update(dict(data_dir=str(tmp_path), max_seq_length=64, doc_stride=16, max_query_length=16))
     config.max_eval_examples = 3
     task = squad.SquadTask(version_2=True)
-    split = task.load(TaskData.from_config(config), tokenizer, "dev")
+    split = task.load(_task_data(config), tokenizer, "dev")
     assert len(split.meta.examples) == 3 and "start_positions" not in split.arrays
     zeros = np.zeros(split.arrays["input_ids"].shape, np.float32)
     scores = task.score((zeros, zeros), split, str(tmp_path / "out"))

@@ -10,18 +10,16 @@ compiled and written) does not fire, and the folder's files are the same.
 
 import json
 import os
-import socket
 import subprocess
 import sys
-import urllib.parse
-import urllib.request
 
 import jax
 import pytest
 
-from bert_jax.pretraining import pretrain
+from bert_jax.commands import run_settings
 from bert_jax.training import compile_cache
 from tests.conftest import ROOT, tiny_pretraining
+from tests.helpers import pod
 
 # The CLI with JAX's cache events counted; the counts are its last stderr line.
 COUNTED = """
@@ -31,6 +29,7 @@ counts = collections.Counter()
 monitoring.register_event_listener(lambda event, **_: counts.update([event.rsplit("/", 1)[-1]]))
 atexit.register(lambda: print(json.dumps(counts), file=sys.stderr))
 from bert_jax.commands.cli import run
+from bert_jax.commands import run_settings
 run(["bert-jax", *sys.argv[1:]])
 """
 FLAGS = [
@@ -109,40 +108,22 @@ def test_a_cache_folder_that_cannot_be_written_is_refused_in_one_line(tmp_path) 
     (tmp_path / "a_file").write_text("")
     config = tiny_pretraining(compilation_cache_dir=str(tmp_path / "a_file"))
     with pytest.raises(OSError, match=r"^--config.compilation_cache_dir .*a_file is a file, not a folder$"):
-        pretrain.train_and_evaluate(config, str(tmp_path / "run"))
+        run_settings.pretrain(config, str(tmp_path / "run"))
     assert not (tmp_path / "run").exists()  # refused before the run writes anything
 
 
 @pytest.fixture
 def gcs(tmp_path):
-    """A GCS API emulator on localhost (`tests/helpers/gcs_emulator.py`) with bucket `bkt`."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    emulator = ROOT / "tests" / "helpers" / "gcs_emulator.py"
-    proc = subprocess.Popen(
-        [sys.executable, str(emulator), str(port), str(tmp_path / "gcs"), "bkt"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
-    assert proc.stdout.readline().strip() == "READY"
-    yield f"http://127.0.0.1:{port}"
-    proc.kill()
-    proc.wait()
-
-
-def _objects(url: str, prefix: str) -> list[str]:
-    query = urllib.parse.urlencode({"prefix": prefix})
-    with urllib.request.urlopen(f"{url}/storage/v1/b/bkt/o?{query}") as r:
-        return sorted(item["name"] for item in json.load(r).get("items", []))
+    """A GCS API emulator on localhost (`tests/helpers/pod.py`) with bucket `bkt`."""
+    with pod.emulator(tmp_path / "gcs") as url:
+        yield url
 
 
 def test_a_gs_workdir_keeps_the_cache_in_the_bucket(gcs, tmp_path) -> None:
     workdir, env = "gs://bkt/runs/tiny", {"BERT_JAX_GCS_EMULATOR": gcs}
     _, events = pretrain_counted(f"--workdir={workdir}", "--config.stop_after_step=4", **env)
-    written = _objects(gcs, "runs/tiny/compilation_cache/")
+    written = pod.objects(gcs, "runs/tiny/compilation_cache/")
     assert events["cache_misses"] == len(written) > 0
     _, events = pretrain_counted(f"--workdir={workdir}", **env)
     assert events.get("cache_misses", 0) == 0 and events["cache_hits"] >= len(written) - 1
-    assert _objects(gcs, "runs/tiny/compilation_cache/") == written
+    assert pod.objects(gcs, "runs/tiny/compilation_cache/") == written

@@ -14,6 +14,7 @@ import re
 
 import jax
 
+from bert_jax.commands import run_settings
 from bert_jax.pretraining import pretrain
 from bert_jax.training import sharding
 from configs import pretrain as pretrain_config
@@ -28,7 +29,7 @@ def _transposed_lhs_dots(weight_grad_matmul: str, hidden: int = 128, min_width: 
     c.weight_grad_matmul = weight_grad_matmul
     c.model.hidden_size, c.model.intermediate_size = hidden, 4 * hidden
     mesh = sharding.make_mesh((1, 1, 1), jax.devices("cpu")[:1])  # "auto" follows the mesh
-    setup = pretrain.Pretraining.from_config(c, mesh)
+    setup = pretrain.Pretraining(run_settings.pretrain_settings(c), mesh)
     batch = setup.abstract_batch(8, 32, 5)
     with jax.set_mesh(mesh):
         hlo = setup.train_step.lower(setup.abstract_state, batch).compile().as_text()

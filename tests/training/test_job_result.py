@@ -8,9 +8,9 @@ import json
 
 import pytest
 
+from bert_jax.commands import run_settings
 from bert_jax.data import tokenization
-from bert_jax.finetuning import finetune, sweep
-from bert_jax.pretraining import pretrain
+from bert_jax.finetuning import sweep
 from bert_jax.training import run_config
 from bert_jax.training.results import JobResult
 from configs import glue as glue_config
@@ -20,9 +20,9 @@ from tests.helpers.task_data import write_sst2
 
 def test_pretraining_returns_the_stop_then_the_final_metrics(tmp_path) -> None:
     config = dict(num_train_steps=4, eval_every_steps=4, checkpoint_every_steps=2)
-    stopped = pretrain.train_and_evaluate(tiny_pretraining(**config, stop_after_step=2), str(tmp_path))
+    stopped = run_settings.pretrain(tiny_pretraining(**config, stop_after_step=2), str(tmp_path))
     assert stopped == JobResult(step=2, metrics={}, stopped=True, held_out=True)
-    final = pretrain.train_and_evaluate(tiny_pretraining(**config), str(tmp_path))  # resumes
+    final = run_settings.pretrain(tiny_pretraining(**config), str(tmp_path))  # resumes
     assert isinstance(final, JobResult) and final.step == 4 and not final.stopped and final.held_out
     rows = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     logged = [r for r in rows if r.get("split") == "eval" and r["step"] == 4][-1]
@@ -38,9 +38,9 @@ def test_finetuning_returns_the_stop_then_the_best_epoch(tmp_path, tiny_checkpoi
                  "pack_examples": False, "length_buckets": ()}  # fmt: skip
     config = run_config.set_keys(glue_config.get_config("sst2"), overrides)
     stopping = run_config.set_keys(glue_config.get_config("sst2"), {**overrides, "stop_after_step": 2})
-    assert finetune.finetune(stopping, str(tmp_path / "run")) == JobResult.stopped_at(2)
+    assert run_settings.finetune(stopping, str(tmp_path / "run")) == JobResult.stopped_at(2)
     assert not (tmp_path / "run" / "results.json").exists()
-    best = finetune.finetune(config, str(tmp_path / "run"))  # resumes
+    best = run_settings.finetune(config, str(tmp_path / "run"))  # resumes
     assert isinstance(best, JobResult) and best.step == 4 and not best.stopped  # 32 rows / 8, one epoch
     results = json.loads((tmp_path / "run" / "results.json").read_text())
     assert best.metrics == results["best"] and best.metrics["epoch"] == 1
@@ -50,5 +50,5 @@ def test_finetuning_returns_the_stop_then_the_best_epoch(tmp_path, tiny_checkpoi
     grid = {"sweep.global_batch_sizes": (8,), "sweep.learning_rates": (1e-4,), "sweep.epochs": (1,),
             "sweep.seeds": (0,)}  # fmt: skip
     swept = run_config.set_keys(glue_config.get_config("sst2"), {**overrides, **grid, "stop_after_step": 2})
-    assert sweep.sweep(swept, str(tmp_path / "sweep")) is None
+    assert sweep.sweep(run_settings.finetune_settings(swept), str(tmp_path / "sweep")) is None
     assert not (tmp_path / "sweep" / "sweep_best.json").exists()

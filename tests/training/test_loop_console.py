@@ -12,7 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bert_jax.training import loop
+from bert_jax.training import hooks, loop
 from bert_jax.training.metric_writer import MetricsLogger
 from bert_jax.training.settings import CheckpointSettings, TrainingSettings
 
@@ -45,13 +45,16 @@ class _SteadyEngine:
 
 def test_compilation_and_an_evaluation_do_not_count_as_training_time(tmp_path, capsys) -> None:
     settings = TrainingSettings(
-        checkpoints=CheckpointSettings(every_steps=0, keep=1, async_save=False), log_every_steps=5
+        checkpoints=CheckpointSettings(
+            checkpoint_every_steps=0, keep_checkpoints=1, async_checkpointing=False
+        ),
+        log_every_steps=5,
     )
     batch = {"input_ids": np.zeros((4, 32), np.int32)}
     clock = _FakeClock()
 
-    def slow_evaluation(step, state, metrics):
-        if step == 10:
+    def slow_evaluation(ctx):
+        if ctx.step == 10:
             clock.now += EVALUATION_S
 
     with loop.TrainingRun(str(tmp_path), settings, total_steps=20, clock=clock) as run:
@@ -63,7 +66,7 @@ def test_compilation_and_an_evaluation_do_not_count_as_training_time(tmp_path, c
             iter(lambda: batch, None),
             end=20,
             flops=lambda b: FLOPS,
-            hooks=[loop.Hook(slow_evaluation)],
+            hooks=[*hooks.default_hooks(settings, total_steps=20), hooks.Hook(slow_evaluation)],
         )
     rows = {r["step"]: r for r in map(json.loads, (tmp_path / "metrics.jsonl").read_text().splitlines())}
     assert sorted(rows) == [5, 10, 15, 20]

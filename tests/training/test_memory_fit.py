@@ -5,8 +5,8 @@ import re
 
 import pytest
 
-from bert_jax.pretraining import batch_memory, model_vocab
-from bert_jax.pretraining.settings import PretrainSettings
+from bert_jax.commands import run_settings
+from bert_jax.pretraining import batch_memory
 from bert_jax.training import memory_fit, sharding
 from tests.conftest import tiny_pretraining
 
@@ -20,7 +20,7 @@ def small_machine(monkeypatch) -> None:
 
 
 def _check(**overrides) -> None:
-    run = PretrainSettings.from_config(model_vocab.planned(tiny_pretraining(**overrides)))
+    run = run_settings.pretrain_settings(tiny_pretraining(**overrides))
     batch_memory.check(run, sharding.make_mesh(run.training.mesh_shape))
 
 

@@ -59,8 +59,12 @@ def test_multislice_devices_get_a_hybrid_mesh_with_data_across_slices(capsys) ->
 
     devices = _topology("v5e:2x2", num_slices=2)
     assert sorted({d.slice_index for d in devices}) == [0, 1]
-    for shape in ((4, 2, 1), (2, 2, 2), (-1, 1, 2)):
+    # The whole mesh (no -1, all 8 devices), or one slice's mesh with -1 (the presets'
+    # (1, -1, 1)): the slices go along data either way.
+    for shape, whole in (((4, 2, 1), (4, 2, 1)), ((2, 2, 2), (2, 2, 2)), ((-1, 1, 2), (4, 1, 2)),
+                         ((1, -1, 1), (2, 4, 1)), ((1, 2, -1), (2, 2, 2))):  # fmt: skip
         mesh = sharding.make_mesh(shape, devices)
+        assert mesh.devices.shape == whole, shape
         half = mesh.devices.shape[0] // 2
         for s, rows in enumerate((mesh.devices[:half], mesh.devices[half:])):
             assert {d.slice_index for d in rows.ravel()} == {s}
@@ -69,8 +73,16 @@ def test_multislice_devices_get_a_hybrid_mesh_with_data_across_slices(capsys) ->
             want = mesh_utils.create_device_mesh(rows.shape, slice_devices, allow_split_physical_axes=True)
             assert rows.tolist() == want.tolist()
     assert not _warnings(capsys.readouterr().out)
+    # fsdp across the slices instead, when asked for.
+    mesh = sharding.make_mesh((1, -1, 1), devices, dcn_shape=(1, -1, 1))
+    assert mesh.devices.shape == (1, 8, 1)
+    assert [d.slice_index for d in mesh.devices.ravel()] == [0, 0, 0, 0, 1, 1, 1, 1]
     with pytest.raises(ValueError, match=r"mesh_shape \(1, 4, 2\): the data axis \(1\) .* 2 slices"):
         sharding.make_mesh((1, 4, 2), devices)
+    with pytest.raises(ValueError, match=r"mesh_shape \(1, 3, 1\) is one slice's mesh here \(2 slices of 4"):
+        sharding.make_mesh((1, 3, 1), devices)
+    with pytest.raises(ValueError, match=r"slices differ in size \(4, 3 devices\)"):
+        sharding.make_mesh((1, -1, 1), devices[:7])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,3 +101,11 @@ def test_slices_take_contiguous_blocks_of_the_data_axis_whatever_the_device_orde
     slice_of_row = [{d.slice_index for d in array[r].ravel()} for r in range(6)]
     assert slice_of_row == [{0}, {0}, {1}, {1}, {2}, {2}]
     assert sorted(d.id for d in np.ravel(array)) == list(range(12))
+
+
+def test_processes_can_stand_for_slices() -> None:
+    """CPU and GPU devices carry no slice index: `by_process` makes each process a slice."""
+    devices = [_Device(i, 0, process_index=i // 2) for i in range(4)]  # 2 processes of 2
+    assert sharding.device_array((1, -1, 1), devices).shape == (1, 4, 1)  # one "slice"
+    array = sharding.device_array((1, -1, 1), devices, slice_of=sharding.by_process)
+    assert [[d.process_index for d in row.ravel()] for row in array] == [[0, 0], [1, 1]]

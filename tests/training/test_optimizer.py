@@ -6,9 +6,10 @@ import numpy as np
 import optax
 import pytest
 
+from bert_jax.commands import run_settings
 from bert_jax.data import synthetic
 from bert_jax.pretraining import pretrain
-from bert_jax.training import optimizer, sharding
+from bert_jax.training import optimizer, resolver, sharding
 from bert_jax.training.settings import TrainingSettings
 from configs import pretrain as pretrain_config
 
@@ -62,7 +63,7 @@ def test_weight_decay_applies_only_where_masked() -> None:
     config.grad_clip_norm = 0.0
     config.warmup_steps = 0
     config.learning_rate = 1.0
-    tx, _ = TrainingSettings.from_config(config).optimizer.build(100)
+    tx, _ = resolver.resolve(TrainingSettings, config, partial=True).optimization.build(100)
     params = {"dense": {"kernel": jnp.ones((2,)), "bias": jnp.ones((2,))}}
     zero = jax.tree.map(jnp.zeros_like, params)
     updates, _ = tx.update(zero, tx.init(params), params)
@@ -77,7 +78,7 @@ def _one_step(accum: int) -> tuple[dict, dict]:
     config.model.hidden_dropout_prob = 0.0
     config.model.attention_probs_dropout_prob = 0.0
     mesh = sharding.make_mesh((1, 1, 1))
-    setup = pretrain.Pretraining.from_config(config, mesh)
+    setup = pretrain.Pretraining(run_settings.pretrain_settings(config), mesh)
     batch = synthetic.global_batch(
         0,
         seed=0,
@@ -104,7 +105,7 @@ def test_gradient_accumulation_equals_one_big_batch() -> None:
 def test_clipping_is_part_of_the_chain() -> None:
     config = pretrain_config.get_config("tiny")
     config.warmup_steps = 0
-    tx, _ = TrainingSettings.from_config(config).optimizer.build(100)
+    tx, _ = resolver.resolve(TrainingSettings, config, partial=True).optimization.build(100)
     grads = {"w": jnp.full((4,), 100.0)}
     params = {"w": jnp.zeros((4,))}
     # Adam normalises the step size, so check the clip on its input: with clipping the

@@ -1,11 +1,14 @@
-"""Every setting checked against its range at start, in one line naming key and value."""
+"""Every setting checked against its range (declared beside its field) when the command's
+edge resolves the config, in one line naming key and value; and read once per job."""
 
 import re
 import subprocess
 import sys
 
+import ml_collections
 import pytest
 
+from bert_jax.commands import run_settings
 from bert_jax.training import run_config
 from configs import finetune as finetune_config
 from configs import pretrain as pretrain_config
@@ -49,7 +52,7 @@ def test_pretraining_values_out_of_range_are_refused(key, value, message) -> Non
     c = pretrain_config.get_config("tiny")
     _set(c, key, value)
     with pytest.raises(ValueError, match="^" + re.escape(message)):
-        run_config.check(c, "pretrain")
+        run_settings.pretrain_settings(c)
 
 
 @pytest.mark.parametrize(
@@ -67,13 +70,13 @@ def test_finetuning_values_out_of_range_are_refused(key, value, message) -> None
     c = finetune_config.get_config("bbc")
     _set(c, key, value)
     with pytest.raises(ValueError, match="^" + re.escape(message)):
-        run_config.check(c, "finetune")
+        run_settings.finetune_settings(c)
 
 
 def test_every_preset_is_in_range() -> None:
     for preset in ("tiny", "demo", "mini", "base", "large", "cramming", "mosaicbert", "modernbert"):
-        run_config.check(pretrain_config.get_config(preset), "pretrain")
-    run_config.check(finetune_config.get_config("bbc"), "finetune")
+        run_settings.pretrain_settings(pretrain_config.get_config(preset))
+    run_settings.finetune_settings(finetune_config.get_config("bbc"))
 
 
 def test_a_config_for_the_other_job_is_named_as_such(tmp_path) -> None:
@@ -143,12 +146,46 @@ def test_an_old_fine_tuning_flag_is_one_line_naming_the_new_one(tmp_path) -> Non
 def test_every_fine_tuning_config_resolves_to_typed_settings() -> None:
     """Every task file's config passes the checks and becomes the typed record the library
     reads (QA settings exactly for the QA tasks; the eval batch resolved, never 0)."""
-    from bert_jax.finetuning.settings import FinetuneSettings
     from configs import downstream, glue
 
     tasks = [*glue.TASKS, "bbc", "squad1.1", "squad2.0", "conll2003", "swag", *downstream.TASKS]
     for task in tasks:
-        settings = FinetuneSettings.from_config(finetune_config.get_config(task))
-        assert settings.task == task and settings.eval_batch_size >= 1, task
+        settings = run_settings.finetune_settings(finetune_config.get_config(task))
+        assert settings.task == task and settings.eval_batch >= 1, task
         qa = task.startswith("squad") or task in downstream.QA
-        assert (settings.data.qa is not None) == qa, task
+        assert (settings.qa is not None) == qa, task
+
+
+def test_an_unknown_or_mistyped_key_is_one_line_naming_it() -> None:
+    """What a Python API user's config (not locked as the command line's) can hold."""
+    c = pretrain_config.get_config("tiny")
+    with c.unlocked():
+        c.learning_rat = 1e-3
+    with pytest.raises(ValueError, match=r"^config.learning_rat is not a setting of this job \(known: "):
+        run_settings.pretrain_settings(c)
+    written = pretrain_config.get_config("tiny").to_dict()  # a config built from a user's dict
+    written["data"]["nsp"] = "yes"
+    with pytest.raises(ValueError, match=r"^config.data.nsp='yes': must be True or False$"):
+        run_settings.pretrain_settings(ml_collections.ConfigDict(written))
+    written = finetune_config.get_config("bbc").to_dict()
+    written["num_epochs"] = 2.5
+    with pytest.raises(ValueError, match=r"^config.num_epochs=2.5: must be an integer$"):
+        run_settings.finetune_settings(ml_collections.ConfigDict(written))
+
+
+def test_each_job_resolves_and_checks_once(tmp_path, monkeypatch) -> None:
+    """A whole pre-training run (tiny, synthetic) reads its config once: one check of the
+    job and removed names, one typed record per block; the library below reads none."""
+    from bert_jax.training import resolver
+
+    calls: list[str] = []
+    check, resolve = run_config.check, resolver.resolve
+    monkeypatch.setattr(run_config, "check", lambda *a, **k: calls.append("check") or check(*a, **k))
+    monkeypatch.setattr(
+        resolver, "resolve", lambda cls, *a, **k: calls.append(cls.__name__) or resolve(cls, *a, **k)
+    )
+    c = pretrain_config.get_config("tiny")
+    c.data.source, c.num_train_steps, c.eval_every_steps = "synthetic", 2, 0
+    result = run_settings.pretrain(c, str(tmp_path / "run"))
+    assert result.step == 2
+    assert calls == ["check", "DataSettings", "VocabSize", "PretrainSettings"]

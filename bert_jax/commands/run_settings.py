@@ -1,0 +1,57 @@
+"""The command's edge: a run config (`ConfigDict`, as users write them) becomes the job's
+typed settings here, once, and the library below takes only those.
+
+Every command and the Python API (`bert_jax.pretrain`, `bert_jax.finetune`) go through
+these functions: `run_config.check` (the config is for this job; no removed name), then the
+resolver (`bert_jax.training.resolver`: each key typed, range-checked beside its field,
+an unknown key named). A pre-training config's ``model.vocab_size=0`` becomes the
+tokenizer's size here (`model_vocab.planned_size`), on the typed settings.
+"""
+
+from __future__ import annotations
+
+import ml_collections
+
+from bert_jax.ablations.spec import AblationTable
+from bert_jax.data.settings import DataSettings
+from bert_jax.finetuning import finetune as finetuning
+from bert_jax.finetuning.settings import FinetuneSettings
+from bert_jax.model.config import BertConfig
+from bert_jax.pretraining import model_vocab
+from bert_jax.pretraining import pretrain as pretraining
+from bert_jax.pretraining.settings import PretrainSettings, VocabSize
+from bert_jax.training import resolver, run_config
+from bert_jax.training.results import JobResult
+
+
+def pretrain_settings(config: ml_collections.ConfigDict) -> PretrainSettings:
+    """The settings of a pre-training config, ``model.vocab_size`` 0 as the tokenizer's
+    size known without reading data (a run then checks it, `model_vocab.check_run_size`)."""
+    run_config.check(config, "pretrain")
+    data = resolver.resolve(DataSettings, config.data, "config.data")
+    written = config.to_dict()
+    size = resolver.resolve(VocabSize, config.model, "config.model", partial=True).vocab_size
+    written["model"]["vocab_size"] = model_vocab.planned_size(size, data)
+    model = resolver.read(BertConfig, written["model"], "config.model")
+    return resolver.resolve(PretrainSettings, config, model=model, data=data, config=written)
+
+
+def finetune_settings(config: ml_collections.ConfigDict) -> FinetuneSettings:
+    """The settings of a fine-tuning config."""
+    run_config.check(config, "finetune")
+    return resolver.resolve(FinetuneSettings, config, config=config.to_dict())
+
+
+def pretrain(config: ml_collections.ConfigDict, workdir: str) -> JobResult:
+    """`bert-jax pretrain`: trains (or resumes) the run of `config` in `workdir`."""
+    return pretraining.train_and_evaluate(pretrain_settings(config), workdir)
+
+
+def finetune(config: ml_collections.ConfigDict, workdir: str, *, overwrite: bool = False) -> JobResult:
+    """`bert-jax finetune`: fine-tunes (or resumes, or reads back) the run of `config`."""
+    return finetuning.finetune(finetune_settings(config), workdir, overwrite=overwrite)
+
+
+def ablation_table(config: ml_collections.ConfigDict) -> AblationTable:
+    """`bert-jax ablate`'s table, its pre-training rows and fine-tuning columns resolved here."""
+    return AblationTable.from_config(config, pretrain_settings, finetune_settings)

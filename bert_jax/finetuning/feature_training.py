@@ -1,0 +1,199 @@
+"""The feature-based BiLSTM (§5.3) as a job of the one training loop.
+
+The frozen encoder and the BiLSTM are one model (`FrozenFeatures`): the encoder's chosen
+hidden states, under `jax.lax.stop_gradient`, feed `bilstm.FeatureBiLSTM`. Both sit in
+the engine's state, the encoder's parameters frozen by the optimizer (`optax.set_to_zero`
+for them, Adam for the BiLSTM), so the engine's step, `loop.TrainingRun`'s checkpoints,
+exact resume (batches by step, as fine-tuning's) and SIGTERM save serve it unchanged: a
+checkpoint holds the encoder too (a random-init baseline's as well) and resumes exactly.
+`FeatureEpochEnd` is the job's hook: the dev scores every epoch, the other eval splits at
+an epoch that is the best so far, the history in ``epochs.json`` (a resumed run keeps it).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from bert_jax.finetuning.batches import bucket_length, cut_to_length, epoch_batch
+from bert_jax.finetuning.finetune import FinetuningObjective
+from bert_jax.finetuning.outputs import EpochHistory
+from bert_jax.finetuning.settings import FinetuneSettings
+from bert_jax.model.bilstm import FeatureBiLSTM
+from bert_jax.model.config import BertConfig
+from bert_jax.model.encoder import BertModel
+from bert_jax.model.flops import model_flops_per_step
+from bert_jax.tasks.base import MODEL_INPUTS, Split, Task
+from bert_jax.training import engine, sharding
+from bert_jax.training.hooks import Hook, StepContext
+
+
+class FrozenFeatures(nn.Module):
+    """The encoder's hidden states `layers` (0 the embeddings) as frozen features into
+    `head`, a `FeatureBiLSTM`: [B, S] inputs → the task's outputs (per token or per
+    sentence; a span task's start and end logits, each [B, S])."""
+
+    config: BertConfig
+    layers: tuple[int, ...]
+    head: FeatureBiLSTM
+    span: bool = False
+
+    @nn.compact
+    def __call__(
+        self,
+        input_ids: jax.Array,
+        input_mask: jax.Array,
+        segment_ids: jax.Array,
+        *,
+        deterministic: bool = True,
+    ) -> Any:
+        encoder = BertModel(self.config, add_pooler=False, name="bert")
+        _, _, hidden = encoder(input_ids, input_mask, segment_ids, output_hidden_states=True)
+        feats = jnp.stack([hidden[i].astype(jnp.float32) for i in self.layers], axis=2)
+        logits = self.head(jax.lax.stop_gradient(feats), input_mask)
+        return (logits[..., 0], logits[..., 1]) if self.span else logits
+
+
+class FeatureTraining:
+    """The model, engine and batches of one feature-based run on the run's mesh.
+
+    `run`: the task's fine-tuning settings (data, lengths, seed, mesh, checkpoints);
+    `batch_size` and `learning_rate`: the BiLSTM's (its `FeatureBiLSTMSettings`).
+    """
+
+    def __init__(
+        self,
+        run: FinetuneSettings,
+        task: Task,
+        train: Split,
+        model: FrozenFeatures,
+        *,
+        batch_size: int,
+        learning_rate: float,
+    ) -> None:
+        self.run, self.task, self.train, self.model = run, task, train, model
+        self.batch_size = min(batch_size, len(train))
+        self.steps_per_epoch = len(train) // self.batch_size
+        self.mesh = sharding.make_mesh(run.training.mesh_shape)
+        sizes = {"global_batch_size": self.batch_size, "eval_batch_size": run.eval_batch}
+        sharding.check_batches(self.mesh, sizes, {})
+        self.sample = [jnp.asarray(train.arrays[k][:1]) for k in MODEL_INPUTS]
+        tx = optax.multi_transform(
+            {"train": optax.adam(learning_rate), "frozen": optax.set_to_zero()},
+            {"bert": "frozen", "head": "train"},
+        )
+        self.engine = engine.Engine(
+            objective=FinetuningObjective(model, task),
+            init_params=lambda rng: model.init(rng, *self.sample)["params"],
+            tx=tx,
+            schedule=optax.constant_schedule(learning_rate),
+            mesh=self.mesh,
+            rules=sharding.rules_with_overrides(run.training.sharding_rules),
+        )
+
+    def initial_params(self, bert: Any) -> dict[str, Any]:
+        """The encoder's parameters `bert` (host arrays) and a fresh BiLSTM seeded by the
+        run's seed, initialised on the features of the first training row."""
+        encoder = BertModel(self.model.config, add_pooler=False)
+        _, _, hidden = encoder.apply({"params": bert}, *self.sample, output_hidden_states=True)
+        feats = jnp.stack([hidden[i].astype(jnp.float32) for i in self.model.layers], axis=2)
+        head = self.model.head.init(jax.random.key(self.run.seed), feats, self.sample[1])["params"]
+        return {"bert": bert, "head": jax.device_get(head)}
+
+    def rows(self, step: int) -> dict[str, np.ndarray]:
+        """The training rows of global step `step` (0-based), cut to their length bucket:
+        epoch e's batches are a permutation by (seed, e), so any step's batch is known."""
+        epoch, index = divmod(step, self.steps_per_epoch)
+        rows = epoch_batch(self.train, seed=self.run.seed, epoch=epoch + 1, index=index,
+                           batch_size=self.batch_size)  # fmt: skip
+        return cut_to_length(
+            rows, bucket_length(rows["input_mask"], self.run.length_buckets, self.run.max_seq_length)
+        )
+
+    def batches(self, start: int) -> Any:
+        step = start
+        while True:
+            yield self.engine.place(self.rows(step), process_local=False)
+            step += 1
+
+    def flops(self, batch: dict[str, jax.Array]) -> float:
+        """The frozen encoder's forward FLOPs on the batch (a third of its training FLOPs;
+        the BiLSTM's, small beside them, are left out)."""
+        rows, seq = batch["input_ids"].shape
+        return model_flops_per_step(self.model.config, rows, seq, 0, nsp=False) / 3
+
+    def predict(self, params: Any, split: Split) -> Any:
+        """The task's outputs for every row of `split` (host arrays, the split's order); the
+        last batch is padded so that one compiled shape serves the split."""
+        size, n, chunks = self.run.eval_batch, len(split), []
+        for start in range(0, n, size):
+            batch = {k: split.arrays[k][start : start + size] for k in MODEL_INPUTS}
+            pad = size - len(batch["input_ids"])
+            if pad:
+                batch = {
+                    k: np.concatenate([v, np.zeros((pad, *v.shape[1:]), v.dtype)]) for k, v in batch.items()
+                }
+            out = jax.device_get(self.engine.eval_step(params, self.engine.place(batch, process_local=False)))
+            chunks.append(jax.tree.map(lambda x, keep=size - pad: np.asarray(x)[:keep], out))
+        return jax.tree.map(lambda *xs: np.concatenate(xs), *chunks)
+
+    def score(self, params: Any, split: Split, out_dir: str) -> dict[str, float]:
+        """The task's scores of `split` (its prediction files under ``out_dir/<split>/``)."""
+        return self.task.score(self.predict(params, split), split, os.path.join(out_dir, split.name))
+
+
+class FeatureEpochEnd:
+    """The feature-based run's hooks: each step's loss recorded, and at each epoch's last
+    step the dev scores, the epoch's mean training loss (over the steps this process ran),
+    the other eval splits' scores when dev is the best so far (ties: the later epoch), the
+    history and one console line (`label`: which layers, how combined)."""
+
+    def __init__(
+        self,
+        job: FeatureTraining,
+        evals: list[Split],
+        history: EpochHistory,
+        *,
+        workdir: str,
+        label: str,
+        num_epochs: int,
+    ) -> None:
+        self.job, self.evals, self.history, self.workdir = job, evals, history, workdir
+        self.label, self.num_epochs = label, num_epochs
+        self.start, self.losses = time.time(), []
+
+    def hooks(self) -> list[Hook]:
+        return [Hook(self.record), Hook(self.close, every=self.job.steps_per_epoch)]
+
+    def record(self, ctx: StepContext) -> None:
+        self.losses.append(ctx.metrics["loss"])
+
+    def close(self, ctx: StepContext) -> None:
+        epoch, metric = ctx.step // self.job.steps_per_epoch, self.job.task.main_metric
+        train_loss = float(np.mean(jax.device_get(self.losses)))
+        out_dir = os.path.join(self.workdir, "eval", f"epoch{epoch}")
+        dev, *others = self.evals
+        scores = self.job.score(ctx.state.params, dev, out_dir)
+        best = self.history.best()
+        if not best or scores[metric] >= best[metric]:  # the other splits (test): a best epoch's only
+            for split in others:
+                values = self.job.score(ctx.state.params, split, out_dir)
+                scores.update({f"{split.name}/{k}": v for k, v in values.items()})
+        seconds = time.time() - self.start
+        ctx.log(scores, split="dev")
+        ctx.log({"epoch_train_loss": train_loss, "epoch_seconds": seconds})
+        self.history.add({"epoch": epoch, "train_loss": train_loss, "seconds": seconds, **scores})
+        if jax.process_index() == 0:
+            head = f"features {self.label} epoch {epoch}/{self.num_epochs}"
+            print(
+                f"{head}: train loss {train_loss:.4f}  {metric} {scores[metric]:.4f}  ({seconds:.0f}s)",
+                flush=True,
+            )
+        self.start, self.losses = time.time(), []

@@ -1,0 +1,85 @@
+"""How fast a run trains: tokens/s, MFU and the seconds per step behind the ETA.
+
+The loop (`loop.TrainingRun.steps`) feeds every batch to a `Throughput` meter and pauses
+it while the hooks run, so the time spent saving, evaluating and writing logs is never
+counted as training time; the first window starts after the first (compiling) step. A
+reading (`Throughput.read`, asked for by the metrics hooks through their `StepContext`)
+closes the window: what it counted since the previous reading, over the time it trained.
+The time a reading waits for the devices to finish the step is training time: a reading
+taken during the pause counts the pause up to that moment, and the pause restarts there.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+
+from bert_jax.training import hardware
+
+_CPU_PEAK: list[float] = []
+
+
+def device_peak_flops() -> float:
+    """Peak FLOP/s of one local device: from the table, or measured once on CPU."""
+    device = jax.local_devices()[0]
+    peak = hardware.peak_flops_for_device_kind(device.device_kind)
+    if peak is not None:
+        return peak
+    if not _CPU_PEAK:
+        n = 2048
+        a = jnp.ones((n, n), jnp.float32)
+        f = jax.jit(lambda x: x @ x)
+        f(a).block_until_ready()
+        start = time.perf_counter()
+        reps = 5
+        for _ in range(reps):
+            f(a).block_until_ready()
+        _CPU_PEAK.append(2 * n**3 * reps / (time.perf_counter() - start))
+    return _CPU_PEAK[0]
+
+
+class Throughput:
+    """Tokens and FLOPs per window of training time, and the training seconds per step so
+    far (over every window read: what the ETA multiplies). `peak_flops`: the devices'
+    peak FLOP/s together (MFU's denominator)."""
+
+    def __init__(self, clock: Callable[[], float], peak_flops: float) -> None:
+        self.clock, self.peak_flops = clock, peak_flops
+        self.train_seconds, self.train_steps = 0.0, 0
+        self._paused_at: float | None = None
+        self.start(0)
+
+    def start(self, step: int) -> None:
+        """Opens a new window after `step` (the steps before it are not counted)."""
+        self._start, self._first, self._tokens, self._flops = self.clock(), step, 0, 0.0
+
+    def add(self, tokens: int, flops: float) -> None:
+        self._tokens += tokens
+        self._flops += flops
+
+    def pause(self) -> None:
+        self._paused_at = self.clock()
+
+    def resume(self) -> None:
+        if self._paused_at is not None:
+            self._start += self.clock() - self._paused_at
+            self._paused_at = None
+
+    def read(self, step: int) -> dict[str, float]:
+        """``tokens_per_sec`` and ``mfu`` of the window that ends at `step`; the next opens."""
+        now = self.clock()
+        elapsed = now - self._start
+        self.train_seconds += elapsed
+        self.train_steps += step - self._first
+        out = {"tokens_per_sec": self._tokens / elapsed, "mfu": self._flops / elapsed / self.peak_flops}
+        self._start, self._first, self._tokens, self._flops = now, step, 0, 0.0
+        if self._paused_at is not None:
+            self._paused_at = now
+        return out
+
+    @property
+    def seconds_per_step(self) -> float:
+        return self.train_seconds / max(self.train_steps, 1)

@@ -1,0 +1,137 @@
+"""A prepared folder in a bucket is read in place from the first batch: nothing is copied
+before training reads it; the background copy makes each file local as it lands (index
+files first), and a copy that cannot be made leaves the reads in place with one warning
+line. ``ram://`` (TensorFlow's in-memory file system) stands in for ``gs://``."""
+
+import os
+import shutil
+import threading
+
+import numpy as np
+import pytest
+
+from bert_jax.data import corpora, prepare, remote_copy, remote_prepared, sources
+from bert_jax.data.settings import DataSettings
+from tests.data.test_remote import _upload
+
+
+@pytest.fixture(scope="module")
+def prepared(tmp_path_factory) -> str:
+    folder = tmp_path_factory.mktemp("prepared")
+    text = folder / "wiki.txt"
+    text.write_text("\n\n".join("\n".join(d) for d in corpora.load_documents("wiki_excerpt")[:30]) + "\n")
+    opts = prepare.Options(max_seq_length=64, dupe_factor=2, eval_fraction=0.1)
+    prepare.prepare(prepare.list_inputs(str(text)), str(folder / "prep"), opts, progress=False)
+    return str(folder / "prep")
+
+
+def _batches(input_files: str, cache: str, steps: int = 2, start: int = 0) -> list[dict]:
+    c = DataSettings(source="prepared", input_files=input_files, cache_dir=cache)
+    it = sources.data_batches(
+        c, seed=1, global_batch_size=8, max_seq_length=64, max_predictions_per_seq=10, start_step=start
+    )
+    out = [next(it) for _ in range(steps)]
+    it.close()
+    return out
+
+
+def _same(got: list[dict], want: list[dict]) -> None:
+    for g, w in zip(got, want, strict=True):
+        for key in w:
+            np.testing.assert_array_equal(g[key], w[key], err_msg=key)
+
+
+@pytest.fixture
+def held_copy(monkeypatch) -> threading.Event:
+    """The background copy waits until the event is set (as a slow copy would)."""
+    release = threading.Event()
+    real = remote_copy.copy_folder
+
+    def held(folder, stop=None):
+        release.wait(timeout=60)
+        return real(folder, stop)
+
+    monkeypatch.setattr(remote_copy, "copy_folder", held)
+    yield release
+    release.set()
+    remote_copy.wait_for_copies()
+
+
+def test_the_first_batches_are_read_in_place_before_anything_is_copied(prepared, tmp_path, held_copy) -> None:
+    url, cache = "ram://bucket/in-place", str(tmp_path / "cache")
+    _upload(prepared, url)
+    want = _batches(prepared, str(tmp_path / "unused"), start=3)
+    got = _batches(url, cache, start=3)
+    _same(got, want)
+    folder = remote_copy.open_folder(url, cache)
+    assert isinstance(folder, remote_copy.RemoteFolder) and not folder.done
+    local = [n for n in os.listdir(folder.local)] if os.path.isdir(folder.local) else []
+    assert local == []  # not one byte copied: every read went to the bucket
+    held_copy.set()
+    remote_copy.wait_for_copies()
+    assert {os.path.basename(p) for p in folder.done} == {n for n, _ in folder.files}
+    assert sorted(os.listdir(folder.local)) == sorted([n for n, _ in folder.files] + ["metadata.json"])
+
+
+def test_copied_files_are_read_locally_and_a_rerun_finds_the_whole_copy(
+    prepared, tmp_path, monkeypatch
+) -> None:
+    url, cache = "ram://bucket/copied", str(tmp_path / "cache")
+    _upload(prepared, url)
+    want = _batches(prepared, str(tmp_path / "unused"), steps=3)
+    first = _batches(url, cache, steps=1)
+    remote_copy.wait_for_copies()
+    monkeypatch.setattr(remote_prepared, "ranged_read", lambda *a: pytest.fail("read the bucket"))
+    _same(first + _batches(url, cache, steps=3)[1:], want)  # the same folder, local files now
+    monkeypatch.setattr(remote_copy, "_FOLDERS", {})  # a new process
+    found = remote_copy.open_folder(url, cache)
+    assert isinstance(found, str) and os.path.exists(os.path.join(found, "metadata.json"))
+
+
+def test_index_files_are_copied_first(prepared, tmp_path, monkeypatch) -> None:
+    url = "ram://bucket/order"
+    _upload(prepared, url)
+    folder = remote_copy.open_folder(url, str(tmp_path / "cache"))
+    copied = []
+    real = remote_copy._copy
+    monkeypatch.setattr(remote_copy, "_copy", lambda src, *a: copied.append(src) or real(src, *a))
+    assert remote_copy.copy_folder(folder)
+    kinds = [name.rsplit(".", 1)[1] for name in copied]
+    assert kinds == sorted(kinds, key=lambda k: k != "index") and "tokens" in kinds
+
+
+def test_too_little_disk_keeps_the_reads_in_place_in_one_line(
+    prepared, tmp_path, monkeypatch, capsys
+) -> None:
+    url, cache = "ram://bucket/no-room", str(tmp_path / "cache")
+    _upload(prepared, url)
+    usage = shutil.disk_usage(tmp_path)
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: usage._replace(free=1000))
+    got = _batches(url, cache)
+    remote_copy.wait_for_copies()
+    lines = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("warning")]
+    assert len(lines) == 1 and "GiB free: reading it from the bucket throughout" in lines[0], lines
+    _same(got, _batches(prepared, str(tmp_path / "unused")))
+    folder = remote_copy.open_folder(url, cache)
+    assert not folder.done and not os.path.exists(os.path.join(folder.local, "metadata.json"))
+
+
+def test_a_stopped_copy_leaves_no_half_file_and_the_next_copies_only_the_rest(prepared, tmp_path) -> None:
+    url = "ram://bucket/stopped"
+    _upload(prepared, url)
+    folder = remote_copy.open_folder(url, str(tmp_path / "cache"))
+    stop = threading.Event()
+    stop.set()
+    assert not remote_copy.copy_folder(folder, stop)
+    assert os.listdir(folder.local) == []  # the temporary file removed, nothing in place
+    first = folder.files[0][0]
+    src = f"{url}/{first}"
+    assert remote_copy._copy(src, os.path.join(folder.local, first), folder.files[0][1], None)
+    again = remote_copy.open_folder(url, str(tmp_path / "cache2"))  # another cache: all to copy
+    assert not again.done
+    shutil.copytree(folder.local, again.local)
+    # A fresh process finds the file whole and copies only the others.
+    del remote_copy._FOLDERS[url, str(tmp_path / "cache2")]
+    resumed = remote_copy.open_folder(url, str(tmp_path / "cache2"))
+    assert [os.path.basename(p) for p in resumed.done] == [first]
+    assert remote_copy.copy_folder(resumed)
