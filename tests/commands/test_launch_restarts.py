@@ -90,18 +90,9 @@ def end_started(home: Path) -> None:
             pass
 
 
-def make_worker(tmp_path: Path, job_text: str, name: str = "home") -> Path:
-    home = tmp_path / name
-    job = home / "bert_jax" / ".venv" / "bin" / "bert-jax"
-    job.parent.mkdir(parents=True)
-    job.write_text(job_text.format(python=sys.executable, root=ROOT))
-    job.chmod(0o755)
-    return home
-
-
 def run_loop(tmp_path: Path, plan: list[str], max_restarts: int = 5) -> tuple[Path, str]:
     """Starts the loop with the stand-in job; returns the HOME and the final status."""
-    home = make_worker(tmp_path, STAND_IN)
+    home = pod.make_worker(tmp_path, STAND_IN)
     (home / "plan").write_text("\n".join(plan) + "\n")
     flags = [f"--max_restarts={max_restarts}", "--restart_pause_s=0"]
     (run,) = dry_run(*flags, "run", "--", "pretrain", "--workdir=gs://b/run")

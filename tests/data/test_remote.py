@@ -10,29 +10,16 @@ import sys
 import numpy as np
 import pytest
 
-from bert_jax.data import corpora, prepare, sources
 from bert_jax.data import remote_copy as remote
+from bert_jax.data import sources
 from bert_jax.data.settings import DataSettings
-from bert_jax.storage import tensorflow_runtime
 from tests.conftest import ROOT
+from tests.helpers import prepared_data
 
 
 @pytest.fixture(scope="module")
 def prepared(tmp_path_factory) -> str:
-    folder = tmp_path_factory.mktemp("prepared")
-    text = folder / "wiki.txt"
-    text.write_text("\n\n".join("\n".join(d) for d in corpora.load_documents("wiki_excerpt")[:30]) + "\n")
-    opts = prepare.Options(max_seq_length=64, dupe_factor=2, eval_fraction=0.1)
-    prepare.prepare(prepare.list_inputs(str(text)), str(folder / "prep"), opts, progress=False)
-    return str(folder / "prep")
-
-
-def _upload(local: str, url: str, *, metadata: bool = True) -> None:
-    gfile = tensorflow_runtime.tensorflow().io.gfile
-    gfile.makedirs(url)
-    for name in sorted(os.listdir(local)):
-        if name != "metadata.json" or metadata:
-            gfile.copy(os.path.join(local, name), f"{url}/{name}", overwrite=True)
+    return prepared_data.wiki_prepared(tmp_path_factory.mktemp("prepared"))
 
 
 def _rows(input_files: str, cache: str) -> dict[str, np.ndarray]:
@@ -42,7 +29,7 @@ def _rows(input_files: str, cache: str) -> dict[str, np.ndarray]:
 
 
 def test_a_bucket_folder_is_copied_once_and_reads_as_the_local_one(prepared, tmp_path, capsys) -> None:
-    _upload(prepared, "ram://bucket/prep")
+    prepared_data.upload(prepared, "ram://bucket/prep")
     capsys.readouterr()
     got = _rows("ram://bucket/prep", str(tmp_path / "cache"))
     remote.wait_for_copies()
@@ -60,7 +47,7 @@ def test_a_bucket_folder_is_copied_once_and_reads_as_the_local_one(prepared, tmp
 def test_unreadable_or_unfinished_bucket_folders_are_refused_naming_them(prepared, tmp_path) -> None:
     with pytest.raises(remote.RemoteReadError, match=r"cannot read ram://bucket/nothing: no such folder"):
         _rows("ram://bucket/nothing", str(tmp_path))
-    _upload(prepared, "ram://bucket/half", metadata=False)
+    prepared_data.upload(prepared, "ram://bucket/half", metadata=False)
     with pytest.raises(remote.RemoteReadError, match=r"ram://bucket/half: unfinished preparation or upload"):
         _rows("ram://bucket/half", str(tmp_path))
     assert not (tmp_path / "remote").exists()  # nothing copied from an unfinished folder

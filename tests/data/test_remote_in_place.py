@@ -10,19 +10,14 @@ import threading
 import numpy as np
 import pytest
 
-from bert_jax.data import corpora, prepare, remote_copy, remote_prepared, sources
+from bert_jax.data import remote_copy, remote_prepared, sources
 from bert_jax.data.settings import DataSettings
-from tests.data.test_remote import _upload
+from tests.helpers import prepared_data
 
 
 @pytest.fixture(scope="module")
 def prepared(tmp_path_factory) -> str:
-    folder = tmp_path_factory.mktemp("prepared")
-    text = folder / "wiki.txt"
-    text.write_text("\n\n".join("\n".join(d) for d in corpora.load_documents("wiki_excerpt")[:30]) + "\n")
-    opts = prepare.Options(max_seq_length=64, dupe_factor=2, eval_fraction=0.1)
-    prepare.prepare(prepare.list_inputs(str(text)), str(folder / "prep"), opts, progress=False)
-    return str(folder / "prep")
+    return prepared_data.wiki_prepared(tmp_path_factory.mktemp("prepared"))
 
 
 def _batches(input_files: str, cache: str, steps: int = 2, start: int = 0) -> list[dict]:
@@ -59,7 +54,7 @@ def held_copy(monkeypatch) -> threading.Event:
 
 def test_the_first_batches_are_read_in_place_before_anything_is_copied(prepared, tmp_path, held_copy) -> None:
     url, cache = "ram://bucket/in-place", str(tmp_path / "cache")
-    _upload(prepared, url)
+    prepared_data.upload(prepared, url)
     want = _batches(prepared, str(tmp_path / "unused"), start=3)
     got = _batches(url, cache, start=3)
     _same(got, want)
@@ -77,7 +72,7 @@ def test_copied_files_are_read_locally_and_a_rerun_finds_the_whole_copy(
     prepared, tmp_path, monkeypatch
 ) -> None:
     url, cache = "ram://bucket/copied", str(tmp_path / "cache")
-    _upload(prepared, url)
+    prepared_data.upload(prepared, url)
     want = _batches(prepared, str(tmp_path / "unused"), steps=3)
     first = _batches(url, cache, steps=1)
     remote_copy.wait_for_copies()
@@ -90,7 +85,7 @@ def test_copied_files_are_read_locally_and_a_rerun_finds_the_whole_copy(
 
 def test_index_files_are_copied_first(prepared, tmp_path, monkeypatch) -> None:
     url = "ram://bucket/order"
-    _upload(prepared, url)
+    prepared_data.upload(prepared, url)
     folder = remote_copy.open_folder(url, str(tmp_path / "cache"))
     copied = []
     real = remote_copy._copy
@@ -104,7 +99,7 @@ def test_too_little_disk_keeps_the_reads_in_place_in_one_line(
     prepared, tmp_path, monkeypatch, capsys
 ) -> None:
     url, cache = "ram://bucket/no-room", str(tmp_path / "cache")
-    _upload(prepared, url)
+    prepared_data.upload(prepared, url)
     usage = shutil.disk_usage(tmp_path)
     monkeypatch.setattr(shutil, "disk_usage", lambda path: usage._replace(free=1000))
     got = _batches(url, cache)
@@ -118,7 +113,7 @@ def test_too_little_disk_keeps_the_reads_in_place_in_one_line(
 
 def test_a_stopped_copy_leaves_no_half_file_and_the_next_copies_only_the_rest(prepared, tmp_path) -> None:
     url = "ram://bucket/stopped"
-    _upload(prepared, url)
+    prepared_data.upload(prepared, url)
     folder = remote_copy.open_folder(url, str(tmp_path / "cache"))
     stop = threading.Event()
     stop.set()
