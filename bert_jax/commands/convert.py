@@ -101,8 +101,10 @@ def main(argv: list[str]) -> None:
     earlier = check_dst(folder, FLAGS.overwrite, {"--src": FLAGS.src, "--vocab_file": FLAGS.vocab_file})
     params, config = convert.load_checkpoint(FLAGS.src, vocab_pad_multiple=FLAGS.vocab_pad_multiple or None)
     vocab = FLAGS.vocab_file or tokenization.vocab_beside(FLAGS.src)  # refuses before writing
-    tokenization.load_vocab(vocab)
+    if not vocab.endswith(".model"):  # a SentencePiece model is read by check_tokenizer_size
+        tokenization.load_vocab(vocab)
     convert.check_tokenizer_size(vocab, config)
+    convert.check_same_vocabulary(FLAGS.vocab_file, FLAGS.src, "--vocab_file")  # ids it never learned
     casing = (
         convert.source_casing(FLAGS.src) if FLAGS.do_lower_case == "auto" else FLAGS.do_lower_case == "true"
     )

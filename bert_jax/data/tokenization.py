@@ -65,13 +65,11 @@ def vocab_beside(checkpoint: str) -> str:
 
 def load_vocab(path: str) -> list[str]:
     """Tokens of a vocab.txt, one per line; the special tokens must all be present (or, for
-    a tokenizer.json, the special tokens' roles; a SentencePiece .model: its pieces)."""
+    a tokenizer.json, the special tokens' roles)."""
     if not os.path.exists(path):
         raise FileNotFoundError(f"vocab file {path} does not exist")
     if _tokenizer_json().is_tokenizer_json(path):
         return _tokenizer_json().TokenizerJson(path).vocab
-    if path.endswith(".model"):
-        return SentencePieceTokenizer(path).vocab
     if os.path.isdir(path):
         raise IsADirectoryError(f"vocab file {path} is a folder, not a vocab.txt")
     with open(path, "rb") as f:

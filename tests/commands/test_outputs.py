@@ -99,7 +99,10 @@ def _cases(w: Path) -> list[tuple[list[str], list[str]]]:
         ("convert --src={minilm} --dst={w}/earlier", ["--dst {w}/earlier already holds", "--overwrite"]),
         ("convert --src={minilm} --dst={w}/mixed --overwrite", ["--dst {w}/mixed holds files", "notes.md"]),
         ("convert --src={w}/nope --dst={new}", ["--src {w}/nope does not exist"]),
-        ("convert --src={minilm} --dst={new} --vocab_file={sp}", not_wordpiece),
+        (
+            "convert --src={minilm} --dst={new} --vocab_file={sp}",
+            ["--vocab_file {sp} differs from", "vocab.txt"],
+        ),
         (
             "features --checkpoint={minilm} --input={w}/in.txt --output={w}/feat.npy",
             ["--output {w}/feat.npy already exists"],

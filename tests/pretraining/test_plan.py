@@ -13,6 +13,7 @@ import sys
 
 import pytest
 
+from bert_jax.commands import run_settings
 from bert_jax.model import flops
 from bert_jax.model.config import MODEL_PRESETS
 from bert_jax.pretraining import plan, plan_compile, plan_text
@@ -61,13 +62,13 @@ def compiles():
 @pytest.fixture(scope="module")
 def base(compiles):
     """The `base` preset on v5e:2x2 as it is (phase 2 in its preset's micro-batches)."""
-    return plan.plan(_config("base"), "v5e:2x2")
+    return plan.plan(run_settings.pretrain_settings(_config("base")), "v5e:2x2")
 
 
 @pytest.fixture(scope="module")
 def base_phase2_whole(base, compiles):
     """`base` with phase 2's batch in one piece: it does not fit; the search finds what does."""
-    return plan.plan(_config("base", phase2_grad_accum_steps=1), "v5e:2x2")
+    return plan.plan(run_settings.pretrain_settings(_config("base", phase2_grad_accum_steps=1)), "v5e:2x2")
 
 
 def test_base_phase1_fits_on_v5e_2x2_and_shards_as_the_rules_say(base) -> None:
@@ -150,7 +151,7 @@ def test_large_seq512_needs_fsdp(tmp_path) -> None:
         mesh_shape=(1, 1, 1),
         phase2_fraction=0.0,
     )
-    one_chip = plan.plan(_config("large", **large), "v5e:2x2", find_fit=False)
+    one_chip = plan.plan(run_settings.pretrain_settings(_config("large", **large)), "v5e:2x2", find_fit=False)
     assert one_chip.num_chips == 1 and len(one_chip.phases) == 1
     assert not one_chip.fits and one_chip.hbm_per_chip_bytes > 16 * GIB
     assert not one_chip.phases[0].searched and not one_chip.phases[0].tried  # none asked for
@@ -203,4 +204,4 @@ def test_large_seq512_needs_fsdp(tmp_path) -> None:
 
 def test_plan_refuses_a_bad_phase2_setting_in_one_line() -> None:
     with pytest.raises(ValueError, match=r"config\.phase2_grad_accum_steps=3 must split"):
-        plan.plan(_config("base", phase2_grad_accum_steps=3), "v5e:2x2")
+        plan.plan(run_settings.pretrain_settings(_config("base", phase2_grad_accum_steps=3)), "v5e:2x2")

@@ -8,6 +8,7 @@ carries its utilisation to phase 2.
 
 import pytest
 
+from bert_jax.commands import run_settings
 from bert_jax.pretraining import plan, plan_compile, plan_rate, plan_text
 from configs import pretrain
 
@@ -66,9 +67,11 @@ def tiny_plans():
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(plan_compile, "measure", remembered)
-        assumed = plan.plan(c, "v5e:2x2", find_fit=False)
+        assumed = plan.plan(run_settings.pretrain_settings(c), "v5e:2x2", find_fit=False)
         rate = assumed.phases[0].est_tokens_per_sec / 2
-        measured = plan.plan(c, "v5e:2x2", find_fit=False, measured_tokens_per_s=rate)
+        measured = plan.plan(
+            run_settings.pretrain_settings(c), "v5e:2x2", find_fit=False, measured_tokens_per_s=rate
+        )
     return assumed, measured, rate
 
 
