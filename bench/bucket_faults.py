@@ -101,10 +101,11 @@ def committed(url: str, prefix: str) -> list[int]:
     return sorted(int(m.group(1)) for m in marks if m)
 
 
-def outage_run(url: str, steps: int, every: int, down_at: int, retry: str) -> dict:
-    """A run whose bucket goes away once a checkpoint at or past `down_at` is committed; then
-    a restart with the bucket back. Returns what each stage showed."""
-    prefix, workdir = "outage/", f"gs://{pod.BUCKET}/outage"
+def outage_run(url: str, steps: int, every: int, down_at: int, retry: str, name: str = "outage") -> dict:
+    """A run (workdir `name` in the bucket) whose bucket goes away once a checkpoint at or
+    past `down_at` is committed; then a restart with the bucket back. Returns what each
+    stage showed."""
+    prefix, workdir = f"{name}/", f"gs://{pod.BUCKET}/{name}"
     flags = pod.tiny_flags(steps, every)
     with pod.front(url) as front:
         env = pod.environment(front.url, BERT_JAX_BUCKET_RETRY=retry)
@@ -131,6 +132,7 @@ def outage_run(url: str, steps: int, every: int, down_at: int, retry: str) -> di
         "committed_after": after,
         "codes": codes,
         "last_lines": lines,
+        "tails": [(out + err)[-4000:] for _, out, err in ended],
         "first_stopped_s": min(t for t, _, _ in ended) - down,  # the host that saw it
         "stopped_after_s": max(t for t, _, _ in ended) - down,
         "restart_codes": again,

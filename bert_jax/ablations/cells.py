@@ -128,7 +128,7 @@ def pretraining_summary(table: AblationTable, source: str, done: dict[str, Any] 
         "done": done is not None,
         "pretraining_flops": pretraining_flops(run),
         "recipe": recipe_summary(run),
-        "plan": f"bert-jax plan --config=configs/ablations.py:{table.name}.{table.preset}/{source} "
+        "plan": f"bert-jax plan --config=configs/ablations.py:{table.table}.{table.preset}/{source} "
         "--topology=TOPOLOGY",
     }
 
@@ -250,7 +250,7 @@ def run_one(
     config = resolver.updated(plan["config"], {"init_checkpoint": model_dir, "seed": seed, **changes})
     data_dir = task_data.resolve(config.task, config.data_dir, data_cache)
     config = resolver.updated(config, {"data_dir": data_dir})
-    print(f"== {table.name} / {row} / {column}: {plan['approach']}, seed {seed} in {seed_dir}", flush=True)
+    print(f"== {table.table} / {row} / {column}: {plan['approach']}, seed {seed} in {seed_dir}", flush=True)
     if plan["approach"] == "features":
         result = feature_based.train(config, table.feature_bilstm, plan["layers"], plan["combine"], seed_dir)
     else:

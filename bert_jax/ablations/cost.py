@@ -141,7 +141,7 @@ def estimate(
     seconds = sum(e["seconds"] for e in pretraining) + sum(e["seconds"] for e in finetuning)
     chip_hours = _hours(seconds) * chips
     return {
-        "table": table.name,
+        "table": table.table,
         "preset": table.preset,
         "topology": topology,
         "chips": chips,

@@ -46,7 +46,7 @@ def run(
                     }
                 )
         labels = {c: table.columns[c].label for c in cols}
-        rep = reports.build(table.name, table.title, cols, labels, out_rows)
+        rep = reports.build(table.table, table.title, cols, labels, out_rows)
         rep["notes"] = [
             "The paper publishes Figure 5 as a plot only: MLM overtakes LTR almost at once, "
             "and 1M steps give almost 1.0% more MNLI accuracy than 500k (Appendix C.1).",

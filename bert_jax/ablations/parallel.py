@@ -126,7 +126,7 @@ class _Slots:
         worker.stdin.write(path + "\n")
         worker.stdin.flush()
         log = path.removesuffix(".job") + ".log"
-        print(f"== {self.table.name}: {key} on core {self.cores[slot]} (log: {log})", flush=True)
+        print(f"== {self.table.table}: {key} on core {self.cores[slot]} (log: {log})", flush=True)
         self.running[slot] = (key, path)
 
     def finished(self) -> list[tuple[str, int, str]]:
@@ -202,7 +202,7 @@ def run(
                 break
             for key, rc, log in slots.finished():
                 if rc == STOPPED:  # stop_after_step or a preemption: a rerun continues
-                    print(f"== {table.name}: {key} stopped before its end; rerun to continue", flush=True)
+                    print(f"== {table.table}: {key} stopped before its end; rerun to continue", flush=True)
                     stopped = True
                 elif rc:
                     failures.append(_failure(key, rc, log))

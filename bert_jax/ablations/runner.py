@@ -71,8 +71,8 @@ def run_table(
     Returns the report."""
     workdir = os.path.abspath(workdir)
     check_table(table)
-    names = _select("row", rows, list(table.row_order), table.name)
-    cols = _select("column", columns, list(table.column_order), table.name)
+    names = _select("row", rows, list(table.row_order), table.table)
+    cols = _select("column", columns, list(table.column_order), table.table)
     with compile_cache.use(table, workdir):
         return _run(table, workdir, names, cols, dry_run)
 
@@ -80,7 +80,7 @@ def run_table(
 def _run(
     table: AblationTable, workdir: str, names: list[str], cols: list[str], dry_run: bool
 ) -> dict[str, Any]:
-    if table.name == "figure5":
+    if table.table == "figure5":
         return figure5.run(table, workdir, names, cols, dry_run)
     state = _Report(table, workdir, names, cols)
     state.write()
@@ -132,7 +132,7 @@ class _Report:
 
     def write(self) -> dict[str, Any]:
         labels = {c: self.table.columns[c].label for c in self.cols}
-        report = reports.build(self.table.name, self.table.title, self.cols, labels, self.rows())
+        report = reports.build(self.table.table, self.table.title, self.cols, labels, self.rows())
         report["notes"] = reports.column_notes(self.table, self.names, self.cols)
         reports.write(report, self.workdir)
         return report
@@ -146,9 +146,9 @@ def pretrain_row(table: AblationTable, row: str, workdir: str) -> dict[str, Any]
     done = cells.read_pretraining(row_dir)
     steps = table.pretraining[row].num_train_steps
     if done is not None and done["num_train_steps"] == steps:
-        print(f"== {table.name} / {row}: pre-trained ({row_dir})", flush=True)
+        print(f"== {table.table} / {row}: pre-trained ({row_dir})", flush=True)
         return done
-    print(f"== {table.name} / {row}: pre-training in {row_dir}", flush=True)
+    print(f"== {table.table} / {row}: pre-training in {row_dir}", flush=True)
     final = pretrain.train_and_evaluate(table.pretraining[row], row_dir)
     if final.stopped:
         return None

@@ -97,7 +97,7 @@ class Column:
 class AblationTable:
     """Everything an ablation run reads of its table."""
 
-    name: str  # table5, table6, ...
+    table: str  # its name: table5, table6, ... (the config key `table`)
     title: str
     preset: str  # the scale: tiny, demo, cpu, base (+ _paper)
     row_order: tuple[str, ...]  # the paper's order
@@ -168,7 +168,7 @@ class AblationTable:
             if bad:
                 raise ValueError(f"{name} steps {bad} are not within the {total} pre-training steps of {row}")
         return cls(
-            name=name,
+            table=name,
             title=config.title,
             preset=config.preset,
             row_order=row_order,

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import logging
+import re
 import sys
 from collections.abc import Iterator
 from typing import Any
@@ -28,8 +29,19 @@ class _FailedReadRecords(logging.Filter):
         text = f"{record.pathname} {record.getMessage()}"
         if record.exc_info:
             text += logging.Formatter().formatException(record.exc_info)
-        return not any(mark in text for mark in ("/orbax/", "tensorstore", "TensorStore"))
+        if any(mark in text for mark in ("/orbax/", "tensorstore", "TensorStore")):
+            return False
+        # asyncio's record of a reading future abandoned with tensorstore's error: its
+        # message holds only the error (an absl status code, then what failed to read),
+        # raised in C++ with no Python frame to name orbax.
+        return not ("exception was never retrieved" in text and _TENSORSTORE_STATUS.search(text))
 
+
+# How tensorstore words a failed read: an absl status code, then the error.
+_TENSORSTORE_STATUS = re.compile(
+    r"\b(OUT_OF_RANGE|DATA_LOSS|NOT_FOUND|FAILED_PRECONDITION|INVALID_ARGUMENT|UNKNOWN|INTERNAL|"
+    r"UNAVAILABLE|ABORTED|CANCELLED|DEADLINE_EXCEEDED|RESOURCE_EXHAUSTED|PERMISSION_DENIED): "
+)
 
 _READ_ERRORS = _FailedReadRecords()
 

@@ -21,7 +21,7 @@ from tests.conftest import ROOT
 
 def test_the_table_is_read_typed() -> None:
     table = run_settings.ablation_table(ablation_configs.get_config("table5.cpu+sentiment"))
-    assert table.name == "table5" and table.preset == "cpu" and table.row_order[-1] == "random_init"
+    assert table.table == "table5" and table.preset == "cpu" and table.row_order[-1] == "random_init"
     assert table.row_settings["plus_bilstm"] == RowSettings(model_from="ltr_no_nsp", head="bilstm")
     assert table.row_settings["random_init"].random_init and "random_init" not in table.pretraining
     col = table.columns["rotten_tomatoes"]

@@ -52,13 +52,21 @@ def test_a_bucket_gone_past_the_bound_stops_the_run_in_one_line_and_a_restart_re
 ) -> None:
     retry = "within_s=15,first_s=0.5,max_s=4,request_s=10"
     run = bucket_faults.outage_run(bucket, STEPS, EVERY, down_at=10, retry=retry)
+    if run["codes"] == [134, 134]:
+        # Both hosts ended by JAX's coordination service before either met the bound (seen
+        # once, on a machine loaded far past its cores): a restart loop restarts 134 as it
+        # does 74, and the restart's probe of the workdir names the bucket then. What the
+        # bound itself does is what this test is for: the sequence once more, on a new
+        # workdir, and this time it must stop in the line below.
+        print("both hosts aborted by the coordination service:", *run["tails"], sep="\n")
+        run = bucket_faults.outage_run(bucket, STEPS, EVERY, down_at=10, retry=retry, name="outage-again")
     # The host that met the bucket's silence stops with 74; the other loses its peer (75, or
     # 134: JAX's coordination service ends it), as a restart loop expects.
     codes, lines = run["codes"], run["last_lines"]
-    assert 74 in codes and set(codes) <= {74, 75, 134}, (codes, lines)
+    assert 74 in codes and set(codes) <= {74, 75, 134}, (codes, run["tails"])
     line = lines[codes.index(74)]  # the job's last line: one line, naming the path
     assert re.fullmatch(
-        r"bert-jax pretrain: error: gs://bkt/outage/\S+ cannot be reached \(.+; retried for 15 s, "
+        r"bert-jax pretrain: error: gs://bkt/outage(-again)?/\S+ cannot be reached \(.+; retried for 15 s, "
         r"BERT_JAX_BUCKET_RETRY\): .+  \[BERT_JAX_DEBUG=1 for the traceback\]",
         line,
     ), line
