@@ -9,12 +9,16 @@ host (`pretraining_examples.to_features`), per instance, as the original.
 Existing files of the prefix (``PREFIX-*-of-*.tfrecord``, whatever their count) are refused
 unless ``--overwrite``, which replaces them all. The files are written to temporary names
 and renamed when every one is complete, so a refused or failed run leaves nothing behind.
+A ``gs://`` prefix: the files are written to a local temporary folder, then uploaded one by
+one through the path layer (`storage.files`, the one ``gs://`` client; each object appears
+whole or not at all), and the earlier files not replaced are removed after the last.
 """
 
 from __future__ import annotations
 
 import glob
 import os
+import tempfile
 
 import numpy as np
 from absl import flags
@@ -56,7 +60,7 @@ def earlier_files(prefix: str, overwrite: bool) -> list[str]:
         raise IsADirectoryError(f"--output_file {prefix!r} names a folder: give a prefix, e.g. {prefix}data")
     shards = "-[0-9]*-of-[0-9]*.tfrecord"  # `tfrecords.shard_names`, any count
     if files.is_remote(prefix):
-        found = sorted(tensorflow_runtime.tensorflow().io.gfile.glob(prefix + shards))
+        found = sorted(files.glob(prefix + shards))
     else:
         found = sorted(glob.glob(glob.escape(prefix) + shards))
         files.check_can_create(prefix, "--output_file", folder=os.path.dirname(os.path.abspath(prefix)))
@@ -80,22 +84,31 @@ def main(argv: list[str]) -> None:
     tok = prepare.load_tokenizer(opts)
     tf = tensorflow_runtime.tensorflow()
     names = tfrecords.shard_names(FLAGS.output_file, FLAGS.num_shards)
-    temps = [atomic_files.temp_path(n) for n in names]
-    folder = os.path.dirname(FLAGS.output_file)
-    with user_paths.removed_if_failed(folder):
-        if folder:
-            tf.io.gfile.makedirs(folder)
-        try:
+    if files.is_remote(FLAGS.output_file):
+        with tempfile.TemporaryDirectory(prefix="bert-jax-create-data-") as local:
+            temps = [os.path.join(local, os.path.basename(n)) for n in names]
             written, documents = write_examples(tf, inputs, opts, tok, temps)
-        except BaseException:
-            for t in temps:
-                if tf.io.gfile.exists(t):
-                    tf.io.gfile.remove(t)
-            raise
-        for old in earlier:
-            tf.io.gfile.remove(old)
-        for t, n in zip(temps, names, strict=True):
-            tf.io.gfile.rename(t, n, overwrite=True)
+            for t, n in zip(temps, names, strict=True):
+                files.upload(t, n)  # each object whole, or not there
+            for old in set(earlier) - set(names):
+                files.remove(old)
+    else:
+        temps = [atomic_files.temp_path(n) for n in names]
+        folder = os.path.dirname(FLAGS.output_file)
+        with user_paths.removed_if_failed(folder):
+            if folder:
+                os.makedirs(folder, exist_ok=True)
+            try:
+                written, documents = write_examples(tf, inputs, opts, tok, temps)
+            except BaseException:
+                for t in temps:
+                    if os.path.exists(t):
+                        os.remove(t)
+                raise
+            for old in earlier:
+                os.remove(old)
+            for t, n in zip(temps, names, strict=True):
+                os.replace(t, n)
     print(f"wrote {written} instances from {documents} documents to {len(names)} file(s): {names[0]} ...")
 
 

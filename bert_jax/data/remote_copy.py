@@ -1,5 +1,7 @@
-"""Prepared folders in a bucket (``gs://...``, or any file system `tf.io.gfile` reads): read
-in place from the first step, and copied to local disk in the background meanwhile.
+"""Prepared folders in a bucket (``gs://...``): read in place from the first step, and
+copied to local disk in the background meanwhile. Every read goes through the path layer
+(`storage.files`: gcsfs, the client of every other ``gs://`` access, with its retry
+policy; a bucket that stops answering past the bound is exit 74 as anywhere else).
 
 Why a copy at all: training reads each instance at a random position (the O(1) resumable
 order), a few hundred bytes at a time; from a bucket that is a round trip per read (tens of
@@ -30,9 +32,13 @@ import os
 import queue
 import shutil
 import threading
+from collections.abc import Callable
+from typing import TypeVar
 
 from bert_jax.data.records import METADATA
-from bert_jax.storage import atomic_files, tensorflow_runtime
+from bert_jax.storage import atomic_files, files
+
+T = TypeVar("T")
 
 
 def is_remote(path: str) -> bool:
@@ -43,29 +49,25 @@ class RemoteReadError(OSError):
     """A bucket path that cannot be read (the message names it and says why)."""
 
 
-def gfile():
-    return tensorflow_runtime.tensorflow().io.gfile
-
-
-def read_failure(url: str, error: Exception) -> RemoteReadError:
-    """tf.errors.*: not found, permission denied, no network or no credentials."""
-    return RemoteReadError(f"cannot read {url}: {type(error).__name__}: {' '.join(str(error).split())[:300]}")
+def reading(url: str, read: Callable[[], T]) -> T:
+    """`read()`; what it raises, other than a bucket that did not answer within the retry
+    policy's bound (`files.BucketUnreachableError`, kept: exit 74, a restart may help), as
+    a `RemoteReadError` naming `url` (not found, no permission, a damaged object)."""
+    try:
+        return read()
+    except (files.BucketUnreachableError, RemoteReadError):
+        raise
+    except Exception as e:
+        reason = "no such file" if isinstance(e, FileNotFoundError) else " ".join(str(e).split())[:300]
+        raise RemoteReadError(f"cannot read {url}: {type(e).__name__}: {reason}") from None
 
 
 def _read(url: str) -> bytes:
-    try:
-        with tensorflow_runtime.quiet_stderr(), gfile().GFile(url, "rb") as f:
-            return f.read()
-    except Exception as e:
-        raise read_failure(url, e) from None
+    return reading(url, lambda: files.read_bytes(url))
 
 
 def _exists(url: str) -> bool:
-    try:
-        with tensorflow_runtime.quiet_stderr():
-            return bool(gfile().exists(url))
-    except Exception as e:
-        raise read_failure(url, e) from None
+    return reading(url, lambda: files.exists(url))
 
 
 @dataclasses.dataclass(eq=False)
@@ -105,6 +107,7 @@ def open_folder(url: str, cache_root: str) -> str | RemoteFolder:
     url = url.rstrip("/")
     if (url, cache_root) in _FOLDERS:
         return _FOLDERS[url, cache_root]
+    files.check_reachable(url, "prepared data")  # one line, within a bound, if it cannot be
     if not _exists(f"{url}/{METADATA}"):
         if not _exists(url):
             raise RemoteReadError(f"cannot read {url}: no such folder")
@@ -222,18 +225,23 @@ def _copy(src: str, dst: str, size: int, stop: threading.Event | None, block: in
     """One file, in blocks (memory: one block), to a temporary name, then into place;
     False (and nothing in place) when `stop` is set first."""
     tmp = atomic_files.temp_path(dst)
-    written = 0
-    try:
-        with gfile().GFile(src, "rb") as f, open(tmp, "wb") as out:
+
+    def copy() -> int:
+        n = 0
+        with files.open_read(src) as f, open(tmp, "wb") as out:
             while chunk := f.read(block):
                 out.write(chunk)
-                written += len(chunk)
+                n += len(chunk)
                 if stop is not None and stop.is_set():
                     break
-    except Exception as e:
+        return n
+
+    try:
+        written = reading(src, copy)
+    except Exception:
         if os.path.exists(tmp):
             os.remove(tmp)
-        raise read_failure(src, e) from None
+        raise
     if stop is not None and stop.is_set():
         os.remove(tmp)
         return False

@@ -23,17 +23,17 @@ import os
 
 import numpy as np
 
-from bert_jax.storage import atomic_files, tensorflow_runtime
+from bert_jax.data import tfrecord_reader
+from bert_jax.storage import atomic_files, files, tensorflow_runtime
 
 INDEX = "tfrecord-counts.json"
 
 
 def _stamps(paths: list[str]) -> list[list[int]]:
-    """(size, modification time in ns) of each file, through `tf.io.gfile` (``gs://`` too:
+    """(size, modification time in ns) of each file, through the path layer (``gs://`` too:
     a request per file, so several at once)."""
-    stat = tensorflow_runtime.tensorflow().io.gfile.stat
     with concurrent.futures.ThreadPoolExecutor(min(16, max(1, len(paths)))) as pool:
-        return [[int(st.length), int(st.mtime_nsec)] for st in pool.map(stat, paths)]
+        return list(pool.map(files.size_and_time, paths))
 
 
 def sizes(paths: list[str]) -> list[int]:
@@ -43,6 +43,8 @@ def sizes(paths: list[str]) -> list[int]:
 
 def count_records(path: str) -> int:
     """The records of one TFRecord file, read through once (raw, unparsed)."""
+    if files.is_remote(path):
+        return tfrecord_reader.count(path)
     tf = tensorflow_runtime.tensorflow()
     ds = tf.data.TFRecordDataset(path)
     return int(ds.reduce(np.int64(0), lambda n, _: n + 1))

@@ -4,8 +4,9 @@ The feature names and types are the original's, so records made by Google's scri
 read as they are, and records written here train Google's code. Masks in records are
 static (``dupe_factor`` versions), as in the original.
 
-Training reads each host's rows only. The files (`list_files`: comma-separated globs
-through `tf.io.gfile`, so ``gs://`` works; sorted) are dealt to ``S = min(files, global
+Training reads each host's rows only. The files (`list_files`: comma-separated globs,
+local or ``gs://``, matched through the path layer; sorted; a bucket's read through it
+too, `tfrecord_reader`) are dealt to ``S = min(files, global
 batch, 1024)`` streams (file ``f`` to stream ``f mod S``), and stream ``s`` fills rows
 ``[s*B//S, (s+1)*B//S)`` of every global batch of ``B`` rows: its files in a seeded order
 per epoch, each file's records in windows of ``shuffle_buffer / S`` shuffled by a seed of
@@ -26,7 +27,8 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from bert_jax.data import tfrecord_index
+from bert_jax.data import tfrecord_index, tfrecord_reader
+from bert_jax.storage import files as paths
 from bert_jax.storage import tensorflow_runtime
 
 MAX_STREAMS = 1024
@@ -87,11 +89,10 @@ def _parser(max_seq_length: int, max_predictions_per_seq: int):
 
 
 def list_files(input_files: str) -> list[str]:
-    """The files matched by comma-separated globs (local or ``gs://``, through
-    `tf.io.gfile.glob`), sorted, each once."""
-    tf = tensorflow_runtime.tensorflow()
+    """The files matched by comma-separated globs (local or ``gs://``, through the path
+    layer), sorted, each once."""
     patterns = [p.strip() for p in input_files.split(",") if p.strip()]
-    files = sorted({f for pattern in patterns for f in tf.io.gfile.glob(pattern)})
+    files = sorted({f for pattern in patterns for f in paths.glob(pattern)})
     if not files:
         raise FileNotFoundError(f"no TFRecord files match {input_files!r}")
     return files
@@ -119,9 +120,9 @@ def _seeds(seed: int, streams: list[int]) -> np.ndarray:
     return np.array([np.random.SeedSequence([seed, s]).generate_state(2) >> 1 for s in streams], np.int64)
 
 
-def read_records(tf, path):
+def read_records(tf, path, remote: bool):
     """The raw records of one file (a tf.data source; tests wrap it to count reads)."""
-    return tf.data.TFRecordDataset(path)
+    return tfrecord_reader.dataset(tf, path, remote)
 
 
 def _file_order(tf, num_files, seed, epoch):
@@ -182,6 +183,7 @@ def _train_rows(tf, files: list[str], *, global_batch_size: int, seed: int, star
     groups, at = [files[s::n] for s in ids], [start_step * c for c in counts]
     starts = tf.constant(_starts(tf, groups, cache_dir, seeds_np, at, window), tf.int64)
     names = tf.ragged.constant(groups)
+    remote = tfrecord_reader.any_remote(files)
 
     def stream(i):
         group = names[i]
@@ -192,7 +194,7 @@ def _train_rows(tf, files: list[str], *, global_batch_size: int, seed: int, star
         def file_records(epoch, position, first_window):
             f = _file_order(tf, num_files, seeds[i, 0], epoch)[position]
             key = tf.random.experimental.stateless_fold_in(tf.stack([seeds[i, 1], f]), epoch)
-            blocks = read_records(tf, group[f]).skip(first_window * window).batch(window)
+            blocks = read_records(tf, group[f], remote).skip(first_window * window).batch(window)
             numbered = tf.data.Dataset.zip(tf.data.Dataset.range(first_window, ENDLESS), blocks)
             shuffled = numbered.map(
                 lambda w, b: tf.random.experimental.stateless_shuffle(
@@ -254,7 +256,7 @@ def _eval_rows(tf, files: list[str], *, global_batch_size: int, start_step: int,
     batch is dropped)."""
     local = global_batch_size // process_count
     lo = process_index * local
-    ds = tf.data.TFRecordDataset(files).batch(global_batch_size, drop_remainder=True)
+    ds = tfrecord_reader.datasets(tf, files).batch(global_batch_size, drop_remainder=True)
     return ds.skip(start_step).map(lambda b: b[lo : lo + local])
 
 

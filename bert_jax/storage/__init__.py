@@ -1,2 +1,3 @@
-"""Files and the runtime beneath them: atomic writes, and TensorFlow imported quietly (for
-`tf.io.gfile`, TFRecords, tensorflow-text)."""
+"""Files and the runtime beneath them: one path layer for local folders and buckets (one
+``gs://`` client, one retry policy), atomic writes, and TensorFlow imported quietly (for
+TFRecords, TFDS, tensorflow-text)."""

@@ -23,6 +23,7 @@ What differs on a bucket, and is handled here once:
 from __future__ import annotations
 
 import contextlib
+import glob as local_glob
 import json
 import os
 import tempfile
@@ -117,6 +118,64 @@ def read_bytes(path: str) -> bytes:
         return epath.Path(path).read_bytes()
 
 
+@contextlib.contextmanager
+def open_read(path: str) -> Iterator[Any]:
+    """`path` open for reading in blocks (a bucket object streamed, not read whole)."""
+    with on_bucket(path, "reading"), epath.Path(path).open("rb") as f:
+        yield f
+
+
+def read_ranges(paths: list[str], offsets: list[int], sizes: list[int]) -> list[bytes]:
+    """``sizes[i]`` bytes of ``paths[i]`` from ``offsets[i]``, for every i: on a bucket all
+    at once, each a ranged request of the client epath uses (many in flight; the retry
+    policy's), so a batch of reads costs about one round trip; locally, `os.pread`."""
+    if not paths:
+        return []
+    if not is_remote(paths[0]):
+        out = []
+        for path, offset, n in zip(paths, offsets, sizes, strict=True):
+            with open(path, "rb") as f:
+                out.append(os.pread(f.fileno(), n, offset))
+        return out
+    import fsspec  # epath's client for buckets (gcsfs for gs://)
+
+    with on_bucket(paths[0], "reading"):
+        fs, _ = fsspec.core.url_to_fs(paths[0])
+        ends = [o + n for o, n in zip(offsets, sizes, strict=True)]
+        return list(fs.cat_ranges([fs._strip_protocol(p) for p in paths], offsets, ends, on_error="raise"))
+
+
+def glob(pattern: str) -> list[str]:
+    """The paths matching `pattern` (``*``, ``?``, ``[...]``), local or on a bucket (the
+    client epath uses), as full paths; ``file://`` is local."""
+    if pattern.startswith("file://"):
+        pattern = pattern[len("file://") :]
+    if not is_remote(pattern):
+        return local_glob.glob(pattern)
+    import fsspec
+
+    with on_bucket(pattern, "listing"):
+        fs, _ = fsspec.core.url_to_fs(pattern)
+        protocol = pattern.split("://", 1)[0]
+        return [f"{protocol}://{p}" for p in fs.glob(fs._strip_protocol(pattern))]
+
+
+def size_and_time(path: str) -> list[int]:
+    """A file's size and a number that changes when it is written again (its modification
+    time in ns locally; its generation on a bucket, else its update time)."""
+    if not is_remote(path):
+        st = os.stat(path)
+        return [int(st.st_size), int(st.st_mtime_ns)]
+    import fsspec
+
+    with on_bucket(path, "reading"):
+        fs, stripped = fsspec.core.url_to_fs(path)
+        info = fs.info(stripped)
+    stamp = info.get("generation") or info.get("updated") or info.get("mtime") or 0
+    digits = "".join(ch for ch in str(stamp) if ch.isdigit())
+    return [int(info["size"]), int(digits or 0)]
+
+
 def read_text(path: str) -> str:
     return read_bytes(path).decode("utf-8")
 
@@ -144,6 +203,20 @@ def copy_file(src: str, dst: str) -> None:
     from bert_jax.storage import atomic_files  # it imports this module
 
     atomic_files.write_bytes(dst, read_bytes(src))  # local or bucket
+
+
+def upload(local: str, path: str, block: int = 16 << 20) -> None:
+    """The local file `local` written to the bucket object `path`, streamed in blocks (an
+    object appears whole when its upload ends, or not at all)."""
+    with on_bucket(path, "writing"), open(local, "rb") as src, epath.Path(path).open("wb") as dst:
+        while chunk := src.read(block):
+            dst.write(chunk)
+
+
+def remove(path: str) -> None:
+    """A file removed, local or on a bucket (gone already is fine)."""
+    with on_bucket(path, "deleting"):
+        epath.Path(path).unlink(missing_ok=True)
 
 
 def move_tree(src: str, dst: str) -> None:

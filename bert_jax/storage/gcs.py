@@ -8,9 +8,9 @@ emulator (`storage.emulator`). TensorFlow's endpoint is fixed (``www.googleapis.
 it reaches an emulator only through an HTTPS interceptor with a CA of its own, so the
 tests could not run what a VM runs; and through the same front to the emulator gcsfs
 was as fast or faster, most on small objects (`bench/bucket_clients.py`,
-docs/tpu_pods.md). Orbax's arrays go through tensorstore, whichever epath client is
-chosen. (Prepared data copied from a bucket and TFRecord inputs, read by `tf.data`
-itself, still go through TensorFlow's client.)
+docs/tpu_pods.md). gcsfs's experimental gRPC layer (zonal and hierarchical-namespace
+buckets) is off, so its client is the JSON API's on a VM as in the tests. Orbax's arrays
+go through tensorstore, whichever epath client is chosen.
 
 **The retry policy**, ``BERT_JAX_BUCKET_RETRY`` (default
 ``within_s=300,first_s=1,max_s=30,request_s=60``): a request that fails transiently (no
@@ -46,6 +46,7 @@ from typing import Any
 from bert_jax.storage import emulator
 
 SETTING = "BERT_JAX_BUCKET_RETRY"
+_GCSFS_EXPERIMENTAL = "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT"
 DEFAULTS = {"within_s": 300.0, "first_s": 1.0, "max_s": 30.0, "request_s": 60.0}
 
 
@@ -93,6 +94,10 @@ def configure() -> RetryPolicy:
     retry = policy()
     emulator.apply_from_environment()
     os.environ["EPATH_USE_TF"] = "false"
+    # gcsfs's experimental layer (a gRPC probe of each bucket's layout, then zonal and
+    # hierarchical-namespace calls) off: the JSON API's client, which every bucket answers
+    # and the emulator tests, on every machine. Read at gcsfs's import: see `_retry_gcsfs`.
+    os.environ.setdefault(_GCSFS_EXPERIMENTAL, "false")
     try:  # epath decides once per process whether TensorFlow is its client: decide again
         from etils.epath import gpath
 
@@ -124,6 +129,9 @@ def _retry_gcsfs(retry: RetryPolicy) -> None:
     except ImportError:  # epath names gcsfs at the first gs:// access
         return
     fsspec.config.set_conf_env(fsspec.config.conf)  # FSSPEC_GCS_* set after fsspec's import
+    if os.environ[_GCSFS_EXPERIMENTAL].lower() not in ("true", "1"):  # gcsfs imported before
+        for protocol in ("gs", "gcs"):
+            fsspec.register_implementation(protocol, core.GCSFileSystem, clobber=True)
     timeout = aiohttp.ClientTimeout(total=None, sock_connect=retry.request_s, sock_read=retry.request_s)
     fsspec.config.conf.setdefault("gcs", {}).setdefault("requests_timeout", timeout)
     # The requests themselves retry in the policy's loop; gcsfs's concurrent download, which

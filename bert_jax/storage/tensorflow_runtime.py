@@ -1,7 +1,7 @@
 """TensorFlow, imported once per process: quietly, and with no accelerator of its own.
 
-bert_jax uses TensorFlow for tensorflow-text's WordPiece, TFRecords, TFDS and
-`tf.io.gfile` (which also reads and writes ``gs://``); JAX owns the accelerators, so
+bert_jax uses TensorFlow for tensorflow-text's WordPiece, TFRecords (local ones read by
+tf.data; a bucket's through the path layer) and TFDS; JAX owns the accelerators, so
 TensorFlow is shown none (`tf.config.set_visible_devices([], ...)`). Importing TensorFlow
 2.21 prints a dozen C++ lines of its own (oneDNN notices, CUDA probing, "failed call to
 cuInit"), logged before its logging starts, so ``TF_CPP_MIN_LOG_LEVEL`` no longer silences

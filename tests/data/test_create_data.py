@@ -10,6 +10,13 @@ from bert_jax.data import corpora, sources
 from bert_jax.data.settings import DataSettings
 from bert_jax.pretraining.objective import BATCH_KEYS
 from tests.conftest import ROOT
+from tests.helpers import pod
+
+
+def _create_data(text, prefix, *flags: str, env=None) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "bert_jax", "create-data", f"--input_file={text}", f"--output_file={prefix}"]
+    cmd += ["--max_seq_length=64", "--max_predictions_per_seq=10", "--dupe_factor=2", "--random_seed=3"]
+    return subprocess.run([*cmd, *flags], capture_output=True, text=True, cwd=ROOT, timeout=300, env=env)
 
 
 def test_create_data_then_read_on_one_and_two_hosts(tmp_path) -> None:
@@ -58,3 +65,34 @@ def test_create_data_then_read_on_one_and_two_hosts(tmp_path) -> None:
             assert np.array_equal(np.concatenate([parts[0][k], parts[1][k]]), one[step][k])
     assert one[0]["input_ids"].dtype == np.int32 and one[0]["next_sentence_labels"].shape == (8,)
     assert (one[0]["input_ids"][:, 0] == 101).all()  # [CLS] of the bert-base-uncased vocab
+
+
+def _examples(path) -> list:
+    """A TFRecord file's examples, parsed (their bytes differ from run to run: a protobuf
+    map's order is not fixed)."""
+    return [tf.train.Example.FromString(r.numpy()) for r in tf.data.TFRecordDataset(str(path))]
+
+
+def test_a_bucket_prefix_gets_the_same_files_and_overwrite_replaces_them(tmp_path) -> None:
+    """Written through the path layer (gcsfs, on the GCS emulator): the bytes of a local
+    run's files; --overwrite with another shard count leaves only the new files."""
+    text = tmp_path / "corpus.txt"
+    text.write_text("\n\n".join("\n".join(d) for d in corpora.load_documents("wiki_excerpt")[:6]) + "\n")
+    local = _create_data(text, tmp_path / "local" / "d", "--num_shards=2")
+    assert local.returncode == 0, local.stderr[-2000:]
+    with pod.emulator(tmp_path / "gcs") as url:
+        env = pod.environment(url)
+        first = _create_data(text, f"gs://{pod.BUCKET}/tf/d", "--num_shards=2", env=env)
+        assert first.returncode == 0, first.stderr[-2000:]
+        names = pod.objects(url, "tf/")
+        assert names == ["tf/d-00000-of-00002.tfrecord", "tf/d-00001-of-00002.tfrecord"]
+        for name in names:
+            got = tmp_path / "got" / name
+            got.parent.mkdir(parents=True, exist_ok=True)
+            got.write_bytes(pod.read_object_bytes(url, name))
+            assert _examples(got) == _examples(tmp_path / "local" / name.removeprefix("tf/")), name
+        refused = _create_data(text, f"gs://{pod.BUCKET}/tf/d", "--num_shards=3", env=env)
+        assert refused.returncode == 1 and "pass --overwrite" in refused.stderr
+        again = _create_data(text, f"gs://{pod.BUCKET}/tf/d", "--num_shards=3", "--overwrite", env=env)
+        assert again.returncode == 0, again.stderr[-2000:]
+        assert pod.objects(url, "tf/") == [f"tf/d-0000{i}-of-00003.tfrecord" for i in range(3)]

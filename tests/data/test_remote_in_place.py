@@ -1,7 +1,8 @@
 """A prepared folder in a bucket is read in place from the first batch: nothing is copied
 before training reads it; the background copy makes each file local as it lands (index
 files first), and a copy that cannot be made leaves the reads in place with one warning
-line. ``ram://`` (TensorFlow's in-memory file system) stands in for ``gs://``."""
+line. The bucket is the GCS API emulator, reached through the client a TPU VM's ``gs://``
+goes through (gcsfs under `storage.files`)."""
 
 import os
 import shutil
@@ -10,14 +11,21 @@ import threading
 import numpy as np
 import pytest
 
-from bert_jax.data import remote_copy, remote_prepared, sources
+from bert_jax.data import remote_copy, sources
 from bert_jax.data.settings import DataSettings
+from bert_jax.storage import files
 from tests.helpers import prepared_data
 
 
 @pytest.fixture(scope="module")
 def prepared(tmp_path_factory) -> str:
     return prepared_data.wiki_prepared(tmp_path_factory.mktemp("prepared"))
+
+
+@pytest.fixture(scope="module")
+def gs(tmp_path_factory) -> str:
+    with prepared_data.bucket(tmp_path_factory.mktemp("gcs")) as root:
+        yield root
 
 
 def _batches(input_files: str, cache: str, steps: int = 2, start: int = 0) -> list[dict]:
@@ -52,8 +60,10 @@ def held_copy(monkeypatch) -> threading.Event:
     remote_copy.wait_for_copies()
 
 
-def test_the_first_batches_are_read_in_place_before_anything_is_copied(prepared, tmp_path, held_copy) -> None:
-    url, cache = "ram://bucket/in-place", str(tmp_path / "cache")
+def test_the_first_batches_are_read_in_place_before_anything_is_copied(
+    prepared, gs, tmp_path, held_copy
+) -> None:
+    url, cache = f"{gs}/in-place", str(tmp_path / "cache")
     prepared_data.upload(prepared, url)
     want = _batches(prepared, str(tmp_path / "unused"), start=3)
     got = _batches(url, cache, start=3)
@@ -69,22 +79,22 @@ def test_the_first_batches_are_read_in_place_before_anything_is_copied(prepared,
 
 
 def test_copied_files_are_read_locally_and_a_rerun_finds_the_whole_copy(
-    prepared, tmp_path, monkeypatch
+    prepared, gs, tmp_path, monkeypatch
 ) -> None:
-    url, cache = "ram://bucket/copied", str(tmp_path / "cache")
+    url, cache = f"{gs}/copied", str(tmp_path / "cache")
     prepared_data.upload(prepared, url)
     want = _batches(prepared, str(tmp_path / "unused"), steps=3)
     first = _batches(url, cache, steps=1)
     remote_copy.wait_for_copies()
-    monkeypatch.setattr(remote_prepared, "ranged_read", lambda *a: pytest.fail("read the bucket"))
+    monkeypatch.setattr(files, "read_ranges", lambda *a: pytest.fail("read the bucket"))
     _same(first + _batches(url, cache, steps=3)[1:], want)  # the same folder, local files now
     monkeypatch.setattr(remote_copy, "_FOLDERS", {})  # a new process
     found = remote_copy.open_folder(url, cache)
     assert isinstance(found, str) and os.path.exists(os.path.join(found, "metadata.json"))
 
 
-def test_index_files_are_copied_first(prepared, tmp_path, monkeypatch) -> None:
-    url = "ram://bucket/order"
+def test_index_files_are_copied_first(prepared, gs, tmp_path, monkeypatch) -> None:
+    url = f"{gs}/order"
     prepared_data.upload(prepared, url)
     folder = remote_copy.open_folder(url, str(tmp_path / "cache"))
     copied = []
@@ -96,9 +106,9 @@ def test_index_files_are_copied_first(prepared, tmp_path, monkeypatch) -> None:
 
 
 def test_too_little_disk_keeps_the_reads_in_place_in_one_line(
-    prepared, tmp_path, monkeypatch, capsys
+    prepared, gs, tmp_path, monkeypatch, capsys
 ) -> None:
-    url, cache = "ram://bucket/no-room", str(tmp_path / "cache")
+    url, cache = f"{gs}/no-room", str(tmp_path / "cache")
     prepared_data.upload(prepared, url)
     usage = shutil.disk_usage(tmp_path)
     monkeypatch.setattr(shutil, "disk_usage", lambda path: usage._replace(free=1000))
@@ -111,8 +121,8 @@ def test_too_little_disk_keeps_the_reads_in_place_in_one_line(
     assert not folder.done and not os.path.exists(os.path.join(folder.local, "metadata.json"))
 
 
-def test_a_stopped_copy_leaves_no_half_file_and_the_next_copies_only_the_rest(prepared, tmp_path) -> None:
-    url = "ram://bucket/stopped"
+def test_a_stopped_copy_leaves_no_half_file_and_the_next_copies_only_the_rest(prepared, gs, tmp_path) -> None:
+    url = f"{gs}/stopped"
     prepared_data.upload(prepared, url)
     folder = remote_copy.open_folder(url, str(tmp_path / "cache"))
     stop = threading.Event()

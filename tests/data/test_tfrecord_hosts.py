@@ -1,5 +1,6 @@
 """TFRecord reading on pods: each host reads only its rows, and the hosts' rows are the
-single-host global batches; globs (``gs://`` included) go through `tf.io.gfile`."""
+single-host global batches; files in a bucket (the GCS emulator) read as local ones,
+through the path layer."""
 
 import itertools
 from pathlib import Path
@@ -8,7 +9,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from bert_jax.data import tfrecords
+from bert_jax.data import tfrecord_reader, tfrecords
+from bert_jax.storage import files
+from tests.helpers import prepared_data
 
 SEQ, PRED = 8, 2
 
@@ -117,27 +120,56 @@ def test_each_stream_visits_its_records_once_per_epoch_then_reshuffles(tmp_path)
     assert _ids(next(other)) + _ids(next(other)) != _ids(batches[0]) + _ids(batches[1])
 
 
-def test_gs_globs_go_through_tf_io_gfile(tmp_path, monkeypatch) -> None:
-    pattern = _write(tmp_path, [20, 20])
-    local = sorted(str(p) for p in tmp_path.glob("data-*.tfrecord"))
-    seen = []
-    real_glob = tf.io.gfile.glob
-
-    def fake_glob(p: str) -> list[str]:
-        seen.append(p)
-        if p.startswith("gs://"):
-            return local if p == "gs://bucket/pretrain/data-*.tfrecord" else []
-        return real_glob(p)
-
-    monkeypatch.setattr(tf.io.gfile, "glob", fake_glob)
-    got = _batches("gs://bucket/pretrain/data-*.tfrecord", 8, 2)
-    assert seen == ["gs://bucket/pretrain/data-*.tfrecord"]
-    assert [_ids(b) for b in got] == [_ids(b) for b in _batches(pattern, 8, 2)]
+def test_files_in_a_bucket_read_as_the_local_ones_through_the_path_layer(tmp_path) -> None:
+    """TFRecords on the GCS emulator, through the client a TPU VM uses: the same training
+    batches (a second host's and a resume's too), the same evaluation pass."""
+    pattern = _write(tmp_path / "data", [20, 23])
+    local = sorted(str(p) for p in (tmp_path / "data").glob("data-*.tfrecord"))
+    with prepared_data.bucket(tmp_path / "gcs") as gs:
+        for path in local:
+            files.write_bytes_remote(f"{gs}/tf/{Path(path).name}", Path(path).read_bytes())
+        remote = f"{gs}/tf/data-*.tfrecord"
+        assert tfrecords.list_files(remote) == [f"{gs}/tf/{Path(p).name}" for p in local]
+        cache = str(tmp_path / "cache")
+        got = [
+            _batches(remote, 8, 3),
+            _batches(remote, 8, 3, p=1, n=2),
+            _batches(remote, 8, 3, start=9, cache_dir=cache),
+            _batches(remote, 4, 20, repeat=False),
+        ]
+        with pytest.raises(FileNotFoundError, match=f"no TFRecord files match '{gs}/none-"):
+            tfrecords.list_files(f"{gs}/none-*")
+    want = [
+        _batches(pattern, 8, 3),
+        _batches(pattern, 8, 3, p=1, n=2),
+        _batches(pattern, 8, 3, start=9, cache_dir=str(tmp_path / "cache-local")),
+        _batches(pattern, 4, 20, repeat=False),
+    ]
+    for g, w in zip(got, want, strict=True):
+        assert [_ids(b) for b in g] == [_ids(b) for b in w]
+        for a, b in zip(g, w, strict=True):
+            for key in b:
+                np.testing.assert_array_equal(a[key], b[key], err_msg=key)
     # Comma-separated patterns, a file:// one included; a file matched twice is read once.
-    both = tfrecords.list_files(f"file://{tmp_path}/data-00000-*.tfrecord, {pattern},{local[1]}")
-    assert both == sorted([f"file://{local[0]}", *local])
-    with pytest.raises(FileNotFoundError, match="no TFRecord files match 'gs://bucket/none-"):
-        tfrecords.list_files("gs://bucket/none-*")
+    both = tfrecords.list_files(f"file://{tmp_path}/data/data-00000-*.tfrecord, {pattern},{local[1]}")
+    assert both == local
+
+
+def test_a_damaged_record_in_a_bucket_is_named(tmp_path) -> None:
+    _write(tmp_path / "data", [5])
+    (path,) = (tmp_path / "data").glob("data-*.tfrecord")
+    data = bytearray(path.read_bytes())
+    data[40] ^= 0xFF  # inside the first record's data
+    with prepared_data.bucket(tmp_path / "gcs") as gs:
+        files.write_bytes_remote(f"{gs}/bad/{path.name}", bytes(data))
+        files.write_bytes_remote(f"{gs}/cut/{path.name}", path.read_bytes()[:-7])
+        with pytest.raises(
+            tfrecord_reader.DamagedRecordError, match=r"bad/data-00000-of-00001.tfrecord: record 0 fails"
+        ):
+            list(tfrecord_reader.records(f"{gs}/bad/{path.name}"))
+        with pytest.raises(tfrecord_reader.DamagedRecordError, match=r"record 4 is cut short"):
+            tfrecord_reader.count(f"{gs}/cut/{path.name}")
+        assert tfrecord_reader.count(f"{gs}/bad/{path.name}") == 5  # the framing is whole
 
 
 def test_eval_is_one_pass_in_file_order_split_between_hosts(tmp_path) -> None:

@@ -33,8 +33,8 @@ def counted_reads(monkeypatch) -> list[int]:
         reads.append(1)
         return x
 
-    def counting(tf_module, path):
-        records = real(tf_module, path)
+    def counting(tf_module, path, remote):
+        records = real(tf_module, path, remote)
         return records.map(lambda r: tf.ensure_shape(tf.numpy_function(one, [r], tf.string), []))
 
     monkeypatch.setattr(tfrecords, "read_records", counting)

@@ -115,9 +115,13 @@ def objects(url: str, prefix: str) -> list[str]:
 
 
 def read_object(url: str, name: str) -> str:
+    return read_object_bytes(url, name).decode()
+
+
+def read_object_bytes(url: str, name: str) -> bytes:
     quoted = urllib.parse.quote(name, safe="")
     with urllib.request.urlopen(f"{url}/download/storage/v1/b/{BUCKET}/o/{quoted}?alt=media") as r:
-        return r.read().decode()
+        return r.read()
 
 
 def train_losses(text: str) -> dict[int, float]:

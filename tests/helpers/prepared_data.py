@@ -1,13 +1,19 @@
-"""A small prepared folder (30 Wikipedia articles at length 64) and its upload to a stand-in
-bucket (TensorFlow's ``ram://``), for the tests of prepared data read from a bucket."""
+"""A small prepared folder (30 Wikipedia articles at length 64), a bucket this process
+reaches (the GCS API emulator, through the same client and path layer as a TPU VM's
+``gs://``), and the folder's upload to it: for the tests of prepared data read from a bucket."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
+
 from bert_jax.data import corpora, prepare
-from bert_jax.storage import tensorflow_runtime
+from bert_jax.storage import emulator, files, gcs
+from tests.helpers import pod
 
 
 def wiki_prepared(folder: Path) -> str:
@@ -19,10 +25,29 @@ def wiki_prepared(folder: Path) -> str:
     return str(folder / "prep")
 
 
+@contextlib.contextmanager
+def bucket(data_dir: Path) -> Iterator[str]:
+    """``gs://BUCKET`` on an emulator serving `data_dir`, reached by this process's gcsfs
+    (the variables `storage.emulator` sets, applied now and undone after)."""
+    with pod.emulator(data_dir) as url, pytest.MonkeyPatch.context() as patch:
+        for key, value in emulator.environment(url).items():
+            patch.setenv(key, value)
+        gcs.configure()
+        import fsspec
+        import gcsfs
+
+        saved = dict(fsspec.config.conf.get("gcs", {}))
+        fsspec.config.set_conf_env(fsspec.config.conf)  # the token, read from the variables
+        gcsfs.GCSFileSystem.clear_instance_cache()  # a client made before pointed elsewhere
+        try:
+            yield f"gs://{pod.BUCKET}"
+        finally:
+            gcsfs.GCSFileSystem.clear_instance_cache()
+            fsspec.config.conf["gcs"] = saved
+
+
 def upload(local: str, url: str, *, metadata: bool = True) -> None:
     """The prepared folder `local` copied to `url` (without its metadata.json: unfinished)."""
-    gfile = tensorflow_runtime.tensorflow().io.gfile
-    gfile.makedirs(url)
     for name in sorted(os.listdir(local)):
         if name != "metadata.json" or metadata:
-            gfile.copy(os.path.join(local, name), f"{url}/{name}", overwrite=True)
+            files.write_bytes_remote(f"{url}/{name}", Path(local, name).read_bytes())
