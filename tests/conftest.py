@@ -47,6 +47,22 @@ def tiny_pretraining(**overrides):
     return c
 
 
+def tiny_two_phase(**overrides):
+    """`tiny_pretraining` in two phases (sequence 32 for 2 steps, then 64 for 2), no
+    dropout, no evaluation or checkpoints: the phase tests' start."""
+    settings = {
+        "model.hidden_dropout_prob": 0.0,
+        "model.attention_probs_dropout_prob": 0.0,
+        "num_train_steps": 4,
+        "eval_every_steps": 0,
+        "checkpoint_every_steps": 0,
+        "phase2_fraction": 0.5,
+        "phase2_max_seq_length": 64,
+        "phase2_max_predictions_per_seq": 8,
+    }
+    return tiny_pretraining(**{**settings, **overrides})
+
+
 @pytest.fixture(scope="module")
 def tiny_checkpoint(tmp_path_factory) -> str:
     """A tiny BERT checkpoint with the bundled vocabulary, for fine-tuning tests."""

@@ -10,25 +10,11 @@ from bert_jax.commands import run_settings
 from bert_jax.pretraining import pretrain
 from bert_jax.pretraining.settings import PhaseStep
 from bert_jax.training import engine
-from tests.conftest import tiny_pretraining
-
-
-def _config(**overrides):
-    settings = {
-        "model.hidden_dropout_prob": 0.0,
-        "model.attention_probs_dropout_prob": 0.0,
-        "num_train_steps": 4,
-        "eval_every_steps": 0,
-        "checkpoint_every_steps": 0,
-        "phase2_fraction": 0.5,
-        "phase2_max_seq_length": 64,
-        "phase2_max_predictions_per_seq": 8,
-    }
-    return tiny_pretraining(**{**settings, **overrides})
+from tests.conftest import tiny_two_phase
 
 
 def test_phase_step_falls_back_to_the_runs_and_for_phase_changes_only_what_differs() -> None:
-    c = _config(remat_policy="dots", grad_accum_steps=2)
+    c = tiny_two_phase(remat_policy="dots", grad_accum_steps=2)
     run = run_settings.pretrain_settings(c)
     assert run.phase_step(1) == run.phase_step(2) == PhaseStep("dots", 2)
     assert run.for_phase(2) is run
@@ -42,7 +28,7 @@ def test_phase_step_falls_back_to_the_runs_and_for_phase_changes_only_what_diffe
 
 
 def test_phases_split_the_steps_as_the_paper_does() -> None:
-    run = run_settings.pretrain_settings(_config(num_train_steps=1000, phase2_fraction=0.1))
+    run = run_settings.pretrain_settings(tiny_two_phase(num_train_steps=1000, phase2_fraction=0.1))
     first, second = run.phases()
     assert (first.start, first.end, first.max_seq_length) == (0, 900, 32)
     assert (second.start, second.end, second.max_seq_length, second.max_predictions_per_seq) == (
@@ -51,7 +37,8 @@ def test_phases_split_the_steps_as_the_paper_does() -> None:
         64,
         8,
     )
-    assert [p.end for p in run_settings.pretrain_settings(_config(phase2_fraction=0.0)).phases()] == [4]
+    one_phase = run_settings.pretrain_settings(tiny_two_phase(phase2_fraction=0.0))
+    assert [p.end for p in one_phase.phases()] == [4]
 
 
 @pytest.mark.parametrize(
@@ -66,7 +53,7 @@ def test_phases_split_the_steps_as_the_paper_does() -> None:
 )
 def test_check_refuses_a_bad_phase_setting_in_one_line_naming_the_key(key, value, named) -> None:
     with pytest.raises(ValueError) as err:
-        pretrain.check_run(run_settings.pretrain_settings(_config(**{key: value})))
+        pretrain.check_run(run_settings.pretrain_settings(tiny_two_phase(**{key: value})))
     assert named in str(err.value) and "\n" not in str(err.value)
 
 
@@ -86,11 +73,11 @@ def test_phase2_runs_its_own_step_settings_and_trains_the_same(tmp_path, monkeyp
         return step(state, batch, objective=objective, grad_accum_steps=grad_accum_steps, **kw)
 
     monkeypatch.setattr(engine, "train_step", spy)
-    run_settings.pretrain(_config(), str(tmp_path / "plain"))
+    run_settings.pretrain(tiny_two_phase(), str(tmp_path / "plain"))
     assert sorted(set(traced)) == [(32, "none", 1), (64, "none", 1)]
     traced.clear()
     run_settings.pretrain(
-        _config(phase2_remat_policy="full", phase2_grad_accum_steps=2), str(tmp_path / "phase2")
+        tiny_two_phase(phase2_remat_policy="full", phase2_grad_accum_steps=2), str(tmp_path / "phase2")
     )
     assert sorted(set(traced)) == [(32, "none", 1), (64, "full", 2)]
     plain, saving = _losses(tmp_path / "plain"), _losses(tmp_path / "phase2")

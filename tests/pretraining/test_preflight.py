@@ -11,24 +11,14 @@ import pytest
 from bert_jax.commands import cli, run_settings
 from bert_jax.pretraining import preflight, pretrain
 from bert_jax.training import engine, exit_codes, sharding
-from tests.conftest import tiny_pretraining
+from tests.conftest import tiny_two_phase
 
 BACKEND_COMPILE = "/jax/core/compile/backend_compile_duration"  # JAX's event for each XLA compile
 
 
 def _config(**overrides):
-    settings = {
-        "model.hidden_dropout_prob": 0.0,
-        "model.attention_probs_dropout_prob": 0.0,
-        "num_train_steps": 4,
-        "eval_every_steps": 0,
-        "checkpoint_every_steps": 0,
-        "global_batch_size": 32,
-        "phase2_fraction": 0.5,
-        "phase2_max_seq_length": 64,
-        "phase2_max_predictions_per_seq": 20,  # the MLM logits: phase 2 needs ~2x phase 1's
-    }
-    return tiny_pretraining(**{**settings, **overrides})
+    # The MLM logits at 20 positions: phase 2 needs ~2x phase 1's memory.
+    return tiny_two_phase(**{"global_batch_size": 32, "phase2_max_predictions_per_seq": 20, **overrides})
 
 
 def _job(config) -> pretrain.Pretraining:
