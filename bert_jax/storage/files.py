@@ -125,10 +125,15 @@ def open_read(path: str) -> Iterator[Any]:
         yield f
 
 
+# Ranged requests a process has in flight at once (a bucket serves far more; a small
+# server, such as the GCS emulator, stalls on a burst of 64).
+RANGES_IN_FLIGHT = 32
+
+
 def read_ranges(paths: list[str], offsets: list[int], sizes: list[int]) -> list[bytes]:
     """``sizes[i]`` bytes of ``paths[i]`` from ``offsets[i]``, for every i: on a bucket all
-    at once, each a ranged request of the client epath uses (many in flight; the retry
-    policy's), so a batch of reads costs about one round trip; locally, `os.pread`."""
+    at once, each a ranged request of the client epath uses (`RANGES_IN_FLIGHT` at a
+    time; the retry policy's), so a batch of reads costs about one round trip; locally, `os.pread`."""
     if not paths:
         return []
     if not is_remote(paths[0]):
@@ -142,7 +147,8 @@ def read_ranges(paths: list[str], offsets: list[int], sizes: list[int]) -> list[
     with on_bucket(paths[0], "reading"):
         fs, _ = fsspec.core.url_to_fs(paths[0])
         ends = [o + n for o, n in zip(offsets, sizes, strict=True)]
-        return list(fs.cat_ranges([fs._strip_protocol(p) for p in paths], offsets, ends, on_error="raise"))
+        stripped = [fs._strip_protocol(p) for p in paths]
+        return list(fs.cat_ranges(stripped, offsets, ends, batch_size=RANGES_IN_FLIGHT, on_error="raise"))
 
 
 def glob(pattern: str) -> list[str]:
