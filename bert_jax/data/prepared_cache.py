@@ -12,6 +12,7 @@ import os
 
 from bert_jax.data import corpus_inputs, prepare, records, remote_copy, remote_prepared, run_vocabulary
 from bert_jax.data.settings import DataSettings
+from bert_jax.storage import files
 
 
 def prepare_options(c: DataSettings, max_seq_length: int, seed: int):
@@ -48,8 +49,7 @@ def prepared_dir(
             )
         # A folder in a bucket: its local copy once whole, else read in place (`remote_copy`).
         opened = [
-            remote_copy.open_folder(d, corpus_inputs.cache_dir(c)) if remote_copy.is_remote(d) else d
-            for d in dirs
+            remote_copy.open_folder(d, corpus_inputs.cache_dir(c)) if files.is_remote(d) else d for d in dirs
         ]
         found = {}
         for d in opened:

@@ -41,10 +41,6 @@ from bert_jax.storage import atomic_files, files
 T = TypeVar("T")
 
 
-def is_remote(path: str) -> bool:
-    return "://" in path
-
-
 class RemoteReadError(OSError):
     """A bucket path that cannot be read (the message names it and says why)."""
 

@@ -131,24 +131,24 @@ RANGES_IN_FLIGHT = 32
 
 
 def read_ranges(paths: list[str], offsets: list[int], sizes: list[int]) -> list[bytes]:
-    """``sizes[i]`` bytes of ``paths[i]`` from ``offsets[i]``, for every i: on a bucket all
-    at once, each a ranged request of the client epath uses (`RANGES_IN_FLIGHT` at a
-    time; the retry policy's), so a batch of reads costs about one round trip; locally, `os.pread`."""
+    """``sizes[i]`` bytes of the bucket object ``paths[i]`` from ``offsets[i]``, for every i,
+    all at once: each a ranged request of the client epath uses (`RANGES_IN_FLIGHT` at a
+    time; the retry policy's), so a batch of reads costs about one round trip."""
     if not paths:
         return []
-    if not is_remote(paths[0]):
-        out = []
-        for path, offset, n in zip(paths, offsets, sizes, strict=True):
-            with open(path, "rb") as f:
-                out.append(os.pread(f.fileno(), n, offset))
-        return out
-    import fsspec  # epath's client for buckets (gcsfs for gs://)
-
     with on_bucket(paths[0], "reading"):
-        fs, _ = fsspec.core.url_to_fs(paths[0])
+        fs, _ = _bucket_fs(paths[0])
         ends = [o + n for o, n in zip(offsets, sizes, strict=True)]
         stripped = [fs._strip_protocol(p) for p in paths]
         return list(fs.cat_ranges(stripped, offsets, ends, batch_size=RANGES_IN_FLIGHT, on_error="raise"))
+
+
+def _bucket_fs(path: str) -> tuple[Any, str]:
+    """The fsspec file system epath reaches `path`'s bucket through (gcsfs for ``gs://``),
+    and `path` as it names it."""
+    import fsspec
+
+    return fsspec.core.url_to_fs(path)
 
 
 def glob(pattern: str) -> list[str]:
@@ -158,10 +158,8 @@ def glob(pattern: str) -> list[str]:
         pattern = pattern[len("file://") :]
     if not is_remote(pattern):
         return local_glob.glob(pattern)
-    import fsspec
-
     with on_bucket(pattern, "listing"):
-        fs, _ = fsspec.core.url_to_fs(pattern)
+        fs, _ = _bucket_fs(pattern)
         protocol = pattern.split("://", 1)[0]
         return [f"{protocol}://{p}" for p in fs.glob(fs._strip_protocol(pattern))]
 
@@ -172,10 +170,8 @@ def size_and_time(path: str) -> list[int]:
     if not is_remote(path):
         st = os.stat(path)
         return [int(st.st_size), int(st.st_mtime_ns)]
-    import fsspec
-
     with on_bucket(path, "reading"):
-        fs, stripped = fsspec.core.url_to_fs(path)
+        fs, stripped = _bucket_fs(path)
         info = fs.info(stripped)
     stamp = info.get("generation") or info.get("updated") or info.get("mtime") or 0
     digits = "".join(ch for ch in str(stamp) if ch.isdigit())
