@@ -1,24 +1,37 @@
-"""Pre-training step on one NVIDIA GPU: bert_jax vs transformers' PyTorch BERT, same run.
+"""Pre-training step on one NVIDIA GPU: bert_jax against PyTorch (eager and `torch.compile`).
 
-BERT-Base, full forward + backward + AdamW update of pre-training (MLM over 15% of the
-positions + NSP), bfloat16 compute, on the paper's two phases: sequence 128 (batch 256) and
-512 (batch 64). Contenders, each in its own subprocess, taking turns for ``--rounds``
-rounds (best round each):
+The full step (forward, backward, gradient clipping, AdamW update), bfloat16 compute, on
+the shapes the recipes pre-train at (`SHAPES`):
 
-- ``bert_jax``: the paper's recipe (attention dropout 0.1, so the XLA attention);
-- ``bert_jax_cudnn``: attention dropout 0, so `attention_kernel=auto` takes cuDNN's fused
-  attention (the recipe ModernBERT and most recent encoders use);
-- ``torch``: `transformers.BertForPreTraining`, SDPA attention, bfloat16 autocast, fused
-  AdamW: what a user of that library runs (eager; MLM logits over every position).
+- ``128``: BERT-Base (`configs/pretrain.py:base`), batch 256 x 128, MLM at 20 positions +
+  NSP, the paper's recipe (dropout 0.1 in attention and hidden layers);
+- ``128-nodrop``: the same with no dropout (the recipe of Cramming and ModernBERT);
+- ``512``: BERT-Base's phase 2, batch 64 x 512, 80 predictions, the paper's recipe;
+- ``modernbert-1024``: ModernBERT-base (`configs/pretrain.py:modernbert-base`), batch 32
+  x 1,024, 30% masking, no NSP, local/global attention (window 128 in two layers of three).
 
-MFU is each contender's model FLOPs (bert_jax: MLM logits on the masked positions only;
-torch: at every position, as it computes them) over the GPU's dense bfloat16 peak
-(`training.hardware`), and over the bfloat16 matmul rate measured in the same run.
+Contenders, each in its own process, taking turns for ``--rounds`` rounds (best round each):
 
-    python bench/gpu_pretrain.py [--steps 10] [--rounds 2] [--only 128]
+- ``bert_jax``: its `Pretraining` step from the shape's run preset, as a user gets it
+  (`attention_kernel=auto`, the preset's dtype and layer scan); ``--set KEY=VALUE``
+  changes its run config (e.g. to try a flag before making it a default);
+- ``torch``: `transformers`' `BertForPreTraining` / `ModernBertForMaskedLM`
+  (`sparse_prediction=True`, as ModernBERT trains) of the same shape and dropout, SDPA
+  attention, bfloat16 autocast, fused AdamW, clipping at 1.0: what a user of that library
+  runs;
+- ``torch_compile``: the same model under `torch.compile` (default mode).
 
-Prints a table per length, then ``ratio_<len>=<x>`` (bert_jax's best tokens/s over
-torch's) as its last lines.
+MFU is each contender's model FLOPs (bert_jax and the sparse ModernBERT head: MLM logits
+at the masked positions only; `BertForPreTraining`: at every position) over the bfloat16
+matmul rate measured in the same run (8192^3, XLA) and over the GPU's dense bf16 peak.
+
+    python bench/gpu_pretrain.py [--steps 10] [--rounds 1] [--only 512,modernbert-1024]
+                                 [--contenders bert_jax,torch] [--set KEY=VALUE] [--tiny]
+
+``--tiny`` runs every shape at a tiny width, length and batch (a CPU check that the
+script and each contender work; its figures mean nothing). The last lines are
+``ratio_<shape>=<x>`` (bert_jax's tokens/s over the best PyTorch contender's) and
+``mfu_<shape>=<x>`` (bert_jax's MFU against the measured matmul rate).
 """
 
 from __future__ import annotations
@@ -29,81 +42,150 @@ import json
 import sys
 import time
 from pathlib import Path
+from typing import Any, NamedTuple
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench import workers  # noqa: E402
 
-SHAPES = {"128": (256, 128, 20), "512": (64, 512, 77), "128x512": (512, 128, 20)}  # batch, length, masked
-CONTENDERS = ("bert_jax", "bert_jax_cudnn", "torch")
+
+class Shape(NamedTuple):
+    preset: str  # configs/pretrain.py
+    batch: int
+    seq: int
+    masked: int  # predictions per sequence
+    changes: dict[str, Any]  # run-config keys on top of the preset
+    title: str
 
 
-def _bert_jax_step(batch: int, seq: int, masked: int, attention_dropout: float, changes: dict):
+_NO_DROPOUT = {"model.hidden_dropout_prob": 0.0, "model.attention_probs_dropout_prob": 0.0}
+SHAPES = {
+    "128": Shape("base", 256, 128, 20, {}, "BERT-Base, paper recipe (dropout 0.1)"),
+    "128-nodrop": Shape("base", 256, 128, 20, _NO_DROPOUT, "BERT-Base, no dropout"),
+    "512": Shape("base", 64, 512, 80, {}, "BERT-Base phase 2, paper recipe (dropout 0.1)"),
+    "modernbert-1024": Shape("modernbert-base", 32, 1024, 308, {}, "ModernBERT-base, 30% masking, no NSP"),
+}
+CONTENDERS = ("bert_jax", "torch", "torch_compile")
+TORCH = ("torch", "torch_compile")
+# --tiny: every shape at this width (a check of the script, not a measurement).
+_TINY_MODEL = {
+    "model.hidden_size": 64,
+    "model.num_hidden_layers": 3,
+    "model.num_attention_heads": 2,
+    "model.intermediate_size": 128,
+    "model.vocab_size": 1024,
+}
+
+
+def run_config(shape: Shape, tiny: bool, changes: dict[str, Any]):
+    """The shape's run config: its preset, one device, synthetic rows, one (micro-)batch."""
+    from bert_jax.training import run_config as rc
+    from configs import pretrain as pretrain_config
+
+    batch, seq, masked = shape.batch, shape.seq, shape.masked
+    if tiny:
+        batch, seq, masked = 2, shape.seq // 4, -(-shape.masked // 4)
+    c = pretrain_config.get_config(shape.preset)
+    rc.set_keys(c, {**shape.changes, **(_TINY_MODEL if tiny else {})})
+    keys = {
+        "data.source": "synthetic",
+        "global_batch_size": batch,
+        "max_seq_length": seq,
+        "max_predictions_per_seq": masked,
+        "model.max_position_embeddings": max(seq, c.model.max_position_embeddings),
+        "grad_accum_steps": 1,
+        "phase2_fraction": 0.0,
+        "phase2_grad_accum_steps": 0,
+        "mesh_shape": (1, 1, 1),
+        "warmup_steps": 10,
+        "warmup_proportion": 0.0,
+    }
+    rc.set_keys(c, {**keys, **changes})
+    return c
+
+
+def _bert_jax_step(c) -> tuple[Any, float]:
     from bench import peers
-    from bert_jax.model.config import model_config_dict
+    from bert_jax.commands import run_settings
 
-    model = model_config_dict("base", attention_probs_dropout_prob=attention_dropout)
-    changes = {"compute_dtype": "bfloat16", "attention_kernel": "auto", **changes}
-    return peers.bert_jax_pretraining_step(model, batch, seq, masked, changes)
+    return peers.bert_jax_step(run_settings.pretrain_settings(c))
 
 
-def _torch_step(batch: int, seq: int, masked: int):
+def _torch_step(c, compiled: bool) -> tuple[Any, float]:
     import numpy as np
     import torch
     import transformers
 
     from bench import peers
-    from bert_jax.model.config import MODEL_PRESETS
+    from bert_jax.commands import run_settings
+    from bert_jax.convert import hf_format, layout, modernbert_format
+    from bert_jax.model import flops
 
-    config = MODEL_PRESETS["base"]
+    settings = run_settings.pretrain_settings(c)
+    config, nsp = settings.model, settings.data.nsp
+    batch, seq, masked = c.global_batch_size, c.max_seq_length, c.max_predictions_per_seq
     data = peers.random_batch(config, batch, seq, masked)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
     torch.manual_seed(0)
-    hf = peers.hf_config(config)
-    hf._attn_implementation = "sdpa"
-    model = transformers.BertForPreTraining(hf).cuda().train()
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.01, eps=1e-6, fused=True)
-    as_long = lambda a: torch.from_numpy(a.astype(np.int64)).cuda()
-    labels = np.full(data["input_ids"].shape, -100, np.int64)
-    np.put_along_axis(labels, data["masked_lm_positions"], data["masked_lm_ids"], axis=1)
+    as_long = lambda a: torch.from_numpy(np.asarray(a, np.int64)).to(device)
     inputs = {
         "input_ids": as_long(data["input_ids"]),
         "attention_mask": as_long(data["input_mask"]),
-        "token_type_ids": as_long(data["segment_ids"]),
-        "labels": as_long(labels),
-        "next_sentence_label": as_long(data["next_sentence_labels"]),
+        "labels": as_long(peers.mlm_labels(data)),
     }
+    if layout.hf_family(config) == "modernbert":
+        values = modernbert_format.hf_config(config, "ModernBertForMaskedLM")
+        hf = transformers.ModernBertConfig(**values, sparse_prediction=True, attn_implementation="sdpa")
+        model = transformers.ModernBertForMaskedLM(hf)
+        model_flops = flops.model_flops_per_step(config, batch, seq, masked, nsp=nsp)
+    else:
+        hf = transformers.BertConfig(**hf_format.hf_config_dict(config), attn_implementation="sdpa")
+        model = transformers.BertForPreTraining(hf)
+        inputs["token_type_ids"] = as_long(data["segment_ids"])
+        inputs["next_sentence_label"] = as_long(data["next_sentence_labels"])
+        model_flops = peers.full_vocab_flops_per_token(config, seq) * batch * seq
+    model = model.to(device).train()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.01, eps=1e-6, fused=device == "cuda")
+    forward = torch.compile(model) if compiled else model
 
     def step() -> float:
         opt.zero_grad(set_to_none=True)
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            loss = model(**inputs).loss
+        with torch.autocast(device, dtype=torch.bfloat16):
+            loss = forward(**inputs).loss
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         return float(loss)
 
-    return step, peers.full_vocab_flops_per_token(config, seq) * batch * seq
+    return step, model_flops
 
 
-def run_one(name: str, shape: str, steps: int, changes: dict) -> dict:
+def run_one(name: str, shape: str, steps: int, tiny: bool, changes: dict) -> dict:
     from bench import peers
 
-    batch, seq, masked = SHAPES[shape]
-    if name == "torch":
-        step, flops = _torch_step(batch, seq, masked)
-    else:
-        step, flops = _bert_jax_step(batch, seq, masked, 0.1 if name == "bert_jax" else 0.0, changes)
-    seconds = peers.time_steps(step, warmup=3, iters=steps)
-    return {"tokens_per_sec": batch * seq / seconds, "flops_per_sec": flops / seconds, "loss": step()}
+    c = run_config(SHAPES[shape], tiny, changes if name == "bert_jax" else {})
+    start = time.perf_counter()
+    step, model_flops = _bert_jax_step(c) if name == "bert_jax" else _torch_step(c, name == "torch_compile")
+    step()  # the first step compiles
+    first = time.perf_counter() - start
+    seconds = peers.time_steps(step, warmup=2, iters=steps)
+    tokens = c.global_batch_size * c.max_seq_length
+    return {
+        "tokens_per_sec": tokens / seconds,
+        "flops_per_sec": model_flops / seconds,
+        "loss": step(),
+        "first_step_s": first,
+        "batch": c.global_batch_size,
+        "seq": c.max_seq_length,
+    }
 
 
-def measured_bf16_peak() -> tuple[float, str]:
-    """bfloat16 matmul FLOP/s of this GPU (XLA, 8192^3, best of 3 x 10) and its kind."""
+def measured_bf16_peak(n: int = 8192) -> tuple[float, str]:
+    """bfloat16 matmul FLOP/s of this device (XLA, n^3, best of 3 x 10) and its kind."""
     import jax
     import jax.numpy as jnp
 
-    n = 8192
     a = jax.random.normal(jax.random.key(0), (n, n), jnp.bfloat16)
     f = jax.jit(lambda x: x @ x)
     f(a).block_until_ready()
@@ -117,70 +199,82 @@ def measured_bf16_peak() -> tuple[float, str]:
     return best, jax.devices()[0].device_kind
 
 
-def _run_worker(name: str, shape: str, steps: int, changes: dict):
-    argv = [sys.executable, __file__, "--worker", name, shape, "--steps", str(steps)]
-    argv += ["--set_json", json.dumps(changes)]
+def _run_worker(name: str, shape: str, args: argparse.Namespace, changes: dict) -> dict | None:
+    argv = [sys.executable, __file__, "--worker", name, shape, "--steps", str(args.steps)]
+    argv += ["--set_json", json.dumps(changes)] + (["--tiny"] if args.tiny else [])
     try:
         return workers.run(argv, what=f"{name} on {shape}")
     except workers.WorkerFailed as e:
         print(e, flush=True)
         if name == "peak":
             raise SystemExit(1) from e
-        return {"tokens_per_sec": 0.0, "flops_per_sec": 0.0, "loss": float("nan")}
+        return None
 
 
 def main() -> None:
+    sys.stdout.reconfigure(line_buffering=True)  # each table as it is measured (also through tee)
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=10)
-    parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--only", choices=sorted(SHAPES), default=None)
+    parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--only", default=",".join(SHAPES), help="shapes, comma-separated")
+    parser.add_argument("--contenders", default=",".join(CONTENDERS))
     parser.add_argument(
         "--set",
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="a run-config key for the bert_jax contenders, e.g. model.hidden_dropout_prob=0.0",
+        help="a run-config key for bert_jax, e.g. attention_kernel=xla",
     )
-    parser.add_argument("--contenders", default=",".join(CONTENDERS))
+    parser.add_argument("--tiny", action="store_true", help="tiny shapes: a check of the script")
     parser.add_argument("--set_json", default="{}", help=argparse.SUPPRESS)
     parser.add_argument("--worker", nargs=2, metavar=("NAME", "SHAPE"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
         name, shape = args.worker
-        changes = json.loads(args.set_json)
-        result = measured_bf16_peak() if name == "peak" else run_one(name, shape, args.steps, changes)
+        if name == "peak":
+            result = measured_bf16_peak(1024 if args.tiny else 8192)
+        else:
+            result = run_one(name, shape, args.steps, args.tiny, json.loads(args.set_json))
         workers.report(result)
         return
+    shapes, contenders = args.only.split(","), args.contenders.split(",")
+    for value, known, what in ((shapes, SHAPES, "--only"), (contenders, CONTENDERS, "--contenders")):
+        if unknown := [v for v in value if v not in known]:
+            parser.error(f"{what}: unknown {', '.join(unknown)} (known: {', '.join(known)})")
     from bert_jax.training import hardware
 
     # Every contender in its own process: JAX takes most of the GPU's memory for its pool.
     changes = {k: ast.literal_eval(v) for k, _, v in (s.partition("=") for s in args.set)}
-    contenders = args.contenders.split(",")
-    measured, kind = _run_worker("peak", "-", args.steps, {})
+    measured, kind = _run_worker("peak", "-", args, {})
     spec = hardware.peak_flops_for_device_kind(kind) or measured
     print(f"{kind}: bf16 matmul measured {measured / 1e12:.0f} TFLOP/s, dense peak {spec / 1e12:.0f}")
-    ratios = {}
-    for shape in [args.only] if args.only else list(SHAPES):
+    lines = []
+    for shape in shapes:
         results: dict[str, dict] = {}
         for _ in range(args.rounds):
             for name in contenders:
-                r = _run_worker(name, shape, args.steps, changes)
-                if r["tokens_per_sec"] > results.get(name, {}).get("tokens_per_sec", -1.0):
+                r = _run_worker(name, shape, args, changes)
+                if r and r["tokens_per_sec"] > results.get(name, {}).get("tokens_per_sec", -1.0):
                     results[name] = r
-        batch, seq, _ = SHAPES[shape]
-        print(f"\nseq {seq}, batch {batch}, BERT-Base, bfloat16; best of {args.rounds} rounds")
-        print(f"{'':<16}{'tokens/s':>12}{'TFLOP/s':>9}{'MFU':>7}{'of measured':>13}{'loss':>8}")
+        if not results:
+            continue
+        ran = next(iter(results.values()))
+        title = f"{SHAPES[shape].title}, batch {ran['batch']} x seq {ran['seq']}"
+        print(f"\n{shape}: {title}; best of {args.rounds}")
+        print(f"{'':<15}{'tokens/s':>12}{'TFLOP/s':>9}{'MFU':>7}{'of measured':>13}{'loss':>8}{'first s':>9}")
         for name, r in results.items():
             print(
-                f"{name:<16}{r['tokens_per_sec']:>12,.0f}{r['flops_per_sec'] / 1e12:>9.1f}"
+                f"{name:<15}{r['tokens_per_sec']:>12,.0f}{r['flops_per_sec'] / 1e12:>9.1f}"
                 f"{r['flops_per_sec'] / spec:>7.1%}{r['flops_per_sec'] / measured:>13.1%}{r['loss']:>8.3f}"
+                f"{r['first_step_s']:>9.1f}",
+                flush=True,
             )
-        ours = [r["tokens_per_sec"] for n, r in results.items() if n != "torch"]
-        if ours and "torch" in results:
-            ratios[shape] = max(ours) / max(results["torch"]["tokens_per_sec"], 1e-9)
-    print()
-    for shape, ratio in ratios.items():
-        print(f"ratio_{shape}={ratio:.2f}")
+        torch_best = max((r["tokens_per_sec"] for n, r in results.items() if n in TORCH), default=0.0)
+        if "bert_jax" in results and torch_best:
+            lines.append(f"ratio_{shape}={results['bert_jax']['tokens_per_sec'] / torch_best:.2f}")
+        if "bert_jax" in results:
+            lines.append(f"mfu_{shape}={results['bert_jax']['flops_per_sec'] / measured:.3f}")
+    print("\n" + "\n".join(lines))
 
 
 if __name__ == "__main__":

@@ -58,7 +58,7 @@ def hf_config(config: BertConfig):
     )
 
 
-def _mlm_labels(batch: dict[str, np.ndarray]) -> np.ndarray:
+def mlm_labels(batch: dict[str, np.ndarray]) -> np.ndarray:
     labels = np.full(batch["input_ids"].shape, -100, np.int64)
     np.put_along_axis(labels, batch["masked_lm_positions"], batch["masked_lm_ids"], axis=1)
     return labels
@@ -76,7 +76,7 @@ def torch_step(config: BertConfig, batch: dict[str, np.ndarray]) -> Callable[[],
         "input_ids": torch.from_numpy(batch["input_ids"].astype(np.int64)),
         "attention_mask": torch.from_numpy(batch["input_mask"].astype(np.int64)),
         "token_type_ids": torch.from_numpy(batch["segment_ids"].astype(np.int64)),
-        "labels": torch.from_numpy(_mlm_labels(batch)),
+        "labels": torch.from_numpy(mlm_labels(batch)),
         "next_sentence_label": torch.from_numpy(batch["next_sentence_labels"].astype(np.int64)),
     }
 
@@ -100,7 +100,7 @@ def flax_step(config: BertConfig, batch: dict[str, np.ndarray]) -> Callable[[], 
 
     model = transformers.FlaxBertForPreTraining(hf_config(config), seed=0)
     tx = optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(1e-4, eps=1e-6, weight_decay=0.01))
-    labels = jnp.asarray(_mlm_labels(batch))
+    labels = jnp.asarray(mlm_labels(batch))
     inputs = {
         "input_ids": jnp.asarray(batch["input_ids"]),
         "attention_mask": jnp.asarray(batch["input_mask"]),
@@ -185,11 +185,7 @@ def bert_jax_pretraining_step(
     """bert_jax's pre-training step (MLM + NSP, AdamW) of `model` (a ``config.model`` dict)
     on one device over one random batch, with run-config `changes`; returns the step
     function and the step's model FLOPs (the MLM head on the masked positions only)."""
-    import jax
-
-    from bert_jax.model import flops
-    from bert_jax.pretraining import pretrain
-    from bert_jax.training import run_config, sharding
+    from bert_jax.training import run_config
     from configs import pretrain as pretrain_config
 
     c = pretrain_config.get_config("tiny")
@@ -198,8 +194,22 @@ def bert_jax_pretraining_step(
     c.global_batch_size, c.max_seq_length, c.max_predictions_per_seq = batch, seq, masked
     c.warmup_steps = 10
     run_config.set_keys(c, changes or {})
+    return bert_jax_step(run_settings.pretrain_settings(c))
+
+
+def bert_jax_step(settings: Any) -> tuple[Callable[[], float], float]:
+    """bert_jax's pre-training step of `settings` (`PretrainSettings`) on one device over one
+    random batch of the run's shape; returns the step function and the step's model FLOPs
+    (the MLM head on the masked positions only)."""
+    import jax
+
+    from bert_jax.model import flops
+    from bert_jax.pretraining import pretrain
+    from bert_jax.training import sharding
+
     mesh = sharding.make_mesh((1, 1, 1), jax.devices()[:1])
-    setup = pretrain.Pretraining(run_settings.pretrain_settings(c), mesh)
+    setup = pretrain.Pretraining(settings, mesh)
+    batch, seq, masked = settings.global_batch_size, settings.max_seq_length, settings.max_predictions_per_seq
     data = random_batch(setup.model_config, batch, seq, masked)
     with jax.set_mesh(mesh):
         state = {"s": setup.engine.init_state(0)}
@@ -210,7 +220,7 @@ def bert_jax_pretraining_step(
             state["s"], metrics = setup.train_step(state["s"], placed)
         return float(metrics["loss"])
 
-    return step, flops.model_flops_per_step(setup.model_config, batch, seq, masked)
+    return step, flops.model_flops_per_step(setup.model_config, batch, seq, masked, nsp=setup.nsp)
 
 
 def time_steps(step: Callable[[], float], warmup: int, iters: int) -> float:

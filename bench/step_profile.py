@@ -1,6 +1,6 @@
 """Where a pre-training step's time goes: a profile of bert_jax's step, summed by operation.
 
-Runs the step of `bench/gpu_pretrain.py` (BERT-Base, bfloat16, MLM + NSP, AdamW) under
+Runs bert_jax's step of a `bench/gpu_pretrain.py` shape (its run preset, bfloat16) under
 `jax.profiler`, reads the trace back (`jax.profiler.ProfileData`) and prints, per step:
 
 - the wall time, the time the device spent in operations, and the rest (idle: dispatch,
@@ -10,10 +10,10 @@ Runs the step of `bench/gpu_pretrain.py` (BERT-Base, bfloat16, MLM + NSP, AdamW)
   XLA records for each operation, or from its name where none is recorded;
 - the `--top` operations by time, with each one's category.
 
-    python bench/step_profile.py [--shape 128] [--steps 5] [--top 25] [--set KEY=VALUE]
-                                 [--model base] [--keep DIR]
+    python bench/step_profile.py [--shape 128|128-nodrop|512|modernbert-1024] [--steps 5]
+                                 [--top 25] [--set KEY=VALUE] [--tiny] [--keep DIR]
 
-On a machine without a GPU it profiles the CPU step (use `--model tiny`). `--keep DIR`
+On a machine without a GPU it profiles the CPU step (use `--tiny`). `--keep DIR`
 copies the trace (`*.xplane.pb`, readable by TensorBoard's profile plugin or xprof) into
 DIR. The last line is ``busy=<fraction of the wall time the device was in operations>``.
 """
@@ -103,8 +103,7 @@ def main() -> None:
     parser.add_argument("--shape", choices=sorted(gpu_pretrain.SHAPES), default="128")
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--top", type=int, default=25)
-    parser.add_argument("--model", default="base", help="a model preset (tiny on a CPU)")
-    parser.add_argument("--attention_dropout", type=float, default=0.1)
+    parser.add_argument("--tiny", action="store_true", help="the shape at a tiny size (for a CPU)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--keep", default="", help="a folder to copy the trace into")
     args = parser.parse_args()
@@ -112,13 +111,12 @@ def main() -> None:
     import jax
 
     from bench import peers
-    from bert_jax.model.config import model_config_dict
+    from bert_jax.commands import run_settings
 
-    batch, seq, masked = gpu_pretrain.SHAPES[args.shape]
-    changes = {"compute_dtype": "bfloat16", "attention_kernel": "auto"}
-    changes.update({k: ast.literal_eval(v) for k, _, v in (s.partition("=") for s in args.set)})
-    model = model_config_dict(args.model, attention_probs_dropout_prob=args.attention_dropout)
-    step, _ = peers.bert_jax_pretraining_step(model, batch, seq, masked, changes)
+    changes = {k: ast.literal_eval(v) for k, _, v in (s.partition("=") for s in args.set)}
+    c = gpu_pretrain.run_config(gpu_pretrain.SHAPES[args.shape], args.tiny, changes)
+    batch, seq = c.global_batch_size, c.max_seq_length
+    step, _ = peers.bert_jax_step(run_settings.pretrain_settings(c))
     for _ in range(3):
         step()
     trace_dir = tempfile.mkdtemp(prefix="step_profile_")
@@ -144,7 +142,8 @@ def main() -> None:
     for name, (seconds, _, category, _) in by_op.items():
         kinds[kind_of(name, category)] += seconds
     device = jax.devices()[0].device_kind
-    print(f"{device}: {args.model}, batch {batch} x seq {seq}, {args.steps} steps profiled")
+    title = gpu_pretrain.SHAPES[args.shape].title
+    print(f"{device}: {title}, batch {batch} x seq {seq}, {args.steps} steps profiled")
     print(
         f"per step: wall {wall * 1e3:.2f} ms, in operations {busy * 1e3:.2f} ms,"
         f" other {(wall - busy) * 1e3:.2f} ms"

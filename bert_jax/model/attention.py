@@ -15,11 +15,11 @@ of the same attention, picked by `choose_kernel` from ``attention_kernel``:
   Pallas interpret mode (how it is tested). Under a mesh it runs in `jax.shard_map` over
   the batch and head axes (Mosaic kernels are not partitioned automatically).
 - ``cudnn``: `jax.nn.dot_product_attention(implementation="cudnn")` on NVIDIA GPUs
-  (bf16/fp16, head size a multiple of 8 up to 128, causal windows only: cuDNN refuses a
-  window to the right).
+  (bf16/fp16, head size a multiple of 8 up to 128). cuDNN's own window reaches only to the
+  left, so a two-sided window (ModernBERT's local layers) is part of the boolean mask.
 
 ``auto`` takes the platform's kernel where it applies and XLA elsewhere; whatever a kernel
-cannot take (dropout, an additive bias, a two-sided window on cuDNN, ...) runs on the XLA
+cannot take (dropout, an additive bias, ...) runs on the XLA
 path with one ``warning:`` line. The window is ModernBERT's ``local_attention`` (Warner et
 al., 2024; `transformers`' modeling_modernbert.py): query i sees key j when
 |i - j| <= window // 2 (128 → ±64), and only j <= i when causal as well.
@@ -223,17 +223,18 @@ def splash_attention(
 
 
 def cudnn_attention(q: Array, k: Array, v: Array, mask: AttentionMask) -> Array:
-    """[B, S, N, D] ×3 → [B, S, N, D] through cuDNN's fused attention (NVIDIA GPUs): the
-    padding/packing mask as a boolean [B, 1, S, S], causality and a causal window as
-    cuDNN's own masks."""
+    """[B, S, N, D] ×3 → [B, S, N, D] through cuDNN's fused attention (NVIDIA GPUs).
+
+    Padding, packing and a two-sided window (ModernBERT's local layers: cuDNN's own window
+    reaches only to the left) go in one boolean [B, 1, S, S] mask; causality and a causal
+    window are cuDNN's own masks (it skips the blocks they hide)."""
     if mask.extra_bias is not None:
         raise ValueError("attention_kernel=cudnn takes no additive bias (ALiBi): use attention_kernel=xla")
-    if mask.window is not None and not mask.causal:
-        raise ValueError("attention_kernel=cudnn takes no two-sided window: use attention_kernel=xla")
     b, s = mask.input_mask.shape
-    plain = AttentionMask(mask.input_mask, packed=mask.packed)  # causality and window: cuDNN's
+    two_sided = mask.window if not mask.causal else None
+    plain = AttentionMask(mask.input_mask, packed=mask.packed, window=two_sided)
     seen = jnp.broadcast_to(visible(plain), (b, 1, s, s))
-    window = None if mask.window is None else (mask.window // 2, 0)
+    window = (mask.window // 2, 0) if mask.causal and mask.window is not None else None
     return jax.nn.dot_product_attention(
         _scaled(q),
         k,
@@ -309,8 +310,6 @@ def _refusal(
         return f"cuDNN attention takes bfloat16 or float16, not {jnp.dtype(dtype).name}"
     if head_dim % 8 or head_dim > CUDNN_MAX_HEAD_DIM:
         return f"cuDNN attention takes a head size that is a multiple of 8 up to 128, not {head_dim}"
-    if mask.window is not None and not mask.causal:
-        return f"cuDNN takes no two-sided window (window {mask.window}: ±{mask.window // 2})"
     if mask.input_mask.shape[-1] % 2:
         return f"cuDNN attention with a mask takes an even sequence length, not {mask.input_mask.shape[-1]}"
     return None

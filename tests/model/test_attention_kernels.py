@@ -150,16 +150,7 @@ def _mask(s=256, **kwargs) -> AttentionMask:
         ("splash", "cpu", _mask(), 64, 0.0, jnp.float32, "splash", "interpret mode"),
         ("xla", "tpu", _mask(), 64, 0.0, jnp.bfloat16, "xla", None),
         ("auto", "gpu", _mask(causal=True, window=128), 64, 0.0, jnp.bfloat16, "cudnn", None),
-        (
-            "cudnn",
-            "gpu",
-            _mask(window=128),
-            64,
-            0.0,
-            jnp.bfloat16,
-            "xla",
-            "two-sided window (window 128: ±64)",
-        ),
+        ("auto", "gpu", _mask(window=128), 64, 0.0, jnp.bfloat16, "cudnn", None),  # ModernBERT's local layers
         ("auto", "gpu", _mask(), 64, 0.0, jnp.float32, "xla", "bfloat16 or float16, not float32"),
         ("cudnn", "gpu", _mask(), 160, 0.0, jnp.bfloat16, "xla", "not 160"),
         ("cudnn", "gpu", _mask(), 20, 0.0, jnp.float16, "xla", "not 20"),
@@ -215,8 +206,9 @@ def test_attend_runs_splash_sharded_over_a_mesh(capsys, monkeypatch) -> None:
 
 def test_cudnn_call_masks_equal_the_xla_path(monkeypatch) -> None:
     """The arguments `cudnn_attention` gives `jax.nn.dot_product_attention` (boolean
-    padding/packing mask, cuDNN's causal mask and left window), run by JAX's XLA
-    implementation of the same call (no GPU here): equal to `xla_attention`."""
+    padding/packing mask with a two-sided window in it, cuDNN's causal mask and left
+    window), run by JAX's XLA implementation of the same call (no GPU here): equal to
+    `xla_attention`."""
     real_call, calls = jax.nn.dot_product_attention, []
 
     def as_xla(*args, implementation=None, **kwargs):
@@ -225,12 +217,15 @@ def test_cudnn_call_masks_equal_the_xla_path(monkeypatch) -> None:
 
     monkeypatch.setattr(jax.nn, "dot_product_attention", as_xla)
     q, k, v, m = _inputs(128, packed=True)
-    for mask in (AttentionMask(m), AttentionMask(m, packed=True, causal=True, window=16)):
+    masks = (
+        AttentionMask(m),
+        AttentionMask(m, packed=True, causal=True, window=16),
+        AttentionMask(m, packed=True, window=16),  # two-sided: ±8
+    )
+    for mask in masks:
         got = attention.cudnn_attention(q, k, v, mask)
         np.testing.assert_allclose(got, attention.xla_attention(q, k, v, mask), rtol=0, atol=1e-5)
-    assert calls == [("cudnn", False, None), ("cudnn", True, (8, 0))]
-    with pytest.raises(ValueError, match="two-sided window"):
-        attention.cudnn_attention(q, k, v, AttentionMask(m, window=16))
+    assert calls == [("cudnn", False, None), ("cudnn", True, (8, 0)), ("cudnn", False, None)]
 
 
 def test_splash_compiles_ahead_of_time_for_a_tpu_topology() -> None:
@@ -277,6 +272,7 @@ def _has_gpu() -> bool:
         (256, True, False, None),  # packed examples
         (200, False, True, None),  # causal (the LTR ablation)
         (256, True, True, 64),  # a causal window in packed rows
+        (1024, False, False, 128),  # ModernBERT's local layers: a two-sided window (±64)
     ],
 )
 def test_cudnn_on_a_gpu_equals_the_xla_path(s, packed, causal, window) -> None:

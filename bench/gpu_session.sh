@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# The GPU checks in one command, in order of value, each printing as it goes, on a machine
+# with one NVIDIA GPU, JAX with its CUDA plugin, PyTorch and transformers (no network):
+#   1. the GPU tests (cuDNN attention against the XLA path, forward and gradients);
+#   2. bench/gpu_pretrain.py: bert_jax against PyTorch eager and torch.compile at every
+#      shape (ratios and MFU as its last lines);
+#   3. with GPU_PROFILE=1, bench/step_profile.py of bert_jax's step at each shape.
+# Python packages the machine lacks (ml_collections) are installed from build/wheels
+# (`pip download ml_collections --no-deps -d build/wheels` on a machine with a network).
+#
+#   bash bench/gpu_session.sh [gpu_pretrain.py's flags, e.g. --only 512 --steps 5]
+#
+# Outputs also go to $OUT (default build/gpu_session). GPU_TESTS=0 skips step 1. On a
+# machine without a GPU, `--tiny` checks the script itself (the GPU tests skip there).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+OUT=${OUT:-build/gpu_session}
+mkdir -p "$OUT"
+if ls build/wheels/*.whl >/dev/null 2>&1 && ! "$PY" -c "import ml_collections" 2>/dev/null; then
+  "$PY" -m pip install -q --no-deps build/wheels/*.whl
+fi
+export TF_CPP_MIN_LOG_LEVEL=2 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
+command -v nvidia-smi >/dev/null && nvidia-smi -L
+"$PY" -c "import jax, torch, transformers; print('jax', jax.__version__, jax.devices()[0].device_kind, \
+'| torch', torch.__version__, '| transformers', transformers.__version__)"
+if [ "${GPU_TESTS:-1}" = 1 ]; then
+  echo "== GPU tests"
+  "$PY" -m pytest -q -p no:cacheprovider tests/model/test_attention_kernels.py -k cudnn 2>&1 |
+    tee "$OUT/gpu_tests.txt" | tail -n 15
+fi
+echo "== bench/gpu_pretrain.py $*"
+"$PY" bench/gpu_pretrain.py "$@" 2>&1 | tee "$OUT/gpu_pretrain.txt"
+if [ "${GPU_PROFILE:-0}" = 1 ]; then
+  tiny=""
+  [[ " $* " == *" --tiny "* ]] && tiny=--tiny
+  for shape in 128 512 modernbert-1024; do
+    echo "== bench/step_profile.py --shape $shape"
+    "$PY" bench/step_profile.py --shape "$shape" --steps 3 --top 12 $tiny 2>&1 | tee "$OUT/profile_$shape.txt"
+  done
+fi
