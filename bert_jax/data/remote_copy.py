@@ -58,8 +58,12 @@ def reading(url: str, read: Callable[[], T]) -> T:
         raise RemoteReadError(f"cannot read {url}: {type(e).__name__}: {reason}") from None
 
 
-def _read(url: str) -> bytes:
-    return reading(url, lambda: files.read_bytes(url))
+def _read_if_there(url: str) -> bytes | None:
+    """The object's bytes, or None where there is no such object."""
+    try:
+        return files.read_bytes(url)
+    except FileNotFoundError:
+        return None
 
 
 def _exists(url: str) -> bool:
@@ -104,14 +108,14 @@ def open_folder(url: str, cache_root: str) -> str | RemoteFolder:
     if (url, cache_root) in _FOLDERS:
         return _FOLDERS[url, cache_root]
     files.check_reachable(url, "prepared data")  # one line, within a bound, if it cannot be
-    if not _exists(f"{url}/{METADATA}"):
+    raw = reading(url, lambda: _read_if_there(f"{url}/{METADATA}"))
+    if raw is None:
         if not _exists(url):
             raise RemoteReadError(f"cannot read {url}: no such folder")
         raise RemoteReadError(
             f"{url}: unfinished preparation or upload (no {METADATA}): finish `bert-jax prepare-data` "
             "or the copy to the bucket, whose metadata.json comes last"
         )
-    raw = _read(f"{url}/{METADATA}")
     name = hashlib.sha256(url.encode()).hexdigest()[:16] + "-" + os.path.basename(url)
     local = os.path.join(cache_root, "remote", name)
     path = os.path.join(local, METADATA)

@@ -47,8 +47,10 @@ class RemotePreparedSet(records.PreparedSet):
                 far.append(i)
         if far:
             urls = [self.folder.remote(paths[i]) for i in far]
+            # The one file read, or the folder: the failed one of several is in the error's text.
+            where = urls[0] if len(set(urls)) == 1 else f"{self.folder.url} ({len(set(urls))} of its files)"
             got = remote_copy.reading(
-                urls[0], lambda: files.read_ranges(urls, [offsets[i] for i in far], [sizes[i] for i in far])
+                where, lambda: files.read_ranges(urls, [offsets[i] for i in far], [sizes[i] for i in far])
             )
             for i, data in zip(far, got, strict=True):
                 out[i] = data
