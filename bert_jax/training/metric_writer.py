@@ -10,9 +10,11 @@ TensorBoard's writer needs no cloud client of its own.
 
 from __future__ import annotations
 
+import importlib
 import io
 import json
 import math
+import sys
 import time
 from typing import Any
 
@@ -85,12 +87,34 @@ class MetricsLogger:
 
 def _summary_writer(logdir: str, flush_every_s: float) -> Any:
     """tensorboardX's writer; for a bucket logdir its records go through the path layer."""
-    from tensorboardX import SummaryWriter, record_writer  # deferred: heavy to import
-
+    tensorboardx = _import_tensorboardx()
     if files.is_remote(logdir):
         scheme = logdir.split("://", 1)[0]
-        record_writer.register_writer_factory(scheme, _RemoteRecordFiles(flush_every_s))
-    return SummaryWriter(logdir)
+        tensorboardx.record_writer.register_writer_factory(scheme, _RemoteRecordFiles(flush_every_s))
+    return tensorboardx.SummaryWriter(logdir)
+
+
+# Optional modules tensorboardX's writer imports when they are there: torch (to accept its
+# tensors) and Google Cloud Storage's client (to write to buckets itself).
+_TENSORBOARDX_SKIPS = ("torch", "google.cloud.storage")
+
+
+def _import_tensorboardx() -> Any:
+    """tensorboardX (deferred: heavy to import), without `_TENSORBOARDX_SKIPS` where this
+    process has not imported them (~1.2 s of a run's start): a run writes floats, and to a
+    bucket through the path layer. Those modules stay importable afterwards."""
+    if "tensorboardX" in sys.modules:
+        return sys.modules["tensorboardX"]
+    hidden = [name for name in _TENSORBOARDX_SKIPS if name not in sys.modules]
+    for name in hidden:
+        sys.modules[name] = None  # type: ignore[assignment]  (an import of it raises ImportError)
+    try:
+        importlib.import_module("tensorboardX.record_writer")
+        return importlib.import_module("tensorboardX")
+    finally:
+        for name in hidden:
+            if name in sys.modules and sys.modules[name] is None:
+                del sys.modules[name]
 
 
 class _RemoteRecordFiles:
