@@ -14,7 +14,8 @@ Contenders, each in its own process, taking turns for ``--rounds`` rounds (best 
 
 - ``bert_jax``: its `Pretraining` step from the shape's run preset, as a user gets it
   (`attention_kernel=auto`, the preset's dtype and layer scan); ``--set KEY=VALUE``
-  changes its run config (e.g. to try a flag before making it a default);
+  changes its run config; ``--variant NAME:KEYS`` adds a bert_jax contender with other
+  keys or XLA flags (``xla_flags=...``), to measure a change before making it a default;
 - ``torch``: `transformers`' `BertForPreTraining` / `ModernBertForMaskedLM`
   (`sparse_prediction=True`, as ModernBERT trains) of the same shape and dropout, SDPA
   attention, bfloat16 autocast, fused AdamW, clipping at 1.0: what a user of that library
@@ -27,6 +28,7 @@ matmul rate measured in the same run (8192^3, XLA) and over the GPU's dense bf16
 
     python bench/gpu_pretrain.py [--steps 10] [--rounds 1] [--only 512,modernbert-1024]
                                  [--contenders bert_jax,torch] [--set KEY=VALUE] [--tiny]
+                                 [--variant NAME:KEY=VALUE[;KEY=VALUE]]
 
 ``--tiny`` runs every shape at a tiny width, length and batch (a CPU check that the
 script and each contender work; its figures mean nothing). The last lines are
@@ -39,6 +41,7 @@ from __future__ import annotations
 import argparse
 import ast
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -199,16 +202,31 @@ def measured_bf16_peak(n: int = 8192) -> tuple[float, str]:
     return best, jax.devices()[0].device_kind
 
 
-def _run_worker(name: str, shape: str, args: argparse.Namespace, changes: dict) -> dict | None:
+def _run_worker(
+    name: str, shape: str, args: argparse.Namespace, changes: dict, xla_flags: str = ""
+) -> dict | None:
     argv = [sys.executable, __file__, "--worker", name, shape, "--steps", str(args.steps)]
     argv += ["--set_json", json.dumps(changes)] + (["--tiny"] if args.tiny else [])
+    env = {**os.environ, "XLA_FLAGS": f"{os.environ.get('XLA_FLAGS', '')} {xla_flags}".strip()}
     try:
-        return workers.run(argv, what=f"{name} on {shape}")
+        return workers.run(argv, env=env, what=f"{name} on {shape}")
     except workers.WorkerFailed as e:
         print(e, flush=True)
         if name == "peak":
             raise SystemExit(1) from e
         return None
+
+
+def _keys(texts: list[str]) -> dict[str, Any]:
+    """``KEY=VALUE`` texts as a dict (values as Python literals, else strings)."""
+    out = {}
+    for text in texts:
+        key, _, value = text.partition("=")
+        try:
+            out[key.strip()] = ast.literal_eval(value)
+        except (ValueError, SyntaxError):
+            out[key.strip()] = value
+    return out
 
 
 def main() -> None:
@@ -224,6 +242,14 @@ def main() -> None:
         default=[],
         metavar="KEY=VALUE",
         help="a run-config key for bert_jax, e.g. attention_kernel=xla",
+    )
+    parser.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        metavar="NAME:KEY=VALUE[;KEY=VALUE]",
+        help="one more bert_jax contender with these run-config keys on top of --set (xla_flags=... "
+        "adds XLA flags), e.g. xla_attention:attention_kernel='xla'",
     )
     parser.add_argument("--tiny", action="store_true", help="tiny shapes: a check of the script")
     parser.add_argument("--set_json", default="{}", help=argparse.SUPPRESS)
@@ -244,7 +270,13 @@ def main() -> None:
     from bert_jax.training import hardware
 
     # Every contender in its own process: JAX takes most of the GPU's memory for its pool.
-    changes = {k: ast.literal_eval(v) for k, _, v in (s.partition("=") for s in args.set)}
+    changes = _keys(args.set)
+    variants = {}  # name: (run-config keys, XLA flags)
+    for text in args.variant:
+        name, _, keys = text.partition(":")
+        extra = _keys([k for k in keys.split(";") if k])
+        flags = str(extra.pop("xla_flags", ""))
+        variants[name] = ({**changes, **extra}, flags)
     measured, kind = _run_worker("peak", "-", args, {})
     spec = hardware.peak_flops_for_device_kind(kind) or measured
     print(f"{kind}: bf16 matmul measured {measured / 1e12:.0f} TFLOP/s, dense peak {spec / 1e12:.0f}")
@@ -252,8 +284,12 @@ def main() -> None:
     for shape in shapes:
         results: dict[str, dict] = {}
         for _ in range(args.rounds):
-            for name in contenders:
-                r = _run_worker(name, shape, args, changes)
+            for name in [*contenders, *variants]:
+                if name in variants:
+                    keys, flags = variants[name]
+                    r = _run_worker("bert_jax", shape, args, keys, flags)
+                else:
+                    r = _run_worker(name, shape, args, changes)
                 if r and r["tokens_per_sec"] > results.get(name, {}).get("tokens_per_sec", -1.0):
                     results[name] = r
         if not results:
