@@ -84,31 +84,30 @@ def main(argv: list[str]) -> None:
     tok = prepare.load_tokenizer(opts)
     tf = tensorflow_runtime.tensorflow()
     names = tfrecords.shard_names(FLAGS.output_file, FLAGS.num_shards)
-    if files.is_remote(FLAGS.output_file):
-        with tempfile.TemporaryDirectory(prefix="bert-jax-create-data-") as local:
-            temps = [os.path.join(local, os.path.basename(n)) for n in names]
+    folder = os.path.dirname(FLAGS.output_file)
+    # Every file written whole first, then put in place (renamed beside the output, or
+    # uploaded from a temporary folder to a bucket): a failed run leaves the earlier files.
+    with (
+        tempfile.TemporaryDirectory(prefix="bert-jax-create-data-") as staging,
+        user_paths.removed_if_failed(folder),
+    ):
+        if folder and not files.is_remote(folder):
+            os.makedirs(folder, exist_ok=True)
+        temps = [
+            os.path.join(staging, os.path.basename(n)) if files.is_remote(n) else atomic_files.temp_path(n)
+            for n in names
+        ]
+        try:
             written, documents = write_examples(tf, inputs, opts, tok, temps)
-            for t, n in zip(temps, names, strict=True):
-                files.upload(t, n)  # each object whole, or not there
-            for old in set(earlier) - set(names):
-                files.remove(old)
-    else:
-        temps = [atomic_files.temp_path(n) for n in names]
-        folder = os.path.dirname(FLAGS.output_file)
-        with user_paths.removed_if_failed(folder):
-            if folder:
-                os.makedirs(folder, exist_ok=True)
-            try:
-                written, documents = write_examples(tf, inputs, opts, tok, temps)
-            except BaseException:
-                for t in temps:
-                    if os.path.exists(t):
-                        os.remove(t)
-                raise
-            for old in earlier:
-                os.remove(old)
-            for t, n in zip(temps, names, strict=True):
-                os.replace(t, n)
+        except BaseException:
+            for t in temps:
+                if os.path.exists(t):
+                    os.remove(t)
+            raise
+        for t, n in zip(temps, names, strict=True):
+            files.place(t, n)
+        for old in set(earlier) - set(names):
+            files.remove(old)
     print(f"wrote {written} instances from {documents} documents to {len(names)} file(s): {names[0]} ...")
 
 

@@ -215,6 +215,16 @@ def upload(local: str, path: str, block: int = 16 << 20) -> None:
             dst.write(chunk)
 
 
+def place(local: str, path: str) -> None:
+    """A finished local file put at `path`: renamed there (local), or uploaded whole and
+    then removed (a bucket)."""
+    if is_remote(path):
+        upload(local, path)
+        os.remove(local)
+    else:
+        os.replace(local, path)
+
+
 def remove(path: str) -> None:
     """A file removed, local or on a bucket (gone already is fine)."""
     with on_bucket(path, "deleting"):
