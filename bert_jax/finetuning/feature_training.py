@@ -13,7 +13,6 @@ an epoch that is the best so far, the history in ``epochs.json`` (a resumed run 
 from __future__ import annotations
 
 import os
-import time
 from typing import Any
 
 import flax.linen as nn
@@ -24,7 +23,7 @@ import optax
 
 from bert_jax.finetuning.batches import bucket_length, cut_to_length, epoch_batch
 from bert_jax.finetuning.finetune import FinetuningObjective
-from bert_jax.finetuning.outputs import EpochHistory
+from bert_jax.finetuning.outputs import EpochHistory, EpochScoring
 from bert_jax.finetuning.settings import FinetuneSettings
 from bert_jax.model.bilstm import FeatureBiLSTM
 from bert_jax.model.config import BertConfig
@@ -32,7 +31,7 @@ from bert_jax.model.encoder import BertModel
 from bert_jax.model.flops import model_flops_per_step
 from bert_jax.tasks.base import MODEL_INPUTS, Split, Task
 from bert_jax.training import engine, sharding
-from bert_jax.training.hooks import Hook, StepContext
+from bert_jax.training.hooks import StepContext
 
 
 class FrozenFeatures(nn.Module):
@@ -149,11 +148,10 @@ class FeatureTraining:
         return self.task.score(self.predict(params, split), split, os.path.join(out_dir, split.name))
 
 
-class FeatureEpochEnd:
-    """The feature-based run's hooks: each step's loss recorded, and at each epoch's last
-    step the dev scores, the epoch's mean training loss (over the steps this process ran),
-    the other eval splits' scores when dev is the best so far (ties: the later epoch), the
-    history and one console line (`label`: which layers, how combined)."""
+class FeatureEpochEnd(EpochScoring):
+    """The feature-based run's epoch ends (`outputs.EpochScoring`: dev every epoch, the
+    other eval splits at a best epoch) and one console line (`label`: which layers, how
+    combined)."""
 
     def __init__(
         self,
@@ -165,35 +163,26 @@ class FeatureEpochEnd:
         label: str,
         num_epochs: int,
     ) -> None:
-        self.job, self.evals, self.history, self.workdir = job, evals, history, workdir
-        self.label, self.num_epochs = label, num_epochs
-        self.start, self.losses = time.time(), []
+        super().__init__(job.steps_per_epoch, job.task.main_metric, history, workdir)
+        self.job, self.evals, self.label, self.num_epochs = job, evals, label, num_epochs
 
-    def hooks(self) -> list[Hook]:
-        return [Hook(self.record), Hook(self.close, every=self.job.steps_per_epoch)]
-
-    def record(self, ctx: StepContext) -> None:
-        self.losses.append(ctx.metrics["loss"])
-
-    def close(self, ctx: StepContext) -> None:
-        epoch, metric = ctx.step // self.job.steps_per_epoch, self.job.task.main_metric
-        train_loss = float(np.mean(jax.device_get(self.losses)))
-        out_dir = os.path.join(self.workdir, "eval", f"epoch{epoch}")
+    def score(self, params: Any, out_dir: str, *, first: bool) -> dict[str, float]:
         dev, *others = self.evals
-        scores = self.job.score(ctx.state.params, dev, out_dir)
-        best = self.history.best()
-        if not best or scores[metric] >= best[metric]:  # the other splits (test): a best epoch's only
-            for split in others:
-                values = self.job.score(ctx.state.params, split, out_dir)
-                scores.update({f"{split.name}/{k}": v for k, v in values.items()})
-        seconds = time.time() - self.start
-        ctx.log(scores, split="dev")
-        ctx.log({"epoch_train_loss": train_loss, "epoch_seconds": seconds})
-        self.history.add({"epoch": epoch, "train_loss": train_loss, "seconds": seconds, **scores})
+        if first:
+            return self.job.score(params, dev, out_dir)
+        scores = {}
+        for split in others:
+            values = self.job.score(params, split, out_dir)
+            scores.update({f"{split.name}/{k}": v for k, v in values.items()})
+        return scores
+
+    def finish(self, ctx: StepContext, entry: dict[str, Any]) -> None:
+        self.history.add(entry)
         if jax.process_index() == 0:
-            head = f"features {self.label} epoch {epoch}/{self.num_epochs}"
+            metric = self.main_metric
+            head = f"features {self.label} epoch {entry['epoch']}/{self.num_epochs}"
             print(
-                f"{head}: train loss {train_loss:.4f}  {metric} {scores[metric]:.4f}  ({seconds:.0f}s)",
+                f"{head}: train loss {entry['train_loss']:.4f}  {metric} {entry[metric]:.4f}"
+                f"  ({entry['seconds']:.0f}s)",
                 flush=True,
             )
-        self.start, self.losses = time.time(), []

@@ -89,47 +89,74 @@ def load_saved_params(folder: str, inputs: Any) -> Any:
     return {"bert": param_shapes.merge_params(inputs.params["bert"], loaded["bert"], folder), **heads}
 
 
-class EpochEnd:
-    """Fine-tuning's hooks: each step's loss recorded (`record`), and at each epoch's last
-    step (`close`) the dev scores, the epoch's mean training loss, the history and (when it
-    is the best) the other eval splits' scores and the saved model (`ft`: the run's
-    `finetune.Finetuning`)."""
+class EpochScoring:
+    """Hooks of a run scored at each epoch's end: each step's loss recorded (`record`), and
+    at the epoch's last step (`close`) its mean training loss (over the steps this process
+    ran: a resumed epoch, those after the resume) and training seconds, the first eval
+    split's scores (dev), the other splits' (a test split) only for an epoch that is the
+    best so far on dev (ties: the later epoch), the one whose figures are reported; then
+    `finish` (the console line, the history, the saved model) of the subclass."""
 
-    def __init__(self, ft: Any, history: EpochHistory, workdir: str) -> None:
-        self.ft, self.history, self.workdir = ft, history, workdir
-        config, task = ft.run, ft.inputs.task
-        self.keep_best = bool(config.save_best_model or (config.predict_test and task.test_splits))
+    def __init__(self, steps_per_epoch: int, main_metric: str, history: EpochHistory, workdir: str) -> None:
+        self.steps_per_epoch, self.main_metric = steps_per_epoch, main_metric
+        self.history, self.workdir = history, workdir
         self.start, self.losses = time.time(), []
 
     def hooks(self) -> list[Hook]:
-        return [Hook(self.record), Hook(self.close, every=self.ft.steps_per_epoch)]
+        return [Hook(self.record), Hook(self.close, every=self.steps_per_epoch)]
 
     def record(self, ctx: StepContext) -> None:
         self.losses.append(ctx.metrics["loss"])
 
+    def score(self, params: Any, out_dir: str, *, first: bool) -> dict[str, float]:
+        """The first eval split's scores (`first`), or the other splits'."""
+        raise NotImplementedError
+
+    def finish(self, ctx: StepContext, entry: dict[str, Any]) -> None:
+        """After the epoch's scores are logged: `entry` (epoch, step, train_loss, seconds
+        and the scores) into the history, and the subclass's own outputs."""
+        raise NotImplementedError
+
     def close(self, ctx: StepContext) -> None:
-        step, state = ctx.step, ctx.state
-        epoch, inputs = step // self.ft.steps_per_epoch, self.ft.inputs
-        # Over the steps this process ran (a resumed epoch: those after the resume).
+        epoch = ctx.step // self.steps_per_epoch
         train_loss = float(np.mean(jax.device_get(self.losses)))
         seconds = time.time() - self.start
-        # The first eval split (dev) every epoch; the others (a test split) only for an epoch
-        # that is the best so far, the one whose figures are reported.
         out_dir = os.path.join(self.workdir, "eval", f"epoch{epoch}")
-        first, *others = inputs.evals
-        scores = self.ft.evaluate(state.params, out_dir, [first])
-        best, main = self.history.best(), inputs.task.main_metric
-        if others and (not best or scores[main] >= best[main]):
-            scores.update(self.ft.evaluate(state.params, out_dir, others))
+        scores = self.score(ctx.state.params, out_dir, first=True)
+        best = self.history.best()
+        if not best or scores[self.main_metric] >= best[self.main_metric]:
+            scores.update(self.score(ctx.state.params, out_dir, first=False))
         ctx.log(scores, split="dev")
         ctx.log({"epoch_train_loss": train_loss, "epoch_seconds": seconds})
+        self.finish(
+            ctx, {"epoch": epoch, "step": ctx.step, "train_loss": train_loss, "seconds": seconds, **scores}
+        )
+        self.start, self.losses = time.time(), []
+
+
+class EpochEnd(EpochScoring):
+    """Fine-tuning's epoch ends (`EpochScoring`): a console line with every score, and the
+    model saved when the epoch is the best (`ft`: the run's `finetune.Finetuning`)."""
+
+    def __init__(self, ft: Any, history: EpochHistory, workdir: str) -> None:
+        super().__init__(ft.steps_per_epoch, ft.inputs.task.main_metric, history, workdir)
+        self.ft = ft
+        config, task = ft.run, ft.inputs.task
+        self.keep_best = bool(config.save_best_model or (config.predict_test and task.test_splits))
+
+    def score(self, params: Any, out_dir: str, *, first: bool) -> dict[str, float]:
+        dev, *others = self.ft.inputs.evals
+        splits = [dev] if first else others
+        return self.ft.evaluate(params, out_dir, splits) if splits else {}
+
+    def finish(self, ctx: StepContext, entry: dict[str, Any]) -> None:
+        inputs = self.ft.inputs
+        scores = {k: v for k, v in entry.items() if k not in ("epoch", "step", "train_loss", "seconds")}
         print(
-            f"{inputs.task.name} epoch {epoch}: train loss {train_loss:.4f} ({seconds:.0f}s)  "
-            + "  ".join(f"{k} {v:.4f}" for k, v in scores.items()),
+            f"{inputs.task.name} epoch {entry['epoch']}: train loss {entry['train_loss']:.4f} "
+            f"({entry['seconds']:.0f}s)  " + "  ".join(f"{k} {v:.4f}" for k, v in scores.items()),
             flush=True,
         )
-        entry = {"epoch": epoch, "step": step, "train_loss": train_loss, "seconds": seconds, **scores}
         if self.history.add(entry) and self.keep_best and jax.process_index() == 0:
             folder = os.path.join(self.workdir, "best_model")
-            save_model(folder, jax.device_get(state.params), inputs, self.ft.run.config, scores)
-        self.start, self.losses = time.time(), []
+            save_model(folder, jax.device_get(ctx.state.params), inputs, self.ft.run.config, scores)
