@@ -217,7 +217,7 @@ def _run_worker(
         return None
 
 
-def _keys(texts: list[str]) -> dict[str, Any]:
+def parse_keys(texts: list[str]) -> dict[str, Any]:
     """``KEY=VALUE`` texts as a dict (values as Python literals, else strings)."""
     out = {}
     for text in texts:
@@ -270,11 +270,11 @@ def main() -> None:
     from bert_jax.training import hardware
 
     # Every contender in its own process: JAX takes most of the GPU's memory for its pool.
-    changes = _keys(args.set)
+    changes = parse_keys(args.set)
     variants = {}  # name: (run-config keys, XLA flags)
     for text in args.variant:
         name, _, keys = text.partition(":")
-        extra = _keys([k for k in keys.split(";") if k])
+        extra = parse_keys([k for k in keys.split(";") if k])
         flags = str(extra.pop("xla_flags", ""))
         variants[name] = ({**changes, **extra}, flags)
     measured, kind = _run_worker("peak", "-", args, {})

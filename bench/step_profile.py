@@ -21,7 +21,6 @@ DIR. The last line is ``busy=<fraction of the wall time the device was in operat
 from __future__ import annotations
 
 import argparse
-import ast
 import collections
 import glob
 import os
@@ -113,7 +112,7 @@ def main() -> None:
     from bench import peers
     from bert_jax.commands import run_settings
 
-    changes = {k: ast.literal_eval(v) for k, _, v in (s.partition("=") for s in args.set)}
+    changes = gpu_pretrain.parse_keys(args.set)
     c = gpu_pretrain.run_config(gpu_pretrain.SHAPES[args.shape], args.tiny, changes)
     batch, seq = c.global_batch_size, c.max_seq_length
     step, _ = peers.bert_jax_step(run_settings.pretrain_settings(c))

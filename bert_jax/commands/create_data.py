@@ -84,18 +84,17 @@ def main(argv: list[str]) -> None:
     tok = prepare.load_tokenizer(opts)
     tf = tensorflow_runtime.tensorflow()
     names = tfrecords.shard_names(FLAGS.output_file, FLAGS.num_shards)
-    folder = os.path.dirname(FLAGS.output_file)
+    folder, remote = os.path.dirname(FLAGS.output_file), files.is_remote(FLAGS.output_file)
     # Every file written whole first, then put in place (renamed beside the output, or
     # uploaded from a temporary folder to a bucket): a failed run leaves the earlier files.
     with (
         tempfile.TemporaryDirectory(prefix="bert-jax-create-data-") as staging,
         user_paths.removed_if_failed(folder),
     ):
-        if folder and not files.is_remote(folder):
+        if folder and not remote:
             os.makedirs(folder, exist_ok=True)
         temps = [
-            os.path.join(staging, os.path.basename(n)) if files.is_remote(n) else atomic_files.temp_path(n)
-            for n in names
+            os.path.join(staging, os.path.basename(n)) if remote else atomic_files.temp_path(n) for n in names
         ]
         try:
             written, documents = write_examples(tf, inputs, opts, tok, temps)

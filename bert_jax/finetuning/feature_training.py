@@ -176,13 +176,12 @@ class FeatureEpochEnd(EpochScoring):
             scores.update({f"{split.name}/{k}": v for k, v in values.items()})
         return scores
 
-    def finish(self, ctx: StepContext, entry: dict[str, Any]) -> None:
-        self.history.add(entry)
+    def finish(self, ctx: StepContext, figures: dict[str, Any], scores: dict[str, float], best: bool) -> None:
         if jax.process_index() == 0:
             metric = self.main_metric
-            head = f"features {self.label} epoch {entry['epoch']}/{self.num_epochs}"
+            head = f"features {self.label} epoch {figures['epoch']}/{self.num_epochs}"
             print(
-                f"{head}: train loss {entry['train_loss']:.4f}  {metric} {entry[metric]:.4f}"
-                f"  ({entry['seconds']:.0f}s)",
+                f"{head}: train loss {figures['train_loss']:.4f}  {metric} {scores[metric]:.4f}"
+                f"  ({figures['seconds']:.0f}s)",
                 flush=True,
             )

@@ -94,8 +94,9 @@ class EpochScoring:
     at the epoch's last step (`close`) its mean training loss (over the steps this process
     ran: a resumed epoch, those after the resume) and training seconds, the first eval
     split's scores (dev), the other splits' (a test split) only for an epoch that is the
-    best so far on dev (ties: the later epoch), the one whose figures are reported; then
-    `finish` (the console line, the history, the saved model) of the subclass."""
+    best so far on dev (ties: the later epoch), the one whose figures are reported; the
+    epoch into the history; then `finish` (the console line, the saved model) of the
+    subclass."""
 
     def __init__(self, steps_per_epoch: int, main_metric: str, history: EpochHistory, workdir: str) -> None:
         self.steps_per_epoch, self.main_metric = steps_per_epoch, main_metric
@@ -112,9 +113,9 @@ class EpochScoring:
         """The first eval split's scores (`first`), or the other splits'."""
         raise NotImplementedError
 
-    def finish(self, ctx: StepContext, entry: dict[str, Any]) -> None:
-        """After the epoch's scores are logged: `entry` (epoch, step, train_loss, seconds
-        and the scores) into the history, and the subclass's own outputs."""
+    def finish(self, ctx: StepContext, figures: dict[str, Any], scores: dict[str, float], best: bool) -> None:
+        """The subclass's own outputs of an epoch recorded in the history: `figures` (epoch,
+        step, train_loss, seconds), its `scores`, and whether it is the `best` so far."""
         raise NotImplementedError
 
     def close(self, ctx: StepContext) -> None:
@@ -128,9 +129,8 @@ class EpochScoring:
             scores.update(self.score(ctx.state.params, out_dir, first=False))
         ctx.log(scores, split="dev")
         ctx.log({"epoch_train_loss": train_loss, "epoch_seconds": seconds})
-        self.finish(
-            ctx, {"epoch": epoch, "step": ctx.step, "train_loss": train_loss, "seconds": seconds, **scores}
-        )
+        figures = {"epoch": epoch, "step": ctx.step, "train_loss": train_loss, "seconds": seconds}
+        self.finish(ctx, figures, scores, self.history.add({**figures, **scores}))
         self.start, self.losses = time.time(), []
 
 
@@ -149,14 +149,13 @@ class EpochEnd(EpochScoring):
         splits = [dev] if first else others
         return self.ft.evaluate(params, out_dir, splits) if splits else {}
 
-    def finish(self, ctx: StepContext, entry: dict[str, Any]) -> None:
+    def finish(self, ctx: StepContext, figures: dict[str, Any], scores: dict[str, float], best: bool) -> None:
         inputs = self.ft.inputs
-        scores = {k: v for k, v in entry.items() if k not in ("epoch", "step", "train_loss", "seconds")}
         print(
-            f"{inputs.task.name} epoch {entry['epoch']}: train loss {entry['train_loss']:.4f} "
-            f"({entry['seconds']:.0f}s)  " + "  ".join(f"{k} {v:.4f}" for k, v in scores.items()),
+            f"{inputs.task.name} epoch {figures['epoch']}: train loss {figures['train_loss']:.4f} "
+            f"({figures['seconds']:.0f}s)  " + "  ".join(f"{k} {v:.4f}" for k, v in scores.items()),
             flush=True,
         )
-        if self.history.add(entry) and self.keep_best and jax.process_index() == 0:
+        if best and self.keep_best and jax.process_index() == 0:
             folder = os.path.join(self.workdir, "best_model")
             save_model(folder, jax.device_get(ctx.state.params), inputs, self.ft.run.config, scores)
