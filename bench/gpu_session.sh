@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # The GPU checks in one command, in order of value, each printing as it goes, on a machine
 # with one NVIDIA GPU, JAX with its CUDA plugin, PyTorch and transformers (no network):
-#   1. the GPU tests (cuDNN attention against the XLA path, forward and gradients);
-#   2. bench/gpu_pretrain.py: bert_jax against PyTorch eager and torch.compile at every
+#   1. the GPU tests (cuDNN and Triton attention against the XLA path, forward and
+#      gradients);
+#   2. bench/gpu_attention.py: attention alone per kernel and Triton tile size
+#      (GPU_ATTENTION=0 skips it);
+#   3. bench/gpu_pretrain.py: bert_jax against PyTorch eager and torch.compile at every
 #      shape (ratios and MFU as its last lines);
-#   3. with GPU_PROFILE=1, bench/step_profile.py of bert_jax's step at each shape.
+#   4. with GPU_PROFILE=1, bench/step_profile.py of bert_jax's step at each shape.
 # Python packages the machine lacks (ml_collections) are installed from build/wheels
 # (`pip download ml_collections --no-deps -d build/wheels` on a machine with a network).
 #
@@ -26,8 +29,18 @@ command -v nvidia-smi >/dev/null && nvidia-smi -L
 '| torch', torch.__version__, '| transformers', transformers.__version__)"
 if [ "${GPU_TESTS:-1}" = 1 ]; then
   echo "== GPU tests"
-  "$PY" -m pytest -q -p no:cacheprovider tests/model/test_attention_kernels.py -k cudnn 2>&1 |
+  # The tests' conftest picks the CPU unless JAX_PLATFORMS says otherwise.
+  platform=cpu
+  command -v nvidia-smi >/dev/null && platform=cuda
+  JAX_PLATFORMS=$platform "$PY" -m pytest -q -p no:cacheprovider -k "cudnn or gpu" \
+    tests/model/test_attention_kernels.py tests/model/test_triton_attention.py 2>&1 |
     tee "$OUT/gpu_tests.txt" | tail -n 15
+fi
+if [ "${GPU_ATTENTION:-1}" = 1 ]; then
+  tiny=""
+  [[ " $* " == *" --tiny "* ]] && tiny="--tiny --iters 2"
+  echo "== bench/gpu_attention.py"
+  "$PY" bench/gpu_attention.py $tiny 2>&1 | tee "$OUT/gpu_attention.txt"
 fi
 echo "== bench/gpu_pretrain.py $*"
 "$PY" bench/gpu_pretrain.py "$@" 2>&1 | tee "$OUT/gpu_pretrain.txt"

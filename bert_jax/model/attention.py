@@ -17,10 +17,15 @@ of the same attention, picked by `choose_kernel` from ``attention_kernel``:
 - ``cudnn``: `jax.nn.dot_product_attention(implementation="cudnn")` on NVIDIA GPUs
   (bf16/fp16, head size a multiple of 8 up to 128). cuDNN's own window reaches only to the
   left, so a two-sided window (ModernBERT's local layers) is part of the boolean mask.
+- ``triton``: `triton_attention`, a Pallas (Triton) flash attention for NVIDIA GPUs that
+  applies attention dropout inside the kernel with the XLA path's own masks (the run's
+  ``dropout_rng="hash"``), so the paper's recipe need not write the [B, N, S, S]
+  probabilities. Under a mesh it runs in `jax.shard_map` like splash.
 
 ``auto`` takes the platform's kernel where it applies and XLA elsewhere; whatever a kernel
-cannot take (dropout, an additive bias, ...) runs on the XLA
-path with one ``warning:`` line. The window is ModernBERT's ``local_attention`` (Warner et
+cannot take (dropout on splash and cuDNN, an additive bias, ...) runs on the XLA path with
+one ``warning:`` line. ``triton`` is asked for by name (not yet measured against cuDNN and
+XLA on a GPU, so ``auto`` does not pick it). The window is ModernBERT's ``local_attention`` (Warner et
 al., 2024; `transformers`' modeling_modernbert.py): query i sees key j when
 |i - j| <= window // 2 (128 → ±64), and only j <= i when causal as well.
 
@@ -40,9 +45,11 @@ from flax import struct
 from jax.experimental.pallas.ops.tpu import splash_attention as splash
 from jax.sharding import PartitionSpec
 
+from bert_jax.model import triton_attention
+
 Array = jax.Array
 
-KERNELS = ("auto", "xla", "splash", "cudnn")
+KERNELS = ("auto", "xla", "splash", "cudnn", "triton")
 SPLASH_BLOCK = 128  # splash's block sizes are multiples of 128 (the TPU lane width)
 PADDING_SEGMENT = 0  # the segment id of padding (and of the positions added up to a block)
 CUDNN_DTYPES = (jnp.bfloat16, jnp.float16)
@@ -187,13 +194,32 @@ def _mesh_axes(logical: str, size: int, mesh: jax.sharding.AbstractMesh) -> str 
     return names[0] if len(names) == 1 else names
 
 
-def _sharded(fn: Callable[..., Array], q: Array, mesh: jax.sharding.AbstractMesh) -> Callable[..., Array]:
-    """``fn`` in a `jax.shard_map` over the batch and head axes of the context mesh."""
-    batch = _mesh_axes("activation_batch", q.shape[0], mesh)
-    heads = _mesh_axes("activation_heads", q.shape[2], mesh)
+AxisNames = str | tuple[str, ...] | None
+
+
+def _shard_axes(q: Array, mesh: jax.sharding.AbstractMesh) -> tuple[AxisNames, AxisNames]:
+    """The mesh axes of the batch and head axes of [B, S, N, D] under the logical rules."""
+    return _mesh_axes("activation_batch", q.shape[0], mesh), _mesh_axes("activation_heads", q.shape[2], mesh)
+
+
+def _sharded(
+    fn: Callable[..., Array],
+    axes: tuple[AxisNames, AxisNames],
+    mesh: jax.sharding.AbstractMesh,
+    replicated: int = 0,
+) -> Callable[..., Array]:
+    """``fn(q, k, v, seg, *replicated)`` in a `jax.shard_map` over the batch and head
+    ``axes`` of the context mesh; the last ``replicated`` arguments whole on every device."""
+    batch, heads = axes
     qkv = PartitionSpec(batch, None, heads, None)
-    seg = PartitionSpec(batch, None)
-    return jax.shard_map(fn, mesh=mesh, in_specs=(qkv, qkv, qkv, seg), out_specs=qkv, check_vma=False)
+    specs = (qkv, qkv, qkv, PartitionSpec(batch, None)) + (PartitionSpec(),) * replicated
+    return jax.shard_map(fn, mesh=mesh, in_specs=specs, out_specs=qkv, check_vma=False)
+
+
+def _in_context_mesh() -> jax.sharding.AbstractMesh | None:
+    """The context mesh where a Pallas kernel needs a `shard_map` (none inside one)."""
+    mesh = jax.sharding.get_abstract_mesh()
+    return None if mesh.empty or mesh.manual_axes else mesh
 
 
 def splash_attention(
@@ -216,10 +242,55 @@ def splash_attention(
         block=block or splash_block(s + pad),
         interpret=interpret,
     )
-    mesh = jax.sharding.get_abstract_mesh()
-    if not mesh.empty and not mesh.manual_axes:  # (inside a shard_map: already per device)
-        fn = _sharded(fn, q, mesh)
+    mesh = _in_context_mesh()
+    if mesh is not None:
+        fn = _sharded(fn, _shard_axes(q, mesh), mesh)
     return fn(_scaled(q), k, v, seg)[:, :s]
+
+
+def _shard_start(axes: AxisNames, size: int) -> Array | int:
+    """The global index of this shard's first element along an axis of local ``size``."""
+    return 0 if axes is None else jax.lax.axis_index(axes) * size
+
+
+def triton_path(
+    q: Array,
+    k: Array,
+    v: Array,
+    mask: AttentionMask,
+    *,
+    dropout_rate: float = 0.0,
+    dropout_seeds: Array | None = None,
+    interpret: bool = False,
+    blocks: triton_attention.Blocks | None = None,
+) -> Array:
+    """[B, S, N, D] ×3 → [B, S, N, D] through `triton_attention.flash_attention`, with
+    attention dropout at ``dropout_rate`` under the layer's two hash seeds
+    (`layers.Dropout.seeds`): the masks the XLA path draws. No additive bias. ``blocks``:
+    the kernels' tiles (default `triton_attention.Blocks()`)."""
+    if mask.extra_bias is not None:
+        raise ValueError("attention_kernel=triton takes no additive bias (ALiBi): use attention_kernel=xla")
+    if dropout_rate and dropout_seeds is None:
+        raise ValueError("attention_kernel=triton with attention dropout needs the layer's dropout seeds")
+    _, s, n, _ = q.shape
+    opts = triton_attention.Options(
+        causal=mask.causal,
+        window=mask.window,
+        rate=float(dropout_rate),
+        blocks=blocks or triton_attention.Blocks(),
+        interpret=interpret,
+    )
+    seeds = jnp.zeros((2,), jnp.uint32) if dropout_seeds is None else dropout_seeds
+    mesh = _in_context_mesh()
+    axes = (None, None) if mesh is None else _shard_axes(q, mesh)
+
+    def local(q: Array, k: Array, v: Array, seg: Array, seeds: Array) -> Array:
+        offsets = (_shard_start(axes[0], q.shape[0]), _shard_start(axes[1], q.shape[2]))
+        words = triton_attention.dropout_words(seeds, (q.shape[0], q.shape[2]), n, s, offsets)
+        return triton_attention.flash_attention(q, k, v, seg, words, opts)
+
+    fn = local if mesh is None else _sharded(local, axes, mesh, replicated=1)
+    return fn(_scaled(q), k, v, segment_ids(mask), seeds)
 
 
 def cudnn_attention(q: Array, k: Array, v: Array, mask: AttentionMask) -> Array:
@@ -274,31 +345,54 @@ def choose_kernel(
     head_dim: int,
     dropout_rate: float,
     dtype: jnp.dtype = jnp.float32,
+    hash_dropout: bool = True,
 ) -> tuple[str, str | None]:
     """(kernel to run, warning line or None) for ``attention_kernel=requested``.
 
     ``auto`` means the platform's kernel (splash on TPU, cuDNN on GPU) where it can take
     the mask, head size, dtype and dropout, else XLA; an explicit kernel that cannot is
-    replaced by XLA with a warning. Explicit ``splash`` on a CPU runs interpreted."""
+    replaced by XLA with a warning. Explicit ``splash`` or ``triton`` on a CPU runs
+    interpreted. ``hash_dropout``: the run draws its dropout masks with ``"hash"`` (the
+    only masks the Triton kernel can draw in place)."""
     if requested not in KERNELS:
         raise ValueError(f"attention_kernel={requested!r} is not one of: {', '.join(KERNELS)}")
     candidate = _PLATFORM_KERNEL.get(platform) if requested == "auto" else requested
     if candidate in (None, "xla"):
         return "xla", None
-    reason = _refusal(candidate, platform, mask, head_dim, dropout_rate, dtype)
+    if candidate == "triton":
+        reason = _triton_refusal(platform, mask, head_dim, dropout_rate, hash_dropout)
+    else:
+        reason = _refusal(candidate, platform, mask, head_dim, dropout_rate, dtype)
     if reason is not None:
         return "xla", f"attention_kernel={requested}: {reason}; using the XLA attention"
-    if candidate == "splash" and platform != "tpu":
-        return "splash", f"attention_kernel=splash on {platform}: Pallas interpret mode (slow; for tests)"
+    if platform == "cpu" and candidate in ("splash", "triton"):
+        return (
+            candidate,
+            f"attention_kernel={candidate} on {platform}: Pallas interpret mode (slow; for tests)",
+        )
     return candidate, None
+
+
+def _triton_refusal(
+    platform: str, mask: AttentionMask, head_dim: int, dropout_rate: float, hash_dropout: bool
+) -> str | None:
+    """Why the Triton kernel cannot run this attention, or None."""
+    if dropout_rate > 0 and not hash_dropout:
+        return f"attention dropout ({dropout_rate}) with dropout_rng=threefry runs on the XLA path only"
+    if mask.extra_bias is not None:
+        return "triton takes no additive bias (ALiBi)"
+    if platform not in ("gpu", "cpu"):
+        return f"the Triton attention runs on NVIDIA GPUs (interpreted on CPU), not on {platform}"
+    return triton_attention.refusal(mask.input_mask.shape[-1], head_dim)
 
 
 def _refusal(
     kernel: str, platform: str, mask: AttentionMask, head_dim: int, dropout_rate: float, dtype: jnp.dtype
 ) -> str | None:
-    """Why ``kernel`` cannot run this attention, or None."""
+    """Why ``kernel`` (splash or cuDNN) cannot run this attention, or None."""
     if dropout_rate > 0:
-        return f"attention dropout ({dropout_rate}) runs on the XLA path only"
+        where = "the XLA and Triton paths only" if platform == "gpu" else "the XLA path only"
+        return f"attention dropout ({dropout_rate}) runs on {where}"
     if mask.extra_bias is not None:
         return f"{kernel} takes no additive bias (ALiBi)"
     if kernel == "splash":
@@ -324,19 +418,29 @@ def attend(
     *,
     dropout_rate: float = 0.0,
     dropout_fn: Callable[[Array], Array] | None = None,
+    dropout_seeds: Callable[[], Array] | None = None,
     dtype: jnp.dtype | None = None,
     platform: str | None = None,
 ) -> Array:
     """Self-attention [B, S, N, D] ×3 → [B, S, N, D] by the kernel `choose_kernel` picks
     for ``kernel`` (``attention_kernel``) on ``platform`` (default: the context mesh's, else
-    JAX's backend). ``dropout_rate`` > 0 (pass 0 when deterministic) keeps the XLA path,
-    the only one that applies ``dropout_fn``. A fallback prints one ``warning:`` line."""
+    JAX's backend). ``dropout_rate`` > 0 (pass 0 when deterministic): the XLA path applies
+    ``dropout_fn`` to the probabilities; the Triton kernel draws the same masks from
+    ``dropout_seeds()`` (None where the run's masks are not ``"hash"``: XLA then). Splash
+    and cuDNN take no dropout. A fallback prints one ``warning:`` line."""
     platform = target_platform() if platform is None else platform
-    chosen, warning = choose_kernel(kernel, platform, mask, q.shape[-1], dropout_rate, q.dtype)
+    chosen, warning = choose_kernel(
+        kernel, platform, mask, q.shape[-1], dropout_rate, q.dtype, hash_dropout=dropout_seeds is not None
+    )
     if warning:
         warn_once(warning)
     if chosen == "splash":
         return splash_attention(q, k, v, mask, interpret=platform != "tpu").astype(q.dtype)
     if chosen == "cudnn":
         return cudnn_attention(q, k, v, mask)
+    if chosen == "triton":
+        seeds = dropout_seeds() if dropout_rate else None
+        return triton_path(
+            q, k, v, mask, dropout_rate=dropout_rate, dropout_seeds=seeds, interpret=platform != "gpu"
+        )
     return xla_attention(q, k, v, mask, dropout_fn=dropout_fn, dtype=dtype)

@@ -62,6 +62,12 @@ class Dropout(nn.Module):
         keep = ops.dropout_keep_mask(self.make_rng("dropout"), self.rate, x.shape, self.impl)
         return jnp.where(keep, x / jnp.asarray(1.0 - self.rate, x.dtype), jnp.zeros_like(x))
 
+    def seeds(self) -> Array:
+        """The two uint32 seeds of the ``"hash"`` mask this layer would draw instead of being
+        called (`ops.hash_seeds` of the same dropout key): a kernel that draws that mask
+        block by block in place (`triton_attention`) takes them."""
+        return ops.hash_seeds(self.make_rng("dropout"))
+
 
 def dropout(numerics: Numerics, rate: float, name: str | None = None) -> Dropout:
     return Dropout(rate, numerics.dropout_rng, name=name)

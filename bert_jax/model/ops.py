@@ -161,9 +161,21 @@ def hash_bits(
     The flat index is taken as two 32-bit words ``(low, high)``; ``high`` enters the
     second round, so arrays of 2**32 elements or more do not repeat their bits, and an
     array smaller than that gets the bits it had with a 32-bit index."""
-    seeds = jax.random.bits(key, (2,), jnp.uint32)
+    seeds = hash_seeds(key)
     low, high = flat_index_words(tuple(shape), start, block)
-    x = _fmix32(low * jnp.uint32(0x9E3779B9) + seeds[0]) ^ seeds[1]
+    return index_bits(seeds[0], seeds[1], low, high)
+
+
+def hash_seeds(key: Array) -> Array:
+    """The two uint32 seeds `hash_bits` draws from ``key`` (threefry)."""
+    return jax.random.bits(key, (2,), jnp.uint32)
+
+
+def index_bits(seed0: Array, seed1: Array, low: Array, high: Array | None) -> Array:
+    """uint32 bits of the flat indices ``(low, high)`` (uint32 words; ``high`` None where it
+    is 0) under two seeds: what `hash_bits` gives each element, and what a kernel that
+    draws the same masks block by block (`triton_attention`) computes in place."""
+    x = _fmix32(low * jnp.uint32(0x9E3779B9) + seed0) ^ seed1
     if high is not None:
         x = x ^ (high * jnp.uint32(_HIGH_MIX))
     return _fmix32(x)
@@ -195,9 +207,9 @@ def flat_index_words(
         return low, None
     off_low = off_high = jnp.zeros((), jnp.uint32)
     for axis in range(k):
-        term = _mul_wide(_axis_index(block, start, axis), math.prod(shape[axis + 1 :]))
-        off_low, off_high = _add_wide((off_low, off_high), term)
-    return _add_wide((off_low, off_high), (low, jnp.zeros((), jnp.uint32)))
+        term = mul_wide(_axis_index(block, start, axis), math.prod(shape[axis + 1 :]))
+        off_low, off_high = add_wide((off_low, off_high), term)
+    return add_wide((off_low, off_high), (low, jnp.zeros((), jnp.uint32)))
 
 
 def _check_block(shape: tuple[int, ...], start: tuple[int, ...], block: tuple[int, ...]) -> None:
@@ -215,7 +227,7 @@ def _axis_index(block: tuple[int, ...], start: tuple[int, ...], axis: int) -> Ar
     return jax.lax.broadcasted_iota(jnp.uint32, dims, axis) + jnp.uint32(start[axis])
 
 
-def _mul_wide(a: Array, c: int) -> tuple[Array, Array]:
+def mul_wide(a: Array, c: int) -> tuple[Array, Array]:
     """``a * c mod 2**64`` as (low, high) uint32 words, for uint32 `a` and ``0 <= c < 2**64``."""
     c_low, c_high = c % _WORD, c // _WORD % _WORD
     b0, b1 = jnp.uint32(c_low & 0xFFFF), jnp.uint32(c_low >> 16)
@@ -227,7 +239,7 @@ def _mul_wide(a: Array, c: int) -> tuple[Array, Array]:
     return a * jnp.uint32(c_low), carry_high + a * jnp.uint32(c_high)
 
 
-def _add_wide(x: tuple[Array, Array], y: tuple[Array, Array]) -> tuple[Array, Array]:
+def add_wide(x: tuple[Array, Array], y: tuple[Array, Array]) -> tuple[Array, Array]:
     """64-bit sum of (low, high) uint32 pairs, modulo 2**64."""
     low = x[0] + y[0]
     return low, x[1] + y[1] + (low < y[0]).astype(jnp.uint32)
@@ -237,8 +249,12 @@ def dropout_keep_mask(key: Array, rate: float, shape: tuple[int, ...], impl: str
     """Boolean mask, True with probability ``1 - rate`` per element."""
     if impl == "threefry":
         return jax.random.bernoulli(key, 1.0 - rate, shape)
-    threshold = min(round(rate * 2**32), 2**32 - 1)
-    return hash_bits(key, shape) >= jnp.uint32(threshold)
+    return hash_bits(key, shape) >= keep_threshold(rate)
+
+
+def keep_threshold(rate: float) -> Array:
+    """The uint32 at or above which `hash_bits` keeps an element under dropout ``rate``."""
+    return jnp.uint32(min(round(rate * 2**32), 2**32 - 1))
 
 
 def _logits(h: Array, embedding: Array, bias: Array) -> Array:

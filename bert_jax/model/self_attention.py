@@ -1,6 +1,6 @@
 """Multi-head self-attention of an encoder layer (Vaswani et al., 2017, §3.2): the query,
 key, value and output projections, rotary positions on queries and keys, and the
-attention itself through `attention.attend`, whose kernel (XLA, Pallas splash, cuDNN) the
+attention itself through `attention.attend`, whose kernel (XLA, Pallas splash, cuDNN, Triton) the
 run's `Numerics.attention_kernel` chooses.
 
 Kernels are stored with the head axis apart ([H, N, D] in, [N, D, H] out), so the head
@@ -108,6 +108,7 @@ class BertSelfAttention(nn.Module):
             kernel,
             dropout_rate=0.0 if deterministic else rate,
             dropout_fn=lambda p: dropout(num, rate)(p, deterministic),
+            dropout_seeds=(lambda: dropout(num, rate).seeds()) if num.dropout_rng == "hash" else None,
             dtype=num.dtype,
         )  # [B, S, N, D]
         return _HeadsDense(c, num, to_heads=False, name="output")(ctx)  # [B, S, H]

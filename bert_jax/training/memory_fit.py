@@ -94,16 +94,22 @@ def layer_device_bytes(
 
 def materializes_scores(config, numerics, platform: str = "", dropout: float = 0.0) -> bool:
     """Whether the attention kernel a model gets on `platform` (default: where this process
-    computes; `attention.choose_kernel`) writes the score matrix whole: XLA's does, splash
-    and cuDNN do not."""
+    computes; `attention.choose_kernel`) writes the score matrix whole: XLA's does, splash,
+    cuDNN and Triton do not."""
     from bert_jax.model import attention
 
     platform = platform or attention.target_platform()
 
     mask = attention.AttentionMask(
-        np.ones((1, 2), np.int32), extra_bias=np.zeros(1, np.float32) if config.alibi else None
+        np.ones((1, 128), np.int32), extra_bias=np.zeros(1, np.float32) if config.alibi else None
     )
     kernel, _ = attention.choose_kernel(
-        numerics.attention_kernel, platform, mask, config.head_dim, dropout, numerics.dtype
+        numerics.attention_kernel,
+        platform,
+        mask,
+        config.head_dim,
+        dropout,
+        numerics.dtype,
+        hash_dropout=numerics.dropout_rng == "hash",
     )
     return kernel == "xla"

@@ -18,31 +18,18 @@ from bert_jax.model.config import BertConfig
 from bert_jax.model.encoder import BertSelfAttention, attention_bias
 from bert_jax.model.layers import alibi_bias
 from bert_jax.training import sharding
+from tests.helpers import attention_cases
 
 B, N, D = 2, 2, 64
 
 
-def _inputs(s: int, packed: bool, dtype=jnp.float32, seed: int = 0):
-    """q, k, v [B, S, N, D] and an input mask: row 0 ends in 37 padding tokens, row 1 in 5;
-    packed rows hold three and two examples."""
-    rng = np.random.default_rng(seed)
-    q, k, v = (jnp.asarray(rng.normal(size=(B, s, N, D)), dtype) for _ in range(3))
-    m = np.zeros((B, s), np.int32)
-    m[0, : s - 37], m[1, : s - 5] = 1, 1
-    if packed:
-        m[0, 50 : s - 37], m[1, 100 : s - 5] = 2, 2
-        m[0, 90 : s - 37] = 3
-    return q, k, v, jnp.asarray(m)
+def _inputs(s: int, packed: bool, dtype=jnp.float32):
+    return attention_cases.inputs(s, packed, dtype, B, N, D)
 
 
 def _loss_and_grads(fn, q, k, v, mask):
-    """Output and d/d(q, k, v) of a random projection of the real (non-padding) queries'
-    outputs: what any loss reads."""
-    real = (mask.input_mask > 0)[:, :, None, None].astype(jnp.float32)
-    cotangent = jnp.asarray(np.random.default_rng(1).normal(size=q.shape), jnp.float32) * real
-    loss = lambda q, k, v: jnp.sum(fn(q, k, v, mask) * cotangent)
-    out = jax.jit(lambda q, k, v: fn(q, k, v, mask) * real)(q, k, v)
-    return out, jax.jit(jax.grad(loss, argnums=(0, 1, 2)))(q, k, v)
+    """`attention_cases.out_and_grads` of ``fn(q, k, v, mask)``."""
+    return attention_cases.out_and_grads(lambda q, k, v: fn(q, k, v, mask), q, k, v, mask.input_mask)
 
 
 def _splash(q, k, v, mask):
@@ -171,7 +158,7 @@ def test_choose_kernel(requested, platform, mask, head_dim, rate, dtype, kernel,
 
 def test_unknown_kernel_is_one_line_naming_the_key() -> None:
     with pytest.raises(
-        ValueError, match=r"^attention_kernel='flash' is not one of: auto, xla, splash, cudnn$"
+        ValueError, match=r"^attention_kernel='flash' is not one of: auto, xla, splash, cudnn, triton$"
     ):
         choose_kernel("flash", "tpu", _mask(), 64, 0.0)
 
@@ -257,14 +244,7 @@ def test_splash_compiles_ahead_of_time_for_a_tpu_topology() -> None:
     assert "bf16[2,2,1024,64]" in text  # each device: half the batch, half the heads
 
 
-def _has_gpu() -> bool:
-    try:
-        return bool(jax.devices("gpu"))
-    except RuntimeError:
-        return False
-
-
-@pytest.mark.skipif(not _has_gpu(), reason="needs an NVIDIA GPU (cuDNN)")
+@pytest.mark.skipif(not attention_cases.has_gpu(), reason="needs an NVIDIA GPU (cuDNN)")
 @pytest.mark.parametrize(
     ("s", "packed", "causal", "window"),
     [
@@ -281,16 +261,10 @@ def test_cudnn_on_a_gpu_equals_the_xla_path(s, packed, causal, window) -> None:
     probabilities to bfloat16 before the weighted sum, cuDNN keeps them in float32)."""
     q, k, v, m = _inputs(s, packed, dtype=jnp.bfloat16)
     mask = AttentionMask(m, packed=packed, causal=causal, window=window)
-    f32 = lambda fn: lambda q, k, v, mask: fn(q, k, v, mask).astype(jnp.float32)
-    want, want_grads = _loss_and_grads(f32(attention.xla_attention), q, k, v, mask)
-    got, got_grads = _loss_and_grads(f32(attention.cudnn_attention), q, k, v, mask)
+    want, want_grads = _loss_and_grads(attention.xla_attention, q, k, v, mask)
+    got, got_grads = _loss_and_grads(attention.cudnn_attention, q, k, v, mask)
     text = (
         jax.jit(lambda q, k, v: attention.cudnn_attention(q, k, v, mask)).lower(q, k, v).compile().as_text()
     )
     assert "cudnn" in text.lower()  # the fused kernel ran, not a fallback
-    np.testing.assert_allclose(got, want, rtol=0, atol=2e-2)
-    for g, w in zip(got_grads, want_grads, strict=True):
-        w32 = np.asarray(w, np.float32)
-        assert float(np.abs(w32).max()) > 1e-2
-        err = np.abs(np.asarray(g, np.float32) - w32).max() / np.abs(w32).max()
-        assert err < 2e-2, err
+    attention_cases.assert_close_in_bfloat16(got, want, got_grads, want_grads)

@@ -1,0 +1,49 @@
+"""Inputs and comparisons shared by the attention-kernel tests."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+
+def inputs(s: int, packed: bool, dtype=jnp.float32, batch: int = 2, heads: int = 2, head_dim: int = 64):
+    """q, k, v [B, S, N, D] and an input mask: row 0 ends in 37 padding tokens, row 1 in 5;
+    packed rows hold three and two examples."""
+    rng = np.random.default_rng(0)
+    q, k, v = (jnp.asarray(rng.normal(size=(batch, s, heads, head_dim)), dtype) for _ in range(3))
+    m = np.zeros((batch, s), np.int32)
+    m[0, : s - 37], m[1, : s - 5] = 1, 1
+    if packed:
+        m[0, 50 : s - 37], m[1, 100 : s - 5] = 2, 2
+        m[0, 90 : s - 37] = 3
+    return q, k, v, jnp.asarray(m)
+
+
+def out_and_grads(fn, q, k, v, input_mask):
+    """``fn(q, k, v)``'s output (float32) on the real (non-padding) queries, and
+    d/d(q, k, v) of a random projection of it: what any loss reads."""
+    real = (input_mask > 0)[:, :, None, None].astype(jnp.float32)
+    cotangent = jnp.asarray(np.random.default_rng(1).normal(size=q.shape), jnp.float32) * real
+    loss = lambda q, k, v: jnp.sum(fn(q, k, v).astype(jnp.float32) * cotangent)
+    out = jax.jit(lambda q, k, v: fn(q, k, v).astype(jnp.float32) * real)(q, k, v)
+    return out, jax.jit(jax.grad(loss, argnums=(0, 1, 2)))(q, k, v)
+
+
+def has_gpu() -> bool:
+    try:
+        return bool(jax.devices("gpu"))
+    except RuntimeError:
+        return False
+
+
+def assert_close_in_bfloat16(got, want, got_grads, want_grads) -> None:
+    """A bfloat16 kernel against the XLA path: outputs within 2e-2, gradients within 2% of
+    their largest value (the XLA path rounds the probabilities to bfloat16 before the
+    weighted sum; fused kernels keep them in float32)."""
+    np.testing.assert_allclose(got, want, rtol=0, atol=2e-2)
+    for g, w in zip(got_grads, want_grads, strict=True):
+        w32 = np.asarray(w, np.float32)
+        assert float(np.abs(w32).max()) > 1e-2
+        err = np.abs(np.asarray(g, np.float32) - w32).max() / np.abs(w32).max()
+        assert err < 2e-2, err
