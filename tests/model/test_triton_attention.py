@@ -196,7 +196,7 @@ def test_forward_and_backward_lower_to_triton_for_a_cuda_target() -> None:
             0.1,
             True,
             "xla",
-            "multiple of 16, not 200",
+            "multiple of 16 up to 65536, not 200",
         ),
         ("triton", "gpu", AttentionMask(jnp.ones((B, 128), jnp.int32)), 96, 0.1, True, "xla", "power of two"),
         (
