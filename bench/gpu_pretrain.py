@@ -116,13 +116,11 @@ def _bert_jax_step(c) -> tuple[Any, float]:
 
 
 def _torch_step(c, compiled: bool) -> tuple[Any, float]:
-    import numpy as np
     import torch
-    import transformers
 
     from bench import peers
     from bert_jax.commands import run_settings
-    from bert_jax.convert import hf_format, layout, modernbert_format
+    from bert_jax.convert import layout
     from bert_jax.model import flops
 
     settings = run_settings.pretrain_settings(c)
@@ -130,37 +128,11 @@ def _torch_step(c, compiled: bool) -> tuple[Any, float]:
     batch, seq, masked = c.global_batch_size, c.max_seq_length, c.max_predictions_per_seq
     data = peers.random_batch(config, batch, seq, masked)
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    torch.manual_seed(0)
-    as_long = lambda a: torch.from_numpy(np.asarray(a, np.int64)).to(device)
-    inputs = {
-        "input_ids": as_long(data["input_ids"]),
-        "attention_mask": as_long(data["input_mask"]),
-        "labels": as_long(peers.mlm_labels(data)),
-    }
-    if layout.hf_family(config) == "modernbert":
-        values = modernbert_format.hf_config(config, "ModernBertForMaskedLM")
-        hf = transformers.ModernBertConfig(**values, sparse_prediction=True, attn_implementation="sdpa")
-        model = transformers.ModernBertForMaskedLM(hf)
+    step = peers.torch_step(config, data, device=device, bf16=True, compiled=compiled)
+    if layout.hf_family(config) == "modernbert":  # the sparse head: logits at the masked positions
         model_flops = flops.model_flops_per_step(config, batch, seq, masked, nsp=nsp)
     else:
-        hf = transformers.BertConfig(**hf_format.hf_config_dict(config), attn_implementation="sdpa")
-        model = transformers.BertForPreTraining(hf)
-        inputs["token_type_ids"] = as_long(data["segment_ids"])
-        inputs["next_sentence_label"] = as_long(data["next_sentence_labels"])
         model_flops = peers.full_vocab_flops_per_token(config, seq) * batch * seq
-    model = model.to(device).train()
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.01, eps=1e-6, fused=device == "cuda")
-    forward = torch.compile(model) if compiled else model
-
-    def step() -> float:
-        opt.zero_grad(set_to_none=True)
-        with torch.autocast(device, dtype=torch.bfloat16):
-            loss = forward(**inputs).loss
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        return float(loss)
-
     return step, model_flops
 
 

@@ -3,8 +3,10 @@
 Both peers run what a user of that library would run: `BertForPreTraining` with
 AdamW, full forward + backward + update, MLM labels at 15% of positions (-100
 elsewhere) plus the NSP label. They compute MLM logits over the full vocabulary at every
-position, as the library does. `torch_classification_step` is the fine-tuning peer:
-`BertForSequenceClassification` trained as the library's `Trainer` trains it.
+position, as the library does. The PyTorch peer also runs on a GPU (bfloat16 autocast,
+`torch.compile`) and as `ModernBertForMaskedLM` for a ModernBERT config (`gpu_pretrain.py`).
+`torch_classification_step` is the fine-tuning peer: `BertForSequenceClassification`
+trained as the library's `Trainer` trains it.
 """
 
 from __future__ import annotations
@@ -40,22 +42,13 @@ def random_batch(
 
 
 def hf_config(config: BertConfig):
-    """`transformers.BertConfig` of the same shape, dropout and LayerNorm epsilon."""
+    """`transformers.BertConfig` of the same shape, dropout and LayerNorm epsilon (the
+    converter's `config.json`), with SDPA attention."""
     import transformers
 
-    return transformers.BertConfig(
-        vocab_size=config.vocab_size,
-        hidden_size=config.hidden_size,
-        num_hidden_layers=config.num_hidden_layers,
-        num_attention_heads=config.num_attention_heads,
-        intermediate_size=config.intermediate_size,
-        max_position_embeddings=config.max_position_embeddings,
-        type_vocab_size=config.type_vocab_size,
-        hidden_act="gelu",
-        hidden_dropout_prob=config.hidden_dropout_prob,
-        attention_probs_dropout_prob=config.attention_probs_dropout_prob,
-        layer_norm_eps=config.layer_norm_eps,
-    )
+    from bert_jax.convert import hf_format
+
+    return transformers.BertConfig(**hf_format.hf_config_dict(config), attn_implementation="sdpa")
 
 
 def mlm_labels(batch: dict[str, np.ndarray]) -> np.ndarray:
@@ -64,25 +57,48 @@ def mlm_labels(batch: dict[str, np.ndarray]) -> np.ndarray:
     return labels
 
 
-def torch_step(config: BertConfig, batch: dict[str, np.ndarray]) -> Callable[[], float]:
-    """transformers' PyTorch BertForPreTraining + torch.optim.AdamW; returns a step fn."""
+def torch_step(
+    config: BertConfig,
+    batch: dict[str, np.ndarray],
+    *,
+    device: str = "cpu",
+    bf16: bool = False,
+    compiled: bool = False,
+) -> Callable[[], float]:
+    """transformers' PyTorch pre-training model of ``config``'s family + torch.optim.AdamW
+    (fused on CUDA), clipping at 1.0; returns a step fn. BERT: `BertForPreTraining` (MLM +
+    NSP, logits at every position); ModernBERT: `ModernBertForMaskedLM` with
+    ``sparse_prediction=True`` (logits at the masked positions, as ModernBERT trains), no
+    NSP. SDPA attention; ``bf16``: bfloat16 autocast; ``compiled``: `torch.compile` of the
+    model (default mode)."""
     import torch
     import transformers
 
+    from bert_jax.convert import layout, modernbert_format
+
     torch.manual_seed(0)
-    model = transformers.BertForPreTraining(hf_config(config)).train()
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.01, eps=1e-6)
+    as_long = lambda a: torch.from_numpy(np.asarray(a, np.int64)).to(device)
     inputs = {
-        "input_ids": torch.from_numpy(batch["input_ids"].astype(np.int64)),
-        "attention_mask": torch.from_numpy(batch["input_mask"].astype(np.int64)),
-        "token_type_ids": torch.from_numpy(batch["segment_ids"].astype(np.int64)),
-        "labels": torch.from_numpy(mlm_labels(batch)),
-        "next_sentence_label": torch.from_numpy(batch["next_sentence_labels"].astype(np.int64)),
+        "input_ids": as_long(batch["input_ids"]),
+        "attention_mask": as_long(batch["input_mask"]),
+        "labels": as_long(mlm_labels(batch)),
     }
+    if layout.hf_family(config) == "modernbert":
+        values = modernbert_format.hf_config(config, "ModernBertForMaskedLM")
+        hf = transformers.ModernBertConfig(**values, sparse_prediction=True, attn_implementation="sdpa")
+        model = transformers.ModernBertForMaskedLM(hf)
+    else:
+        model = transformers.BertForPreTraining(hf_config(config))
+        inputs["token_type_ids"] = as_long(batch["segment_ids"])
+        inputs["next_sentence_label"] = as_long(batch["next_sentence_labels"])
+    model = model.to(device).train()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.01, eps=1e-6, fused=device == "cuda")
+    forward = torch.compile(model) if compiled else model
 
     def step() -> float:
         opt.zero_grad(set_to_none=True)
-        loss = model(**inputs).loss
+        with torch.autocast(device, dtype=torch.bfloat16, enabled=bf16):
+            loss = forward(**inputs).loss
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()

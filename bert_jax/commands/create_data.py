@@ -16,6 +16,7 @@ whole or not at all), and the earlier files not replaced are removed after the l
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 import tempfile
@@ -87,10 +88,10 @@ def main(argv: list[str]) -> None:
     folder, remote = os.path.dirname(FLAGS.output_file), files.is_remote(FLAGS.output_file)
     # Every file written whole first, then put in place (renamed beside the output, or
     # uploaded from a temporary folder to a bucket): a failed run leaves the earlier files.
-    with (
-        tempfile.TemporaryDirectory(prefix="bert-jax-create-data-") as staging,
-        user_paths.removed_if_failed(folder),
-    ):
+    staged = (
+        tempfile.TemporaryDirectory(prefix="bert-jax-create-data-") if remote else contextlib.nullcontext()
+    )
+    with staged as staging, user_paths.removed_if_failed(folder):
         if folder and not remote:
             os.makedirs(folder, exist_ok=True)
         temps = [

@@ -54,8 +54,15 @@ def reading(url: str, read: Callable[[], T]) -> T:
     except (files.BucketUnreachableError, RemoteReadError):
         raise
     except Exception as e:
-        reason = "no such file" if isinstance(e, FileNotFoundError) else " ".join(str(e).split())[:300]
+        reason = _missing(e, url) if isinstance(e, FileNotFoundError) else " ".join(str(e).split())[:300]
         raise RemoteReadError(f"cannot read {url}: {type(e).__name__}: {reason}") from None
+
+
+def _missing(e: FileNotFoundError, url: str) -> str:
+    """The reason for a missing file: no such file, naming the one the error names where
+    that is not ``url`` (one of several files read at once)."""
+    name = e.filename or (e.args[0] if len(e.args) == 1 and isinstance(e.args[0], str) else None)
+    return f"no such file: {name}" if name and name != url else "no such file"
 
 
 def _read_if_there(url: str) -> bytes | None:

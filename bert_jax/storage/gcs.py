@@ -169,7 +169,8 @@ def _retrying(inner: Callable[..., Any], retry: RetryPolicy, retriable: Callable
 def transient(error: BaseException, retriable: Callable[[BaseException], bool] | None = None) -> bool:
     """Whether `error` says the bucket did not answer (rather than no, or not found): no
     connection, a dropped or timed-out one, 408/429/5xx; tensorstore's UNAVAILABLE or
-    DEADLINE_EXCEEDED."""
+    DEADLINE_EXCEEDED, or any of its errors after its retries of such a request ran out
+    ("All 5 retry attempts failed: CURL error ...", seen as ABORTED from an OCDBT write)."""
     if isinstance(error, (FileNotFoundError, FileExistsError, PermissionError)):
         return False
     if isinstance(error, (TimeoutError, asyncio.TimeoutError, ConnectionError)):
@@ -179,7 +180,13 @@ def transient(error: BaseException, retriable: Callable[[BaseException], bool] |
     if retriable is not None and retriable(error):
         return True
     text = str(error)
-    marks = ("UNAVAILABLE", "DEADLINE_EXCEEDED", "HTTP response code: 503", "HTTP response code: 429")
+    marks = (
+        "UNAVAILABLE",
+        "DEADLINE_EXCEEDED",
+        "HTTP response code: 503",
+        "HTTP response code: 429",
+        "retry attempts failed",
+    )
     return any(m in text for m in marks) or type(error).__name__ in (
         "ClientConnectorError",
         "ServerDisconnectedError",

@@ -25,6 +25,7 @@ from typing import Any
 import jax
 from jax.experimental import multihost_utils
 
+from bert_jax.storage import files
 from bert_jax.training import checkpoints, exit_codes
 from bert_jax.training.engine import Batch, Engine, TrainState
 from bert_jax.training.hooks import Hook, StepContext
@@ -105,6 +106,16 @@ class Preemption:
             signal.signal(signum, previous)
 
 
+def _finish(close: Callable[[], None], error: BaseException | None) -> None:
+    """``close()``; while ``error`` ends the run, its own failure is a warning line only."""
+    try:
+        close()
+    except Exception as failure:
+        if error is None:
+            raise
+        print(f"warning: finishing the run's files also failed: {exit_codes.first_line(failure)}", flush=True)
+
+
 class TrainingRun:
     """Checkpoints, metrics and preemption of one job in `workdir` (a context manager).
 
@@ -146,11 +157,20 @@ class TrainingRun:
     def __enter__(self) -> TrainingRun:
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, exc_type: Any, error: BaseException | None, tb: Any) -> None:
+        """Finishes the pending save and the logs. When an error is ending the run, a
+        failure to finish them is a warning line, and that error stays the one the command
+        reports and exits on. A bucket that stopped answering or a lost peer process leaves
+        the save in flight unfinished (its wait would outlast the retry bound: orbax's
+        hosts wait minutes for each other); a restart resumes from the last committed one."""
         self.preemption.restore()
-        self.ckpt.close()
-        if self.logger is not None:
-            self.logger.close()
+        stranded = isinstance(error, (files.BucketUnreachableError, exit_codes.PeerLost))
+        try:
+            if not stranded:
+                _finish(self.ckpt.close, error)
+        finally:
+            if self.logger is not None and not isinstance(error, files.BucketUnreachableError):
+                _finish(self.logger.close, error)
 
     def restore_or_init(self, engine: Engine, init: Callable[[], TrainState]) -> tuple[TrainState, bool]:
         """The newest checkpoint that restores (damaged newer ones are set aside), else

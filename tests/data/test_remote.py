@@ -79,3 +79,23 @@ def test_a_bucket_without_network_fails_at_start_in_one_line(tmp_path) -> None:
     assert len(lines) == 1, proc.stderr
     assert "prepared data gs://bert-jax-no-such-bucket/prep128 cannot be reached" in lines[0], lines
     assert not (tmp_path / "run").exists()
+
+
+def test_a_missing_file_among_several_read_is_named() -> None:
+    """A read of several files at once that misses one names the missing one; a read of one
+    file says only that it is missing (the file is the error's subject already)."""
+
+    def missing(path: str):
+        def read():
+            raise FileNotFoundError(path)
+
+        return read
+
+    with pytest.raises(
+        remote.RemoteReadError, match=r"^cannot read gs://b/p \(2 of its files\): .*no such file: gs://b/p/x$"
+    ):
+        remote.reading("gs://b/p (2 of its files)", missing("gs://b/p/x"))
+    with pytest.raises(
+        remote.RemoteReadError, match=r"^cannot read gs://b/p/x: FileNotFoundError: no such file$"
+    ):
+        remote.reading("gs://b/p/x", missing("gs://b/p/x"))

@@ -89,6 +89,14 @@ def test_a_refusal_is_not_retried_and_retries_end_at_the_bound() -> None:
         (PermissionError("Forbidden"), False),
         (ValueError("Error writing: UNAVAILABLE: HTTP response code: 503"), True),
         (ValueError("config.learning_rate=-1"), False),
+        (  # tensorstore, when its own retries of a dropped connection ran out (an OCDBT write)
+            ValueError(
+                'ABORTED: Error writing "opt_state.count/0" in OCDBT database at gs://b/c/: Error reading '
+                "Byte range [1, 2) of gs://b/c/d/e: All 5 retry attempts failed: CURL error Server returned "
+                "nothing (no headers, no data): Empty reply from server [curl_code='52']"
+            ),
+            True,
+        ),
     ],
 )
 def test_which_errors_say_the_bucket_did_not_answer(error, transient) -> None:

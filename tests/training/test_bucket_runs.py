@@ -52,28 +52,21 @@ def test_a_bucket_gone_past_the_bound_stops_the_run_in_one_line_and_a_restart_re
 ) -> None:
     retry = "within_s=15,first_s=0.5,max_s=4,request_s=10"
     run = bucket_faults.outage_run(bucket, STEPS, EVERY, down_at=10, retry=retry)
-    if run["codes"] == [134, 134]:
-        # Both hosts ended by JAX's coordination service before either met the bound (seen
-        # once, on a machine loaded far past its cores): a restart loop restarts 134 as it
-        # does 74, and the restart's probe of the workdir names the bucket then. What the
-        # bound itself does is what this test is for: the sequence once more, on a new
-        # workdir, and this time it must stop in the line below.
-        print("both hosts aborted by the coordination service:", *run["tails"], sep="\n")
-        run = bucket_faults.outage_run(bucket, STEPS, EVERY, down_at=10, retry=retry, name="outage-again")
     # The host that met the bucket's silence stops with 74; the other loses its peer (75, or
     # 134: JAX's coordination service ends it), as a restart loop expects.
     codes, lines = run["codes"], run["last_lines"]
     assert 74 in codes and set(codes) <= {74, 75, 134}, (codes, run["tails"])
     line = lines[codes.index(74)]  # the job's last line: one line, naming the path
     assert re.fullmatch(
-        r"bert-jax pretrain: error: gs://bkt/outage(-again)?/\S+ cannot be reached \(.+; retried for 15 s, "
+        r"bert-jax pretrain: error: gs://bkt/outage/\S+ cannot be reached \(.+; retried for 15 s, "
         r"BERT_JAX_BUCKET_RETRY\): .+  \[BERT_JAX_DEBUG=1 for the traceback\]",
         line,
     ), line
-    # The line above says the 15 s bound stopped it. These two only end a hang (no timing
-    # claim: under load both hosts have taken ~300 s): the bound plus the last request's own
-    # limits, then JAX's heartbeat timeout (100 s) for the other host.
-    assert run["first_stopped_s"] < 900 and run["stopped_after_s"] < 1200
+    # The line above says the 15 s bound stopped it, and it did not then wait for the save
+    # in flight (orbax's hosts wait 300 s for each other there; it once ended both hosts
+    # with 134 and no line): the bound plus the last request's own limits, with room for a
+    # loaded machine; then JAX's heartbeat timeout (100 s) at most for the other host.
+    assert run["first_stopped_s"] < 120 and run["stopped_after_s"] < 300, run["tails"]
     assert run["committed_before"] and set(run["committed_before"]) <= set(run["committed_after"])
     assert run["restart_codes"] == [0, 0], run["restart_tail"]
     assert run["resumed_from"] == max(run["committed_after"])

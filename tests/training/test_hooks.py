@@ -9,7 +9,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from bert_jax.training import hooks, loop
+from bert_jax.storage import files
+from bert_jax.training import exit_codes, hooks, loop
 from bert_jax.training.metric_writer import MetricsLogger
 from bert_jax.training.settings import CheckpointSettings, TrainingSettings
 
@@ -92,3 +93,56 @@ def test_a_non_finite_loss_stops_at_its_log_step_after_the_row_and_the_line(tmp_
     assert [r["step"] for r in _rows(tmp_path)] == [2, 4] and math.isnan(_rows(tmp_path)[-1]["loss"])
     assert capsys.readouterr().out.splitlines()[-1].startswith("step       4/10  loss nan")
     assert later == [1, 2, 3]  # the step found diverged reaches no later hook (an evaluation)
+
+
+def test_an_error_ending_the_run_stays_the_one_reported_when_finishing_its_saves_fails(
+    tmp_path, capsys, monkeypatch
+) -> None:
+    """A bucket outage met by the run is met again when the run closes its checkpoints (the
+    async save of the same step): that second failure is a warning line, and the first
+    error is what leaves the run (its exit code, 74, is the restart loop's signal). With no
+    error ending the run, a failure to finish its saves is raised."""
+    settings = _settings(log_every=1)
+    outage = RuntimeError("gs://b/run/metrics.jsonl cannot be reached (writing; retried for 15 s)")
+
+    def failing_close() -> None:
+        raise ValueError("ABORTED: Error writing in OCDBT database: All 5 retry attempts failed")
+
+    with (
+        pytest.raises(RuntimeError) as raised,
+        loop.TrainingRun(str(tmp_path), settings, total_steps=2) as run,
+    ):
+        run.logger = MetricsLogger(str(tmp_path), 2)
+        monkeypatch.setattr(run.ckpt, "close", failing_close)
+        raise outage
+    assert raised.value is outage
+    assert capsys.readouterr().out.splitlines() == [
+        "warning: finishing the run's files also failed: "
+        "ABORTED: Error writing in OCDBT database: All 5 retry attempts failed"
+    ]
+    with (
+        pytest.raises(ValueError, match="ABORTED"),
+        loop.TrainingRun(str(tmp_path), settings, total_steps=2) as run,
+    ):
+        monkeypatch.setattr(run.ckpt, "close", failing_close)
+
+
+def test_a_bucket_gone_or_a_peer_lost_leaves_the_save_in_flight_without_waiting(
+    tmp_path, monkeypatch
+) -> None:
+    """Past the bucket's retry bound (or with a peer process gone) the run ends at once: the
+    pending async save is not waited for (orbax's hosts would wait minutes for each other;
+    its step has no commit, so a restart resumes from the last committed one), and with the
+    bucket gone the metrics are not flushed to it either."""
+    settings = _settings(log_every=1)
+    for error, logs_closed in (
+        (files.BucketUnreachableError("gs://b/run cannot be reached"), False),
+        (exit_codes.PeerLost("lost a peer process"), True),
+    ):
+        closed = []
+        with pytest.raises(type(error)), loop.TrainingRun(str(tmp_path), settings, total_steps=2) as run:
+            run.logger = MetricsLogger(str(tmp_path), 2)
+            monkeypatch.setattr(run.ckpt, "close", lambda closed=closed: closed.append("checkpoints"))
+            monkeypatch.setattr(run.logger, "close", lambda closed=closed: closed.append("logs"))
+            raise error
+        assert closed == (["logs"] if logs_closed else [])
