@@ -62,7 +62,8 @@ def serialize(features: dict[str, np.ndarray]) -> bytes:
     feats["masked_lm_weights"] = tf.train.Feature(
         float_list=tf.train.FloatList(value=np.ravel(features["masked_lm_weights"]).tolist())
     )
-    return tf.train.Example(features=tf.train.Features(feature=feats)).SerializeToString()
+    example = tf.train.Example(features=tf.train.Features(feature=feats))
+    return example.SerializeToString(deterministic=True)  # map entries in key order: the same bytes every run
 
 
 def _parser(max_seq_length: int, max_predictions_per_seq: int):
