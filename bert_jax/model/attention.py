@@ -2,7 +2,7 @@
 
 `AttentionMask` says who may see whom: padding (``input_mask`` 0), the examples of packed
 rows (numbered 1, 2, ... in ``input_mask``), left-to-right (causal) attention, a local
-window and an optional additive bias (ALiBi). `attend` runs one of three implementations
+window and an optional additive bias (ALiBi). `attend` runs one of four implementations
 of the same attention, picked by `choose_kernel` from ``attention_kernel``:
 
 - ``xla``: the encoder's own math (float32 scores plus an additive mask, softmax, the
