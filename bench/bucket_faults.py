@@ -101,11 +101,11 @@ def committed(url: str, prefix: str) -> list[int]:
     return sorted(int(m.group(1)) for m in marks if m)
 
 
-def outage_run(url: str, steps: int, every: int, down_at: int, retry: str, name: str = "outage") -> dict:
-    """A run (workdir `name` in the bucket) whose bucket goes away once a checkpoint at or
-    past `down_at` is committed; then a restart with the bucket back. Returns what each
+def outage_run(url: str, steps: int, every: int, down_at: int, retry: str) -> dict:
+    """A run (workdir ``outage`` in the bucket) whose bucket goes away once a checkpoint at
+    or past `down_at` is committed; then a restart with the bucket back. Returns what each
     stage showed."""
-    prefix, workdir = f"{name}/", f"gs://{pod.BUCKET}/{name}"
+    prefix, workdir = "outage/", f"gs://{pod.BUCKET}/outage"
     flags = pod.tiny_flags(steps, every)
     with pod.front(url) as front:
         env = pod.environment(front.url, BERT_JAX_BUCKET_RETRY=retry)

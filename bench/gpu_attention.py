@@ -53,17 +53,14 @@ def _time(fn, args, iters: int) -> float:
 def _contenders(mask, rate: float, tiles: dict, gpu: bool) -> dict:
     """name: attention(q, k, v) for one shape (dropout masks from one fixed key)."""
     import jax
-    import jax.numpy as jnp
 
     from bert_jax.model import attention, ops
 
     key = jax.random.key(0)
     seeds = ops.hash_seeds(key)
 
-    def dropped(p):
-        return jnp.where(ops.dropout_keep_mask(key, rate, p.shape), p / jnp.asarray(1 - rate, p.dtype), 0)
-
     def xla(q, k, v):
+        dropped = lambda p: ops.inverted_dropout(key, rate, p)
         return attention.xla_attention(q, k, v, mask, dropout_fn=dropped if rate else None)
 
     def triton(blocks):

@@ -23,6 +23,8 @@ mkdir -p "$OUT"
 if ls build/wheels/*.whl >/dev/null 2>&1 && ! "$PY" -c "import ml_collections" 2>/dev/null; then
   "$PY" -m pip install -q --no-deps build/wheels/*.whl
 fi
+tiny=""  # --tiny among the flags: every script at its tiny size
+[[ " $* " == *" --tiny "* ]] && tiny=--tiny
 export TF_CPP_MIN_LOG_LEVEL=2 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 command -v nvidia-smi >/dev/null && nvidia-smi -L
 "$PY" -c "import jax, torch, transformers; print('jax', jax.__version__, jax.devices()[0].device_kind, \
@@ -37,16 +39,12 @@ if [ "${GPU_TESTS:-1}" = 1 ]; then
     tee "$OUT/gpu_tests.txt" | tail -n 15
 fi
 if [ "${GPU_ATTENTION:-1}" = 1 ]; then
-  tiny=""
-  [[ " $* " == *" --tiny "* ]] && tiny="--tiny --iters 2"
   echo "== bench/gpu_attention.py"
-  "$PY" bench/gpu_attention.py $tiny 2>&1 | tee "$OUT/gpu_attention.txt"
+  "$PY" bench/gpu_attention.py $tiny ${tiny:+--iters 2} 2>&1 | tee "$OUT/gpu_attention.txt"
 fi
 echo "== bench/gpu_pretrain.py $*"
 "$PY" bench/gpu_pretrain.py "$@" 2>&1 | tee "$OUT/gpu_pretrain.txt"
 if [ "${GPU_PROFILE:-0}" = 1 ]; then
-  tiny=""
-  [[ " $* " == *" --tiny "* ]] && tiny=--tiny
   for shape in 128 512 modernbert-1024; do
     echo "== bench/step_profile.py --shape $shape"
     "$PY" bench/step_profile.py --shape "$shape" --steps 3 --top 12 $tiny 2>&1 | tee "$OUT/profile_$shape.txt"

@@ -94,15 +94,6 @@ def cpu_description() -> str:
     return f"{fields.get('model name', '?')}, {os.cpu_count()} cores, {isa}, {family}"
 
 
-def _has_flax_models() -> bool:
-    import transformers
-
-    try:
-        return hasattr(transformers, "FlaxBertForPreTraining")
-    except Exception:  # transformers' lazy module raises on some missing back-ends
-        return False
-
-
 def _run_worker(name: str, shape: str, steps: int, env: dict[str, str]) -> dict:
     argv = [sys.executable, __file__, "--worker", name, shape, "--steps", str(steps)]
     return workers.run(argv, env=env, what=f"{name} on {shape}")
@@ -120,12 +111,12 @@ def main() -> None:
         return
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "TF_CPP_MIN_LOG_LEVEL": "3"}
     print(f"cpu: {cpu_description()}")
+    import transformers
+
     contenders = ["bert_jax", "torch"]
-    if _has_flax_models():
+    if hasattr(transformers, "FlaxBertForPreTraining"):
         contenders.append("flax")
     else:
-        import transformers
-
         print(
             f"flax: transformers {transformers.__version__} has no Flax models (transformers<5 has); not run"
         )

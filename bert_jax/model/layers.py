@@ -59,8 +59,7 @@ class Dropout(nn.Module):
             return x
         if self.rate >= 1.0:
             return jnp.zeros_like(x)
-        keep = ops.dropout_keep_mask(self.make_rng("dropout"), self.rate, x.shape, self.impl)
-        return jnp.where(keep, x / jnp.asarray(1.0 - self.rate, x.dtype), jnp.zeros_like(x))
+        return ops.inverted_dropout(self.make_rng("dropout"), self.rate, x, self.impl)
 
     def seeds(self) -> Array:
         """The two uint32 seeds of the ``"hash"`` mask this layer would draw instead of being

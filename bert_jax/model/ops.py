@@ -252,6 +252,13 @@ def dropout_keep_mask(key: Array, rate: float, shape: tuple[int, ...], impl: str
     return hash_bits(key, shape) >= keep_threshold(rate)
 
 
+def inverted_dropout(key: Array, rate: float, x: Array, impl: str = "hash") -> Array:
+    """``x`` with the elements of `dropout_keep_mask` kept and scaled by ``1 / (1 - rate)``,
+    the others 0 (`layers.Dropout`; what the Triton attention kernel applies in place)."""
+    keep = dropout_keep_mask(key, rate, x.shape, impl)
+    return jnp.where(keep, x / jnp.asarray(1.0 - rate, x.dtype), jnp.zeros_like(x))
+
+
 def keep_threshold(rate: float) -> Array:
     """The uint32 at or above which `hash_bits` keeps an element under dropout ``rate``."""
     return jnp.uint32(min(round(rate * 2**32), 2**32 - 1))

@@ -35,7 +35,7 @@ def main() -> None:
     real = (m > 0)[:, :, None, None]
 
     def run(kernel: str, key: jax.Array) -> np.ndarray:
-        drop = lambda p: jnp.where(ops.dropout_keep_mask(key, RATE, p.shape), p / (1 - RATE), 0.0)
+        drop = lambda p: ops.inverted_dropout(key, RATE, p)
         fn = lambda q, k, v: attention.attend(
             q,
             k,

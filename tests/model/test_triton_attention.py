@@ -35,9 +35,7 @@ def _inputs(s: int, packed: bool, dtype=jnp.float32, d: int = D):
 def _pair(mask: AttentionMask, rate: float, key: jax.Array, interpret: bool = True):
     """(Triton path, XLA path) as functions of q, k, v, both dropping with ``key``'s masks."""
     seeds = ops.hash_seeds(key)
-    drop = lambda p: jnp.where(
-        ops.dropout_keep_mask(key, rate, p.shape), p / jnp.asarray(1 - rate, p.dtype), 0
-    )
+    drop = lambda p: ops.inverted_dropout(key, rate, p)
 
     def ours(q, k, v):
         return attention.triton_path(
