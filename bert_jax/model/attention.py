@@ -46,10 +46,10 @@ from jax.experimental.pallas.ops.tpu import splash_attention as splash
 from jax.sharding import PartitionSpec
 
 from bert_jax.model import triton_attention
+from bert_jax.model.numerics import ATTENTION_KERNELS as KERNELS
 
 Array = jax.Array
 
-KERNELS = ("auto", "xla", "splash", "cudnn", "triton")
 SPLASH_BLOCK = 128  # splash's block sizes are multiples of 128 (the TPU lane width)
 PADDING_SEGMENT = 0  # the segment id of padding (and of the positions added up to a block)
 CUDNN_DTYPES = (jnp.bfloat16, jnp.float16)

@@ -24,6 +24,8 @@ DTYPES = ("float32", "bfloat16", "float16")
 REMAT_POLICIES = ("none", "full", "dots", "dots_no_batch")
 WEIGHT_GRAD_MATMULS = ("auto", "transposed_copy", "transposed_copy_wide", "direct")
 DROPOUT_RNGS = ("hash", "threefry")
+# The attention kernels `model.attention` implements (listed here, where settings are
+# checked, so that reading a config does not import the Pallas kernels).
 ATTENTION_KERNELS = ("auto", "xla", "splash", "cudnn", "triton")
 # The keys older `bert_config.json` files carried for these choices: read and ignored.
 LEGACY_MODEL_KEYS = ("dtype", "remat_policy", "weight_grad_matmul", "dropout_rng")

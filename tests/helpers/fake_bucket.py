@@ -28,10 +28,17 @@ def worker_env(home: Path, bucket: Path, worker: str = "0") -> dict[str, str]:
     copies land under `bucket`), the worker's index, HOME."""
     tools = home / ".fake_gcloud"
     tools.mkdir(parents=True, exist_ok=True)
+    text = FAKE.format(python=sys.executable, bucket=str(bucket))
     for name in ("gcloud", "gsutil"):
         tool = tools / name
-        tool.write_text(FAKE.format(python=sys.executable, bucket=str(bucket)))
-        tool.chmod(0o755)
+        if tool.exists() and tool.read_text() == text:
+            continue
+        # Written beside and renamed into place: the worker's loop may be running the tool
+        # this moment, and writing to a file being executed fails (ETXTBSY).
+        part = tools / f".{name}.part"
+        part.write_text(text)
+        part.chmod(0o755)
+        os.replace(part, tool)
     return {"HOME": str(home), "PATH": f"{tools}:{os.environ['PATH']}", "BERT_JAX_WORKER": worker}
 
 
