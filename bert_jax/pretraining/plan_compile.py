@@ -25,7 +25,7 @@ from jax.experimental import topologies
 from bert_jax.model import flops
 from bert_jax.pretraining import pretrain
 from bert_jax.pretraining.settings import PretrainSettings
-from bert_jax.training import hardware, sharding
+from bert_jax.training import compile_cache, hardware, sharding
 
 
 def per_device_bytes(tree: Any) -> int:
@@ -229,7 +229,8 @@ def measure(run: PretrainSettings, where: Placement) -> Measured:
     setup = pretrain.Pretraining(run, where.mesh)
     start = time.perf_counter()
     try:
-        compiled = setup.compile_train_step(*_batch_shape(run))
+        with compile_cache.off():  # a program for chips this process lacks cannot be loaded back
+            compiled = setup.compile_train_step(*_batch_shape(run))
     except Exception as e:  # the TPU compiler refuses programs that OOM
         oom_temp_bytes = required_bytes_from_oom(str(e))
         if oom_temp_bytes is None:

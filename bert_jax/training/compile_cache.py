@@ -82,6 +82,23 @@ def use(setting: str, workdir: str) -> Iterator[str | None]:
         _set(own, before, xla_caches)
 
 
+@contextlib.contextmanager
+def off() -> Iterator[None]:
+    """No persistent cache inside the block, whoever set one (`plan`'s compiles for a TPU
+    topology without its chips: JAX writes them, then cannot load them back and warns)."""
+    own = jax.config.jax_compilation_cache_dir
+    if not own:
+        yield
+        return
+    jax_cache.set_cache_dir(None)
+    jax_cache.reset_cache()
+    try:
+        yield
+    finally:
+        jax_cache.set_cache_dir(own)
+        jax_cache.reset_cache()
+
+
 class Staged:
     """Programs compiled before the run was accepted: in a temporary folder (`temp`), or
     written to the run's existing cache folder (`added`: their names there), or nowhere.
