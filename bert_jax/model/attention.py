@@ -2,7 +2,7 @@
 
 `AttentionMask` says who may see whom: padding (``input_mask`` 0), the examples of packed
 rows (numbered 1, 2, ... in ``input_mask``), left-to-right (causal) attention, a local
-window and an optional additive bias (ALiBi). `attend` runs one of four implementations
+window and an optional additive bias (ALiBi). `attend` runs one of five implementations
 of the same attention, picked by `choose_kernel` from ``attention_kernel``:
 
 - ``xla``: the encoder's own math (float32 scores plus an additive mask, softmax, the
@@ -21,13 +21,18 @@ of the same attention, picked by `choose_kernel` from ``attention_kernel``:
   applies attention dropout inside the kernel with the XLA path's own masks (the run's
   ``dropout_rng="hash"``), so the paper's recipe need not write the [B, N, S, S]
   probabilities. Under a mesh it runs in `jax.shard_map` like splash.
+- ``mosaic``: `mosaic_attention`, the same for TPUs (Pallas on Mosaic): attention dropout
+  inside the kernel with the XLA path's masks, a query tile against the whole sequence in
+  VMEM (S a multiple of 128 up to 2,048); `plan` compiles it for a TPU topology, CPUs run
+  it interpreted.
 
 ``auto`` takes the platform's kernel where it applies and XLA elsewhere; whatever a kernel
 cannot take (dropout on splash and cuDNN, an additive bias, ...) runs on the XLA path with
-one ``warning:`` line. ``triton`` is asked for by name (not yet measured against cuDNN and
-XLA on a GPU, so ``auto`` does not pick it). The window is ModernBERT's ``local_attention`` (Warner et
-al., 2024; `transformers`' modeling_modernbert.py): query i sees key j when
-|i - j| <= window // 2 (128 → ±64), and only j <= i when causal as well.
+one ``warning:`` line. ``triton`` and ``mosaic`` are asked for by name: neither has been
+timed against the XLA path on its hardware yet, so ``auto`` does not pick them. The window
+is ModernBERT's ``local_attention`` (Warner et al., 2024; `transformers`'
+modeling_modernbert.py): query i sees key j when |i - j| <= window // 2 (128 → ±64), and
+only j <= i when causal as well.
 
 Kernels differ only at padding queries (XLA: they see the row's real tokens; splash: the
 padding), whose outputs no loss reads. Shapes: B batch, S sequence, N heads, D head size.
@@ -45,7 +50,7 @@ from flax import struct
 from jax.experimental.pallas.ops.tpu import splash_attention as splash
 from jax.sharding import PartitionSpec
 
-from bert_jax.model import triton_attention
+from bert_jax.model import kernel_tiles, mosaic_attention, triton_attention
 from bert_jax.model.numerics import ATTENTION_KERNELS as KERNELS
 
 Array = jax.Array
@@ -253,6 +258,37 @@ def _shard_start(axes: AxisNames, size: int) -> Array | int:
     return 0 if axes is None else jax.lax.axis_index(axes) * size
 
 
+def _with_seeds(
+    kernel: str,
+    local: Callable[..., Array],
+    q: Array,
+    k: Array,
+    v: Array,
+    mask: AttentionMask,
+    dropout_rate: float,
+    dropout_seeds: Array | None,
+) -> Array:
+    """A dropout kernel's attention: ``local(q, k, v, seg, seeds, offsets)`` on the whole
+    arrays, or on each shard in a `jax.shard_map` under the context mesh (``offsets``: the
+    shard's first batch row and head, where its part of the global masks starts)."""
+    if mask.extra_bias is not None:
+        raise ValueError(
+            f"attention_kernel={kernel} takes no additive bias (ALiBi): use attention_kernel=xla"
+        )
+    if dropout_rate and dropout_seeds is None:
+        raise ValueError(f"attention_kernel={kernel} with attention dropout needs the layer's dropout seeds")
+    seeds = jnp.zeros((2,), jnp.uint32) if dropout_seeds is None else dropout_seeds
+    mesh = _in_context_mesh()
+    axes = (None, None) if mesh is None else _shard_axes(q, mesh)
+
+    def on_shard(q: Array, k: Array, v: Array, seg: Array, seeds: Array) -> Array:
+        offsets = (_shard_start(axes[0], q.shape[0]), _shard_start(axes[1], q.shape[2]))
+        return local(q, k, v, seg, seeds, offsets)
+
+    fn = on_shard if mesh is None else _sharded(on_shard, axes, mesh, replicated=1)
+    return fn(_scaled(q), k, v, segment_ids(mask), seeds)
+
+
 def triton_path(
     q: Array,
     k: Array,
@@ -264,14 +300,10 @@ def triton_path(
     interpret: bool = False,
     blocks: triton_attention.Blocks | None = None,
 ) -> Array:
-    """[B, S, N, D] ×3 → [B, S, N, D] through `triton_attention.flash_attention`, with
-    attention dropout at ``dropout_rate`` under the layer's two hash seeds
+    """[B, S, N, D] ×3 → [B, S, N, D] through `triton_attention.flash_attention` (NVIDIA
+    GPUs), with attention dropout at ``dropout_rate`` under the layer's two hash seeds
     (`layers.Dropout.seeds`): the masks the XLA path draws. No additive bias. ``blocks``:
     the kernels' tiles (default `triton_attention.Blocks()`)."""
-    if mask.extra_bias is not None:
-        raise ValueError("attention_kernel=triton takes no additive bias (ALiBi): use attention_kernel=xla")
-    if dropout_rate and dropout_seeds is None:
-        raise ValueError("attention_kernel=triton with attention dropout needs the layer's dropout seeds")
     _, s, n, _ = q.shape
     opts = triton_attention.Options(
         causal=mask.causal,
@@ -280,17 +312,38 @@ def triton_path(
         blocks=blocks or triton_attention.Blocks(),
         interpret=interpret,
     )
-    seeds = jnp.zeros((2,), jnp.uint32) if dropout_seeds is None else dropout_seeds
-    mesh = _in_context_mesh()
-    axes = (None, None) if mesh is None else _shard_axes(q, mesh)
 
-    def local(q: Array, k: Array, v: Array, seg: Array, seeds: Array) -> Array:
-        offsets = (_shard_start(axes[0], q.shape[0]), _shard_start(axes[1], q.shape[2]))
-        words = triton_attention.dropout_words(seeds, (q.shape[0], q.shape[2]), n, s, offsets)
+    def local(q: Array, k: Array, v: Array, seg: Array, seeds: Array, offsets) -> Array:
+        words = kernel_tiles.dropout_words(seeds, (q.shape[0], q.shape[2]), n, s, offsets)
         return triton_attention.flash_attention(q, k, v, seg, words, opts)
 
-    fn = local if mesh is None else _sharded(local, axes, mesh, replicated=1)
-    return fn(_scaled(q), k, v, segment_ids(mask), seeds)
+    return _with_seeds("triton", local, q, k, v, mask, dropout_rate, dropout_seeds)
+
+
+def mosaic_path(
+    q: Array,
+    k: Array,
+    v: Array,
+    mask: AttentionMask,
+    *,
+    dropout_rate: float = 0.0,
+    dropout_seeds: Array | None = None,
+    interpret: bool = False,
+) -> Array:
+    """[B, S, N, D] ×3 → [B, S, N, D] through `mosaic_attention.attention` (TPUs), with
+    attention dropout as `triton_path` draws it. No additive bias."""
+    opts = mosaic_attention.Options(
+        causal=mask.causal,
+        window=mask.window,
+        rate=float(dropout_rate),
+        heads=q.shape[2],
+        interpret=interpret,
+    )
+
+    def local(q: Array, k: Array, v: Array, seg: Array, seeds: Array, offsets) -> Array:
+        return mosaic_attention.attention(q, k, v, seg, mosaic_attention.scalars(seeds, offsets), opts)
+
+    return _with_seeds("mosaic", local, q, k, v, mask, dropout_rate, dropout_seeds)
 
 
 def cudnn_attention(q: Array, k: Array, v: Array, mask: AttentionMask) -> Array:
@@ -351,21 +404,21 @@ def choose_kernel(
 
     ``auto`` means the platform's kernel (splash on TPU, cuDNN on GPU) where it can take
     the mask, head size, dtype and dropout, else XLA; an explicit kernel that cannot is
-    replaced by XLA with a warning. Explicit ``splash`` or ``triton`` on a CPU runs
-    interpreted. ``hash_dropout``: the run draws its dropout masks with ``"hash"`` (the
-    only masks the Triton kernel can draw in place)."""
+    replaced by XLA with a warning. Explicit ``splash``, ``triton`` or ``mosaic`` on a CPU
+    runs interpreted. ``hash_dropout``: the run draws its dropout masks with ``"hash"``
+    (the only masks the Triton and Mosaic kernels can draw in place)."""
     if requested not in KERNELS:
         raise ValueError(f"attention_kernel={requested!r} is not one of: {', '.join(KERNELS)}")
     candidate = _PLATFORM_KERNEL.get(platform) if requested == "auto" else requested
     if candidate in (None, "xla"):
         return "xla", None
-    if candidate == "triton":
-        reason = _triton_refusal(platform, mask, head_dim, dropout_rate, hash_dropout)
+    if candidate in ("triton", "mosaic"):
+        reason = _dropout_kernel_refusal(candidate, platform, mask, head_dim, dropout_rate, hash_dropout)
     else:
         reason = _refusal(candidate, platform, mask, head_dim, dropout_rate, dtype)
     if reason is not None:
         return "xla", f"attention_kernel={requested}: {reason}; using the XLA attention"
-    if platform == "cpu" and candidate in ("splash", "triton"):
+    if platform == "cpu" and candidate in ("splash", "triton", "mosaic"):
         return (
             candidate,
             f"attention_kernel={candidate} on {platform}: Pallas interpret mode (slow; for tests)",
@@ -373,17 +426,28 @@ def choose_kernel(
     return candidate, None
 
 
-def _triton_refusal(
-    platform: str, mask: AttentionMask, head_dim: int, dropout_rate: float, hash_dropout: bool
+_DROPOUT_KERNEL_HOME = {"triton": ("gpu", "NVIDIA GPUs"), "mosaic": ("tpu", "TPUs")}
+
+
+def _dropout_kernel_refusal(
+    kernel: str, platform: str, mask: AttentionMask, head_dim: int, dropout_rate: float, hash_dropout: bool
 ) -> str | None:
-    """Why the Triton kernel cannot run this attention, or None."""
+    """Why the Triton or Mosaic kernel cannot run this attention, or None."""
     if dropout_rate > 0 and not hash_dropout:
         return f"attention dropout ({dropout_rate}) with dropout_rng=threefry runs on the XLA path only"
     if mask.extra_bias is not None:
-        return "triton takes no additive bias (ALiBi)"
-    if platform not in ("gpu", "cpu"):
-        return f"the Triton attention runs on NVIDIA GPUs (interpreted on CPU), not on {platform}"
-    return triton_attention.refusal(mask.input_mask.shape[-1], head_dim)
+        return f"{kernel} takes no additive bias (ALiBi)"
+    home, hardware = _DROPOUT_KERNEL_HOME[kernel]
+    if platform not in (home, "cpu"):
+        return (
+            f"the {kernel.capitalize()} attention runs on {hardware} (interpreted on CPU), not on {platform}"
+        )
+    seq_len = mask.input_mask.shape[-1]
+    return (
+        triton_attention.refusal(seq_len, head_dim)
+        if kernel == "triton"
+        else mosaic_attention.refusal(seq_len)
+    )
 
 
 def _refusal(
@@ -391,7 +455,9 @@ def _refusal(
 ) -> str | None:
     """Why ``kernel`` (splash or cuDNN) cannot run this attention, or None."""
     if dropout_rate > 0:
-        where = "the XLA and Triton paths only" if platform == "gpu" else "the XLA path only"
+        where = {"gpu": "the XLA and Triton paths only", "tpu": "the XLA and Mosaic paths only"}.get(
+            platform, "the XLA path only"
+        )
         return f"attention dropout ({dropout_rate}) runs on {where}"
     if mask.extra_bias is not None:
         return f"{kernel} takes no additive bias (ALiBi)"
@@ -425,8 +491,8 @@ def attend(
     """Self-attention [B, S, N, D] ×3 → [B, S, N, D] by the kernel `choose_kernel` picks
     for ``kernel`` (``attention_kernel``) on ``platform`` (default: the context mesh's, else
     JAX's backend). ``dropout_rate`` > 0 (pass 0 when deterministic): the XLA path applies
-    ``dropout_fn`` to the probabilities; the Triton kernel draws the same masks from
-    ``dropout_seeds()`` (None where the run's masks are not ``"hash"``: XLA then). Splash
+    ``dropout_fn`` to the probabilities; the Triton and Mosaic kernels draw the same masks
+    from ``dropout_seeds()`` (None where the run's masks are not ``"hash"``: XLA then). Splash
     and cuDNN take no dropout. A fallback prints one ``warning:`` line."""
     platform = target_platform() if platform is None else platform
     chosen, warning = choose_kernel(
@@ -438,9 +504,8 @@ def attend(
         return splash_attention(q, k, v, mask, interpret=platform != "tpu").astype(q.dtype)
     if chosen == "cudnn":
         return cudnn_attention(q, k, v, mask)
-    if chosen == "triton":
+    if chosen in ("triton", "mosaic"):
         seeds = dropout_seeds() if dropout_rate else None
-        return triton_path(
-            q, k, v, mask, dropout_rate=dropout_rate, dropout_seeds=seeds, interpret=platform != "gpu"
-        )
+        path, home = (triton_path, "gpu") if chosen == "triton" else (mosaic_path, "tpu")
+        return path(q, k, v, mask, dropout_rate=dropout_rate, dropout_seeds=seeds, interpret=platform != home)
     return xla_attention(q, k, v, mask, dropout_fn=dropout_fn, dtype=dtype)

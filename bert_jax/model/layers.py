@@ -64,7 +64,7 @@ class Dropout(nn.Module):
     def seeds(self) -> Array:
         """The two uint32 seeds of the ``"hash"`` mask this layer would draw instead of being
         called (`ops.hash_seeds` of the same dropout key): a kernel that draws that mask
-        block by block in place (`triton_attention`) takes them."""
+        block by block in place (`triton_attention`, `mosaic_attention`) takes them."""
         return ops.hash_seeds(self.make_rng("dropout"))
 
 

@@ -26,7 +26,7 @@ WEIGHT_GRAD_MATMULS = ("auto", "transposed_copy", "transposed_copy_wide", "direc
 DROPOUT_RNGS = ("hash", "threefry")
 # The attention kernels `model.attention` implements (listed here, where settings are
 # checked, so that reading a config does not import the Pallas kernels).
-ATTENTION_KERNELS = ("auto", "xla", "splash", "cudnn", "triton")
+ATTENTION_KERNELS = ("auto", "xla", "splash", "cudnn", "triton", "mosaic")
 # The keys older `bert_config.json` files carried for these choices: read and ignored.
 LEGACY_MODEL_KEYS = ("dtype", "remat_policy", "weight_grad_matmul", "dropout_rng")
 # Under "transposed_copy_wide", layers narrower than this keep the direct weight gradient.
@@ -59,8 +59,8 @@ class Numerics:
     dropout_rng: str = setting("hash", choices=DROPOUT_RNGS)
     # Attention implementation (`bert_jax.model.attention`): "auto" is Pallas splash on TPU,
     # cuDNN on GPU and XLA on CPU, each falling back to XLA (one warning line) where the
-    # kernel cannot take the mask, the head size or attention dropout. "triton" (GPUs) is a
-    # flash attention that applies attention dropout in the kernel with the "hash" masks.
+    # kernel cannot take the mask, the head size or attention dropout. "triton" (GPUs) and
+    # "mosaic" (TPUs) apply attention dropout inside the kernel with the "hash" masks.
     attention_kernel: str = setting("auto", choices=ATTENTION_KERNELS)
 
     def __post_init__(self) -> None:

@@ -254,7 +254,7 @@ def dropout_keep_mask(key: Array, rate: float, shape: tuple[int, ...], impl: str
 
 def inverted_dropout(key: Array, rate: float, x: Array, impl: str = "hash") -> Array:
     """``x`` with the elements of `dropout_keep_mask` kept and scaled by ``1 / (1 - rate)``,
-    the others 0 (`layers.Dropout`; what the Triton attention kernel applies in place)."""
+    the others 0 (`layers.Dropout`; what the Triton and Mosaic attention kernels apply in place)."""
     keep = dropout_keep_mask(key, rate, x.shape, impl)
     return jnp.where(keep, x / jnp.asarray(1.0 - rate, x.dtype), jnp.zeros_like(x))
 

@@ -1,7 +1,7 @@
 """Multi-head self-attention of an encoder layer (Vaswani et al., 2017, §3.2): the query,
 key, value and output projections, rotary positions on queries and keys, and the
-attention itself through `attention.attend`, whose kernel (XLA, Pallas splash, cuDNN, Triton) the
-run's `Numerics.attention_kernel` chooses.
+attention itself through `attention.attend`, whose kernel (XLA, Pallas splash, cuDNN,
+Triton, Mosaic) the run's `Numerics.attention_kernel` chooses.
 
 Kernels are stored with the head axis apart ([H, N, D] in, [N, D, H] out), so the head
 axis can be sharded over the tensor mesh axis without reshapes. Shapes: B batch, S

@@ -41,7 +41,7 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
-from bert_jax.model import ops
+from bert_jax.model import kernel_tiles
 
 Array = jax.Array
 
@@ -94,44 +94,17 @@ def refusal(seq_len: int, head_dim: int) -> str | None:
     return None
 
 
-def dropout_words(
-    seeds: Array,
-    local: tuple[int, int],
-    heads: int,
-    seq_len: int,
-    offsets: tuple[Array | int, Array | int] = (0, 0),
-) -> Array:
-    """uint32 [b, n, 4] for the ``local`` (batch rows, heads) of a shard: the 64-bit flat
-    index of each one's element (0, 0) in the global [B, ``heads``, S, S] probabilities
-    (low, high words) and the two hash seeds (`ops.hash_seeds`). ``offsets``: the shard's
-    first batch row and head."""
-    b, n = local
-    row = lax.broadcasted_iota(jnp.uint32, (b, n), 0) + jnp.asarray(offsets[0]).astype(jnp.uint32)
-    head = lax.broadcasted_iota(jnp.uint32, (b, n), 1) + jnp.asarray(offsets[1]).astype(jnp.uint32)
-    low, high = ops.mul_wide(row * jnp.uint32(heads) + head, seq_len * seq_len)
-    seed0, seed1 = (jnp.broadcast_to(x.astype(jnp.uint32), (b, n)) for x in (seeds[0], seeds[1]))
-    return jnp.stack([low, high, seed0, seed1], axis=-1)
-
-
 def _visible(seg_q: Array, seg_k: Array, rows: Array, cols: Array, opts: Options) -> Array:
     """Boolean [bq, bk]: `attention.visible` for one tile."""
-    sq, sk = seg_q[:, None], seg_k[None, :]
-    see = (sk > 0) & ((sq == sk) | (sq == 0))
-    if opts.causal:
-        see = see & (cols[None, :] <= rows[:, None])
-    if opts.window is not None:
-        half = opts.window // 2
-        gap = rows[:, None] - cols[None, :]
-        see = see & (gap <= half) & (gap >= -half)
-    return see
+    return kernel_tiles.visible(
+        seg_q[:, None], seg_k[None, :], rows[:, None], cols[None, :], opts.causal, opts.window
+    )
 
 
 def _keep(words_ref, rows: Array, cols: Array, seq_len: int, rate: float) -> Array:
     """Boolean [bq, bk]: the dropout keep mask of a tile (`ops.dropout_keep_mask`'s bits)."""
-    within = rows[:, None].astype(jnp.uint32) * jnp.uint32(seq_len) + cols[None, :].astype(jnp.uint32)
-    low = words_ref[0] + within
-    high = words_ref[1] + (low < within).astype(jnp.uint32)
-    return ops.index_bits(words_ref[2], words_ref[3], low, high) >= ops.keep_threshold(rate)
+    words = tuple(words_ref[i] for i in range(4))
+    return kernel_tiles.keep(words, rows[:, None], cols[None, :], seq_len, rate)
 
 
 def _blocks_in_reach(

@@ -95,7 +95,7 @@ def layer_device_bytes(
 def materializes_scores(config, numerics, platform: str = "", dropout: float = 0.0) -> bool:
     """Whether the attention kernel a model gets on `platform` (default: where this process
     computes; `attention.choose_kernel`) writes the score matrix whole: XLA's does, splash,
-    cuDNN and Triton do not."""
+    cuDNN, Triton and Mosaic do not."""
     from bert_jax.model import attention
 
     platform = platform or attention.target_platform()

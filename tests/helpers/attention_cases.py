@@ -47,3 +47,23 @@ def assert_close_in_bfloat16(got, want, got_grads, want_grads) -> None:
         assert float(np.abs(w32).max()) > 1e-2
         err = np.abs(np.asarray(g, np.float32) - w32).max() / np.abs(w32).max()
         assert err < 2e-2, err
+
+
+def dropout_pair(kernel: str, mask, rate: float, key: jax.Array, interpret: bool = True):
+    """(``kernel``'s path, the XLA path) as functions of q, k, v, both dropping with
+    ``key``'s masks (``kernel``: "triton" or "mosaic")."""
+    from bert_jax.model import attention, ops
+
+    seeds = ops.hash_seeds(key)
+    path = {"triton": attention.triton_path, "mosaic": attention.mosaic_path}[kernel]
+    drop = lambda p: ops.inverted_dropout(key, rate, p)
+
+    def ours(q, k, v):
+        return path(
+            q, k, v, mask, dropout_rate=rate, dropout_seeds=seeds if rate else None, interpret=interpret
+        )
+
+    def xla(q, k, v):
+        return attention.xla_attention(q, k, v, mask, dropout_fn=drop if rate else None)
+
+    return ours, xla

@@ -158,7 +158,8 @@ def test_choose_kernel(requested, platform, mask, head_dim, rate, dtype, kernel,
 
 def test_unknown_kernel_is_one_line_naming_the_key() -> None:
     with pytest.raises(
-        ValueError, match=r"^attention_kernel='flash' is not one of: auto, xla, splash, cudnn, triton$"
+        ValueError,
+        match=r"^attention_kernel='flash' is not one of: auto, xla, splash, cudnn, triton, mosaic$",
     ):
         choose_kernel("flash", "tpu", _mask(), 64, 0.0)
 

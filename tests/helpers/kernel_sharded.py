@@ -1,6 +1,7 @@
-"""Subprocess body of a Triton-attention test: runs with 4 virtual CPU devices.
+"""Subprocess body of the dropout kernels' tests: runs with 4 virtual CPU devices.
 
-`attend` with ``attention_kernel=triton`` (interpreted) and attention dropout, jitted over
+`attend` with ``attention_kernel=KERNEL`` (``triton`` or ``mosaic``, the first argument;
+interpreted) and attention dropout, jitted over
 a (data 2, fsdp 1, tensor 2) mesh under the project's logical-axis rules, against the XLA
 path with the same dropout key. Prints one JSON object: the largest difference on the real
 queries' outputs, and on them when the XLA path draws with another key.
@@ -22,7 +23,7 @@ import numpy as np
 from bert_jax.model import attention, ops
 from bert_jax.training import sharding
 
-B, S, N, D, RATE = 4, 64, 4, 16, 0.1
+B, S, N, D, RATE = 4, 128, 4, 16, 0.1
 
 
 def main() -> None:
@@ -50,7 +51,7 @@ def main() -> None:
 
     mesh = sharding.make_mesh((2, 1, 2), jax.devices()[:4])
     with jax.set_mesh(mesh), nn.logical_axis_rules(sharding.LOGICAL_AXIS_RULES):
-        ours = run("triton", jax.random.key(7))
+        ours = run(sys.argv[1], jax.random.key(7))
         same = run("xla", jax.random.key(7))
         other = run("xla", jax.random.key(8))
     print(

@@ -1,0 +1,61 @@
+"""What the attention kernels compute per tile, shared by the Triton (GPU) and Mosaic (TPU)
+kernels: which keys a query sees and which probabilities attention dropout keeps.
+
+Both rules are `attention.visible` and `ops.dropout_keep_mask` ("hash") evaluated on one
+tile of the [B, N, S, S] probabilities, so a kernel trains on the masks the XLA path draws.
+Arguments broadcast: a kernel passes [bq, 1] and [1, bk] pieces or whole [bq, bk] tiles.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from bert_jax.model import ops
+
+Array = jax.Array
+
+
+def dropout_words(
+    seeds: Array,
+    local: tuple[int, int],
+    heads: int,
+    seq_len: int,
+    offsets: tuple[Array | int, Array | int] = (0, 0),
+) -> Array:
+    """uint32 [b, n, 4] for the ``local`` (batch rows, heads) of a shard: the 64-bit flat
+    index of each one's element (0, 0) in the global [B, ``heads``, S, S] probabilities
+    (low, high words) and the two hash seeds (`ops.hash_seeds`). ``offsets``: the shard's
+    first batch row and head."""
+    b, n = local
+    row = lax.broadcasted_iota(jnp.uint32, (b, n), 0) + jnp.asarray(offsets[0]).astype(jnp.uint32)
+    head = lax.broadcasted_iota(jnp.uint32, (b, n), 1) + jnp.asarray(offsets[1]).astype(jnp.uint32)
+    low, high = ops.mul_wide(row * jnp.uint32(heads) + head, seq_len * seq_len)
+    seed0, seed1 = (jnp.broadcast_to(x.astype(jnp.uint32), (b, n)) for x in (seeds[0], seeds[1]))
+    return jnp.stack([low, high, seed0, seed1], axis=-1)
+
+
+def visible(seg_q: Array, seg_k: Array, rows: Array, cols: Array, causal: bool, window: int | None) -> Array:
+    """Boolean tile: `attention.visible`'s rule for queries ``rows`` with segment ids
+    ``seg_q`` against keys ``cols`` with ``seg_k`` (0 padding, else the example's number)."""
+    see = (seg_k > 0) & ((seg_q == seg_k) | (seg_q == 0))
+    if causal:
+        see = see & (cols <= rows)
+    if window is not None:
+        half = window // 2
+        gap = rows - cols
+        see = see & (gap <= half) & (gap >= -half)
+    return see
+
+
+def keep(
+    words: tuple[Array, Array, Array, Array], rows: Array, cols: Array, seq_len: int, rate: float
+) -> Array:
+    """Boolean tile: the dropout keep mask of the probabilities at ``rows`` x ``cols`` of one
+    (batch row, head), whose `dropout_words` are ``words`` (low, high, seed0, seed1)."""
+    low0, high0, seed0, seed1 = words
+    within = rows.astype(jnp.uint32) * jnp.uint32(seq_len) + cols.astype(jnp.uint32)
+    low = low0 + within
+    high = high0 + (low < within).astype(jnp.uint32)
+    return ops.index_bits(seed0, seed1, low, high) >= ops.keep_threshold(rate)
