@@ -16,7 +16,9 @@ writes the output alone; the backward pass recomputes the probabilities of its q
 writes that tile's dQ and adds to dK and dV, which stay in VMEM across the query tiles
 (float32) and are written after the last one. Dropout acts on the normalised
 probabilities; the row term of the softmax gradient, sum_j p_ij dP_ij with dP the gradient
-of the kept probabilities, is summed on the tile.
+of the kept probabilities, is summed on the tile. The tiles' vector work is kept to the
+exponentials, the masks and the softmax gradient: the row sums' reciprocal and
+1 / (1 - rate) scale the [bq, D] output in the forward pass and dO in the backward pass.
 
 Visibility is `attention.visible`'s rule (`kernel_tiles.visible`). Shapes: [B, S, N, D] in
 and out like the other kernels (transposed to heads first for the block specs, as splash
@@ -88,11 +90,12 @@ def _tile_words(scalars_ref, seq_len: int, heads: int) -> tuple[Array, Array, Ar
     return (low, high, *seeds)
 
 
-def _probabilities(
+def _exponentials(
     q_ref, k_ref, segq_ref, segk_ref, scalars_ref, opts: Options
-) -> tuple[Array, Array | None]:
-    """(probabilities [bq, S] float32, the dropout scale per element or None) of this
-    grid step's query tile against the head's whole sequence."""
+) -> tuple[Array, Array, Array | None]:
+    """(exp(s - max) [bq, S] float32, 1 / its row sums [bq, 1], the dropout keep mask or
+    None) of this grid step's query tile against the head's whole sequence. The caller
+    scales by the row sums and 1 / (1 - rate) where it costs least."""
     bq, seq_len = q_ref.shape[0], k_ref.shape[0]
     first = pl.program_id(2) * bq
     rows = lax.broadcasted_iota(jnp.int32, (bq, seq_len), 0) + first
@@ -100,19 +103,21 @@ def _probabilities(
     s = lax.dot_general(q_ref[...], k_ref[...], NT, preferred_element_type=jnp.float32)
     see = kernel_tiles.visible(segq_ref[...], segk_ref[...], rows, cols, opts.causal, opts.window)
     s = jnp.where(see, s, MASKED)
-    p = jnp.exp(s - jnp.max(s, axis=1, keepdims=True))
-    p = p * (1.0 / jnp.sum(p, axis=1, keepdims=True))
+    e = jnp.exp(s - jnp.max(s, axis=1, keepdims=True))
+    inv_sum = 1.0 / jnp.sum(e, axis=1, keepdims=True)
     if not opts.rate:
-        return p, None
-    kept = kernel_tiles.keep(_tile_words(scalars_ref, seq_len, opts.heads), rows, cols, seq_len, opts.rate)
-    return p, jnp.where(kept, 1.0 / (1.0 - opts.rate), 0.0)
+        return e, inv_sum, None
+    words = _tile_words(scalars_ref, seq_len, opts.heads)
+    return e, inv_sum, kernel_tiles.keep(words, rows, cols, seq_len, opts.rate)
 
 
 def _forward_kernel(scalars_ref, q_ref, k_ref, v_ref, segq_ref, segk_ref, o_ref, *, opts: Options):
-    p, scale = _probabilities(q_ref, k_ref, segq_ref, segk_ref, scalars_ref, opts)
-    dropped = p if scale is None else p * scale
+    e, inv_sum, kept = _exponentials(q_ref, k_ref, segq_ref, segk_ref, scalars_ref, opts)
+    if kept is not None:
+        e = jnp.where(kept, e, 0.0)
     v = v_ref[...]
-    o_ref[...] = jnp.dot(dropped.astype(v.dtype), v, preferred_element_type=jnp.float32).astype(o_ref.dtype)
+    out = jnp.dot(e.astype(v.dtype), v, preferred_element_type=jnp.float32)
+    o_ref[...] = (out * (inv_sum * (1.0 / (1.0 - opts.rate)))).astype(o_ref.dtype)
 
 
 def _backward_kernel(
@@ -138,16 +143,19 @@ def _backward_kernel(
         dk_acc[...] = jnp.zeros(dk_acc.shape, jnp.float32)
         dv_acc[...] = jnp.zeros(dv_acc.shape, jnp.float32)
 
-    q, k, v, do = q_ref[...], k_ref[...], v_ref[...], do_ref[...]
-    p, scale = _probabilities(q_ref, k_ref, segq_ref, segk_ref, scalars_ref, opts)
+    q, k, v = q_ref[...], k_ref[...], v_ref[...]
+    e, inv_sum, kept = _exponentials(q_ref, k_ref, segq_ref, segk_ref, scalars_ref, opts)
+    p = e * inv_sum
+    # The output is (p * keep / (1 - rate)) v: 1 / (1 - rate) goes on dO ([bq, D]), the
+    # mask on the [bq, S] tiles.
+    do = do_ref[...]
+    if kept is not None:
+        do = (do.astype(jnp.float32) * (1.0 / (1.0 - opts.rate))).astype(do.dtype)
     dp = lax.dot_general(do, v, NT, preferred_element_type=jnp.float32)  # of the kept probabilities
-    if scale is not None:
-        dv_acc[...] += lax.dot_general(
-            (p * scale).astype(do.dtype), do, TN, preferred_element_type=jnp.float32
-        )
-        dp = dp * scale
-    else:
-        dv_acc[...] += lax.dot_general(p.astype(do.dtype), do, TN, preferred_element_type=jnp.float32)
+    dropped = p
+    if kept is not None:
+        dropped, dp = jnp.where(kept, p, 0.0), jnp.where(kept, dp, 0.0)
+    dv_acc[...] += lax.dot_general(dropped.astype(do.dtype), do, TN, preferred_element_type=jnp.float32)
     ds = p * (dp - jnp.sum(p * dp, axis=1, keepdims=True))
     dq_ref[...] = jnp.dot(ds.astype(k.dtype), k, preferred_element_type=jnp.float32).astype(dq_ref.dtype)
     dk_acc[...] += lax.dot_general(ds.astype(q.dtype), q, TN, preferred_element_type=jnp.float32)
