@@ -23,8 +23,8 @@ of the same attention, picked by `choose_kernel` from ``attention_kernel``:
   probabilities. Under a mesh it runs in `jax.shard_map` like splash.
 - ``mosaic``: `mosaic_attention`, the same for TPUs (Pallas on Mosaic): attention dropout
   inside the kernel with the XLA path's masks, a query tile against the whole sequence in
-  VMEM (S a multiple of 128 up to 2,048); `plan` compiles it for a TPU topology, CPUs run
-  it interpreted.
+  VMEM (S up to 2,048, padded to a multiple of 128); `plan` compiles it for a TPU
+  topology, CPUs run it interpreted.
 
 ``auto`` takes the platform's kernel where it applies and XLA elsewhere; whatever a kernel
 cannot take (dropout on splash and cuDNN, an additive bias, ...) runs on the XLA path with

@@ -22,8 +22,8 @@ exponentials, the masks and the softmax gradient: the row sums' reciprocal and
 
 Visibility is `attention.visible`'s rule (`kernel_tiles.visible`). Shapes: [B, S, N, D] in
 and out like the other kernels (transposed to heads first for the block specs, as splash
-is); S a multiple of 128 up to `MAX_SEQ`. ``interpret`` runs the kernels in Pallas
-interpret mode (CPUs: how they are tested; `plan` compiles them for a TPU topology).
+is); S up to `MAX_SEQ`, padded to a multiple of 128. ``interpret`` runs the kernels in
+Pallas interpret mode (CPUs: how they are tested; `plan` compiles them for a TPU topology).
 """
 
 from __future__ import annotations
@@ -57,6 +57,7 @@ class Options:
     window: int | None = None
     rate: float = 0.0
     heads: int = 1  # heads of the whole (unsharded) attention: the masks' flat index
+    seq_len: int = 0  # the length the masks' flat index counts (before padding); 0: the arrays'
     interpret: bool = False
 
 
@@ -71,11 +72,8 @@ def query_block(seq_len: int) -> int:
 
 def refusal(seq_len: int) -> str | None:
     """Why this kernel cannot take the shape, or None."""
-    if seq_len % LANES or seq_len > MAX_SEQ:
-        return (
-            f"the Mosaic attention takes a sequence length that is a multiple of {LANES} "
-            f"up to {MAX_SEQ}, not {seq_len}"
-        )
+    if seq_len > MAX_SEQ:
+        return f"the Mosaic attention takes sequences up to {MAX_SEQ} long, not {seq_len}"
     return None
 
 
@@ -97,6 +95,7 @@ def _exponentials(
     None) of this grid step's query tile against the head's whole sequence. The caller
     scales by the row sums and 1 / (1 - rate) where it costs least."""
     bq, seq_len = q_ref.shape[0], k_ref.shape[0]
+    counted = opts.seq_len or seq_len  # the real length: padded positions are hidden
     first = pl.program_id(2) * bq
     rows = lax.broadcasted_iota(jnp.int32, (bq, seq_len), 0) + first
     cols = lax.broadcasted_iota(jnp.int32, (bq, seq_len), 1)
@@ -107,8 +106,8 @@ def _exponentials(
     inv_sum = 1.0 / jnp.sum(e, axis=1, keepdims=True)
     if not opts.rate:
         return e, inv_sum, None
-    words = _tile_words(scalars_ref, seq_len, opts.heads)
-    return e, inv_sum, kernel_tiles.keep(words, rows, cols, seq_len, opts.rate)
+    words = _tile_words(scalars_ref, counted, opts.heads)
+    return e, inv_sum, kernel_tiles.keep(words, rows, cols, counted, opts.rate)
 
 
 def _forward_kernel(scalars_ref, q_ref, k_ref, v_ref, segq_ref, segk_ref, o_ref, *, opts: Options):
@@ -283,7 +282,15 @@ def scalars(seeds: Array, offsets: tuple[Array | int, Array | int] = (0, 0)) -> 
 
 def attention(q: Array, k: Array, v: Array, seg: Array, scalars: Array, opts: Options) -> Array:
     """[B, S, N, D] ×3 (q already scaled by 1/sqrt(D)), segment ids [B, S] int32 and
-    `scalars` → [B, S, N, D]: softmax(q k^T) with dropout at ``opts.rate``, times v."""
+    `scalars` → [B, S, N, D]: softmax(q k^T) with dropout at ``opts.rate``, times v. A
+    length that is not a multiple of 128 is padded to one with padding positions (segment
+    0, seen by no query; their outputs dropped); the masks keep the real length's index."""
+    s = q.shape[1]
+    pad = -s % LANES
+    if pad:
+        q, k, v = (jnp.pad(x, ((0, 0), (0, pad), (0, 0), (0, 0))) for x in (q, k, v))
+        seg = jnp.pad(seg, ((0, 0), (0, pad)))
+        opts = dataclasses.replace(opts, seq_len=s)
     heads_first = lambda x: jnp.swapaxes(x, 1, 2)
     out = _heads_first(heads_first(q), heads_first(k), heads_first(v), seg, scalars, opts)
-    return heads_first(out)
+    return heads_first(out)[:, :s]

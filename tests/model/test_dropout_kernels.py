@@ -39,7 +39,10 @@ CASES = [
 @pytest.mark.parametrize(
     ("kernel", "s", "packed", "causal", "window", "rate"),
     [(kernel, *case) for kernel in KERNELS for case in CASES]
-    + [("triton", 192, False, True, None, 0.1)],  # Triton's tiles of 64: blocks past the diagonal skipped
+    + [
+        ("triton", 192, False, True, None, 0.1),  # Triton's tiles of 64: blocks past the diagonal skipped
+        ("mosaic", 200, True, False, None, 0.1),  # padded to 256: the masks keep S = 200's index
+    ],
 )
 def test_interpreted_kernel_equals_the_xla_path_with_the_same_masks(
     kernel, s, packed, causal, window, rate

@@ -65,8 +65,8 @@ def test_compiled_by_libtpu_without_the_xla_paths_temporaries(topology) -> None:
         ("mosaic", "cpu", 128, 0.1, True, "mosaic", "interpret mode"),
         ("mosaic", "tpu", 128, 0.1, False, "xla", "threefry"),
         ("mosaic", "gpu", 128, 0.1, True, "xla", "runs on TPUs (interpreted on CPU), not on gpu"),
-        ("mosaic", "tpu", 200, 0.1, True, "xla", "multiple of 128 up to 2048, not 200"),
-        ("mosaic", "tpu", 4096, 0.1, True, "xla", "multiple of 128 up to 2048, not 4096"),
+        ("mosaic", "tpu", 200, 0.1, True, "mosaic", None),  # padded to 256
+        ("mosaic", "tpu", 4096, 0.1, True, "xla", "up to 2048 long, not 4096"),
         ("auto", "tpu", 512, 0.1, True, "xla", "XLA and Mosaic paths"),
         ("auto", "tpu", 512, 0.0, True, "splash", None),
     ],
