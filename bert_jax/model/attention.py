@@ -56,7 +56,6 @@ from bert_jax.model.numerics import ATTENTION_KERNELS as KERNELS
 Array = jax.Array
 
 SPLASH_BLOCK = 128  # splash's block sizes are multiples of 128 (the TPU lane width)
-PADDING_SEGMENT = 0  # the segment id of padding (and of the positions added up to a block)
 CUDNN_DTYPES = (jnp.bfloat16, jnp.float16)
 CUDNN_MAX_HEAD_DIM = 128  # 256 on Hopper and later; 128 holds on every GPU cuDNN takes
 
@@ -235,16 +234,12 @@ def splash_attention(
     if mask.extra_bias is not None:
         raise ValueError("attention_kernel=splash takes no additive bias (ALiBi): use attention_kernel=xla")
     s = q.shape[1]
-    seg = segment_ids(mask)
-    pad = -s % SPLASH_BLOCK
-    if pad:
-        q, k, v = (jnp.pad(x, ((0, 0), (0, pad), (0, 0), (0, 0))) for x in (q, k, v))
-        seg = jnp.pad(seg, ((0, 0), (0, pad)), constant_values=PADDING_SEGMENT)
+    q, k, v, seg = kernel_tiles.pad_sequence(SPLASH_BLOCK, q, k, v, segment_ids(mask))
     fn = functools.partial(
         _splash_local,
         causal=mask.causal,
         window=mask.window,
-        block=block or splash_block(s + pad),
+        block=block or splash_block(q.shape[1]),
         interpret=interpret,
     )
     mesh = _in_context_mesh()
@@ -506,6 +501,7 @@ def attend(
         return cudnn_attention(q, k, v, mask)
     if chosen in ("triton", "mosaic"):
         seeds = dropout_seeds() if dropout_rate else None
-        path, home = (triton_path, "gpu") if chosen == "triton" else (mosaic_path, "tpu")
-        return path(q, k, v, mask, dropout_rate=dropout_rate, dropout_seeds=seeds, interpret=platform != home)
+        path = triton_path if chosen == "triton" else mosaic_path
+        interpret = platform != _DROPOUT_KERNEL_HOME[chosen][0]
+        return path(q, k, v, mask, dropout_rate=dropout_rate, dropout_seeds=seeds, interpret=interpret)
     return xla_attention(q, k, v, mask, dropout_fn=dropout_fn, dtype=dtype)

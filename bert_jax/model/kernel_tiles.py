@@ -17,6 +17,28 @@ from bert_jax.model import ops
 Array = jax.Array
 
 
+PADDING = 0  # the segment id of padding, and of positions a kernel adds up to its block
+
+
+def pad_sequence(
+    multiple: int, q: Array, k: Array, v: Array, seg: Array
+) -> tuple[Array, Array, Array, Array]:
+    """q, k, v [B, S, N, D] and segment ids [B, S] with S padded up to a multiple of
+    ``multiple`` by padding positions (segment `PADDING`); unchanged where S is one."""
+    pad = -q.shape[1] % multiple
+    if not pad:
+        return q, k, v, seg
+    q, k, v = (jnp.pad(x, ((0, 0), (0, pad), (0, 0), (0, 0))) for x in (q, k, v))
+    return q, k, v, jnp.pad(seg, ((0, 0), (0, pad)), constant_values=PADDING)
+
+
+def first_index(row: Array, head: Array, heads: int, seq_len: int) -> tuple[Array, Array]:
+    """The 64-bit flat index (low, high uint32 words) of element (``row``, ``head``, 0, 0)
+    of the [B, ``heads``, S, S] probabilities: where that (row, head)'s masks start."""
+    flat = row.astype(jnp.uint32) * jnp.uint32(heads) + head.astype(jnp.uint32)
+    return ops.mul_wide(flat, seq_len * seq_len)
+
+
 def dropout_words(
     seeds: Array,
     local: tuple[int, int],
@@ -31,7 +53,7 @@ def dropout_words(
     b, n = local
     row = lax.broadcasted_iota(jnp.uint32, (b, n), 0) + jnp.asarray(offsets[0]).astype(jnp.uint32)
     head = lax.broadcasted_iota(jnp.uint32, (b, n), 1) + jnp.asarray(offsets[1]).astype(jnp.uint32)
-    low, high = ops.mul_wide(row * jnp.uint32(heads) + head, seq_len * seq_len)
+    low, high = first_index(row, head, heads, seq_len)
     seed0, seed1 = (jnp.broadcast_to(x.astype(jnp.uint32), (b, n)) for x in (seeds[0], seeds[1]))
     return jnp.stack([low, high, seed0, seed1], axis=-1)
 

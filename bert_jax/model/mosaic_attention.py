@@ -37,7 +37,7 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
-from bert_jax.model import kernel_tiles, ops
+from bert_jax.model import kernel_tiles
 
 Array = jax.Array
 
@@ -80,10 +80,9 @@ def refusal(seq_len: int) -> str | None:
 def _tile_words(scalars_ref, seq_len: int, heads: int) -> tuple[Array, Array, Array, Array]:
     """`kernel_tiles.dropout_words` of this grid step's (batch row, head): ``scalars_ref``
     holds the two seeds and the shard's first row and head (int32 bits)."""
-    row = scalars_ref[2] + pl.program_id(0)
-    head = scalars_ref[3] + pl.program_id(1)
-    flat = jnp.full((1, 1), row * heads + head, jnp.int32).astype(jnp.uint32)
-    low, high = ops.mul_wide(flat, seq_len * seq_len)
+    row = jnp.full((1, 1), scalars_ref[2] + pl.program_id(0), jnp.int32)
+    head = jnp.full((1, 1), scalars_ref[3] + pl.program_id(1), jnp.int32)
+    low, high = kernel_tiles.first_index(row, head, heads, seq_len)
     seeds = (jnp.full((1, 1), scalars_ref[i], jnp.int32).astype(jnp.uint32) for i in (0, 1))
     return (low, high, *seeds)
 
@@ -286,10 +285,8 @@ def attention(q: Array, k: Array, v: Array, seg: Array, scalars: Array, opts: Op
     length that is not a multiple of 128 is padded to one with padding positions (segment
     0, seen by no query; their outputs dropped); the masks keep the real length's index."""
     s = q.shape[1]
-    pad = -s % LANES
-    if pad:
-        q, k, v = (jnp.pad(x, ((0, 0), (0, pad), (0, 0), (0, 0))) for x in (q, k, v))
-        seg = jnp.pad(seg, ((0, 0), (0, pad)))
+    q, k, v, seg = kernel_tiles.pad_sequence(LANES, q, k, v, seg)
+    if q.shape[1] != s:
         opts = dataclasses.replace(opts, seq_len=s)
     heads_first = lambda x: jnp.swapaxes(x, 1, 2)
     out = _heads_first(heads_first(q), heads_first(k), heads_first(v), seg, scalars, opts)
