@@ -22,13 +22,18 @@ Contenders, each in its own process, taking turns for ``--rounds`` rounds (best 
   runs;
 - ``torch_compile``: the same model under `torch.compile` (default mode).
 
+Every step's loss is read to the host, once the next step is queued (``--read_loss late``,
+as a training loop that logs every step can; ``each``: before the next step is queued, which
+leaves the device idle while the host reads the value and queues the next step), the same
+for every contender.
+
 MFU is each contender's model FLOPs (bert_jax and the sparse ModernBERT head: MLM logits
 at the masked positions only; `BertForPreTraining`: at every position) over the bfloat16
 matmul rate measured in the same run (8192^3, XLA) and over the GPU's dense bf16 peak.
 
     python bench/gpu_pretrain.py [--steps 10] [--rounds 1] [--only 512,modernbert-1024]
                                  [--contenders bert_jax,torch] [--set KEY=VALUE] [--tiny]
-                                 [--variant NAME:KEY=VALUE[;KEY=VALUE]]
+                                 [--variant NAME:KEY=VALUE[;KEY=VALUE]] [--read_loss late|each]
 
 ``--tiny`` runs every shape at a tiny width, length and batch (a CPU check that the
 script and each contender work; its figures mean nothing). The last lines are
@@ -70,6 +75,7 @@ SHAPES = {
     "modernbert-1024": Shape("modernbert-base", 32, 1024, 308, {}, "ModernBERT-base, 30% masking, no NSP"),
 }
 CONTENDERS = ("bert_jax", "torch", "torch_compile")
+READ_LOSS = {"late": "once the next step is queued", "each": "before the next step"}
 TORCH = ("torch", "torch_compile")
 # --tiny: every shape at this width (a check of the script, not a measurement).
 _TINY_MODEL = {
@@ -136,20 +142,20 @@ def _torch_step(c, compiled: bool) -> tuple[Any, float]:
     return step, model_flops
 
 
-def run_one(name: str, shape: str, steps: int, tiny: bool, changes: dict) -> dict:
+def run_one(name: str, shape: str, steps: int, tiny: bool, changes: dict, read_late: bool = True) -> dict:
     from bench import peers
 
     c = run_config(SHAPES[shape], tiny, changes if name == "bert_jax" else {})
     start = time.perf_counter()
     step, model_flops = _bert_jax_step(c) if name == "bert_jax" else _torch_step(c, name == "torch_compile")
-    step()  # the first step compiles
+    float(step())  # the first step compiles
     first = time.perf_counter() - start
-    seconds = peers.time_steps(step, warmup=2, iters=steps)
+    seconds = peers.time_steps(step, warmup=2, iters=steps, read_late=read_late)
     tokens = c.global_batch_size * c.max_seq_length
     return {
         "tokens_per_sec": tokens / seconds,
         "flops_per_sec": model_flops / seconds,
-        "loss": step(),
+        "loss": float(step()),
         "first_step_s": first,
         "batch": c.global_batch_size,
         "seq": c.max_seq_length,
@@ -178,7 +184,8 @@ def _run_worker(
     name: str, shape: str, args: argparse.Namespace, changes: dict, xla_flags: str = ""
 ) -> dict | None:
     argv = [sys.executable, __file__, "--worker", name, shape, "--steps", str(args.steps)]
-    argv += ["--set_json", json.dumps(changes)] + (["--tiny"] if args.tiny else [])
+    argv += ["--set_json", json.dumps(changes), "--read_loss", args.read_loss]
+    argv += ["--tiny"] if args.tiny else []
     env = {**os.environ, "XLA_FLAGS": f"{os.environ.get('XLA_FLAGS', '')} {xla_flags}".strip()}
     try:
         return workers.run(argv, env=env, what=f"{name} on {shape}")
@@ -223,6 +230,12 @@ def main() -> None:
         help="one more bert_jax contender with these run-config keys on top of --set (xla_flags=... "
         "adds XLA flags), e.g. xla_attention:attention_kernel='xla'",
     )
+    parser.add_argument(
+        "--read_loss",
+        choices=("late", "each"),
+        default="late",
+        help="every step's loss is read: once the next step is queued (late), or before it (each)",
+    )
     parser.add_argument("--tiny", action="store_true", help="tiny shapes: a check of the script")
     parser.add_argument("--set_json", default="{}", help=argparse.SUPPRESS)
     parser.add_argument("--worker", nargs=2, metavar=("NAME", "SHAPE"), help=argparse.SUPPRESS)
@@ -232,7 +245,8 @@ def main() -> None:
         if name == "peak":
             result = measured_bf16_peak(1024 if args.tiny else 8192)
         else:
-            result = run_one(name, shape, args.steps, args.tiny, json.loads(args.set_json))
+            changes = json.loads(args.set_json)
+            result = run_one(name, shape, args.steps, args.tiny, changes, args.read_loss == "late")
         workers.report(result)
         return
     shapes, contenders = args.only.split(","), args.contenders.split(",")
@@ -268,7 +282,7 @@ def main() -> None:
             continue
         ran = next(iter(results.values()))
         title = f"{SHAPES[shape].title}, batch {ran['batch']} x seq {ran['seq']}"
-        print(f"\n{shape}: {title}; best of {args.rounds}")
+        print(f"\n{shape}: {title}; best of {args.rounds}; losses read {READ_LOSS[args.read_loss]}")
         print(f"{'':<15}{'tokens/s':>12}{'TFLOP/s':>9}{'MFU':>7}{'of measured':>13}{'loss':>8}{'first s':>9}")
         for name, r in results.items():
             print(

@@ -64,9 +64,10 @@ def torch_step(
     device: str = "cpu",
     bf16: bool = False,
     compiled: bool = False,
-) -> Callable[[], float]:
+) -> Callable[[], Any]:
     """transformers' PyTorch pre-training model of ``config``'s family + torch.optim.AdamW
-    (fused on CUDA), clipping at 1.0; returns a step fn. BERT: `BertForPreTraining` (MLM +
+    (fused on CUDA), clipping at 1.0; returns a step fn (it queues one step and returns its loss, on the
+    device). BERT: `BertForPreTraining` (MLM +
     NSP, logits at every position); ModernBERT: `ModernBertForMaskedLM` with
     ``sparse_prediction=True`` (logits at the masked positions, as ModernBERT trains), no
     NSP. SDPA attention; ``bf16``: bfloat16 autocast; ``compiled``: `torch.compile` of the
@@ -95,20 +96,21 @@ def torch_step(
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.01, eps=1e-6, fused=device == "cuda")
     forward = torch.compile(model) if compiled else model
 
-    def step() -> float:
+    def step() -> Any:
         opt.zero_grad(set_to_none=True)
         with torch.autocast(device, dtype=torch.bfloat16, enabled=bf16):
             loss = forward(**inputs).loss
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
-        return float(loss)
+        return loss.detach()
 
     return step
 
 
-def flax_step(config: BertConfig, batch: dict[str, np.ndarray]) -> Callable[[], float]:
-    """transformers' FlaxBertForPreTraining + optax.adamw under jax.jit; returns a step fn."""
+def flax_step(config: BertConfig, batch: dict[str, np.ndarray]) -> Callable[[], Any]:
+    """transformers' FlaxBertForPreTraining + optax.adamw under jax.jit; returns a step fn (the
+    loss on the device)."""
     import jax
     import jax.numpy as jnp
     import optax
@@ -141,11 +143,11 @@ def flax_step(config: BertConfig, batch: dict[str, np.ndarray]) -> Callable[[], 
 
     state = {"params": model.params, "opt": tx.init(model.params), "rng": jax.random.key(0)}
 
-    def step() -> float:
+    def step() -> Any:
         state["params"], state["opt"], state["rng"], loss = train_step(
             state["params"], state["opt"], state["rng"]
         )
-        return float(loss)
+        return loss
 
     return step
 
@@ -197,7 +199,7 @@ def torch_classification_step(
 
 def bert_jax_pretraining_step(
     model: dict[str, Any], batch: int, seq: int, masked: int, changes: dict[str, Any] | None = None
-) -> tuple[Callable[[], float], float]:
+) -> tuple[Callable[[], Any], float]:
     """bert_jax's pre-training step (MLM + NSP, AdamW) of `model` (a ``config.model`` dict)
     on one device over one random batch, with run-config `changes`; returns the step
     function and the step's model FLOPs (the MLM head on the masked positions only)."""
@@ -213,9 +215,10 @@ def bert_jax_pretraining_step(
     return bert_jax_step(run_settings.pretrain_settings(c))
 
 
-def bert_jax_step(settings: Any) -> tuple[Callable[[], float], float]:
+def bert_jax_step(settings: Any) -> tuple[Callable[[], Any], float]:
     """bert_jax's pre-training step of `settings` (`PretrainSettings`) on one device over one
-    random batch of the run's shape; returns the step function and the step's model FLOPs
+    random batch of the run's shape; returns the step function (the loss on the device) and
+    the step's model FLOPs
     (the MLM head on the masked positions only)."""
     import jax
 
@@ -231,21 +234,34 @@ def bert_jax_step(settings: Any) -> tuple[Callable[[], float], float]:
         state = {"s": setup.engine.init_state(0)}
         placed = setup.global_batch(data)
 
-    def step() -> float:
+    def step() -> Any:
         with jax.set_mesh(mesh):
             state["s"], metrics = setup.train_step(state["s"], placed)
-        return float(metrics["loss"])
+        return metrics["loss"]
 
     return step, flops.model_flops_per_step(setup.model_config, batch, seq, masked, nsp=setup.nsp)
 
 
-def time_steps(step: Callable[[], float], warmup: int, iters: int) -> float:
-    """Seconds per step, after `warmup` untimed steps (compilation, allocator warm-up)."""
+def time_steps(step: Callable[[], Any], warmup: int, iters: int, *, read_late: bool = True) -> float:
+    """Seconds per step, after `warmup` untimed steps (compilation, allocator warm-up).
+
+    `step` queues one training step and returns its loss on the device; every step's loss
+    is read to the host. ``read_late``: a step's loss is read once the next step is queued,
+    as a training loop that logs every step can (the device is not left idle while the host
+    waits for the value and queues the next step); else before the next step is queued.
+    """
     for _ in range(warmup):
-        step()
+        float(step())
     start = time.perf_counter()
+    pending = None
     for _ in range(iters):
-        step()
+        loss = step()
+        if not read_late:
+            float(loss)
+        elif pending is not None:
+            float(pending)
+        pending = loss
+    float(pending)
     return (time.perf_counter() - start) / iters
 
 

@@ -4,7 +4,8 @@ Runs bert_jax's step of a `bench/gpu_pretrain.py` shape (its run preset, bfloat1
 `jax.profiler`, reads the trace back (`jax.profiler.ProfileData`) and prints, per step:
 
 - the wall time, the time the device spent in operations, and the rest (idle: dispatch,
-  host work, waits);
+  host work, waits; each step's loss is read once the next step is queued, as in
+  `bench/gpu_pretrain.py`);
 - the time per kind of operation (matmuls, fused attention, fusions that end in a
   reduction, elementwise fusions, copies, collectives, the rest), from the HLO category
   XLA records for each operation, or from its name where none is recorded;
@@ -27,7 +28,6 @@ import os
 import shutil
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -117,13 +117,10 @@ def main() -> None:
     batch, seq = c.global_batch_size, c.max_seq_length
     step, _ = peers.bert_jax_step(run_settings.pretrain_settings(c))
     for _ in range(3):
-        step()
+        float(step())
     trace_dir = tempfile.mkdtemp(prefix="step_profile_")
-    with jax.profiler.trace(trace_dir):
-        start = time.perf_counter()
-        for _ in range(args.steps):
-            step()
-        wall = (time.perf_counter() - start) / args.steps
+    with jax.profiler.trace(trace_dir):  # each loss read once the next step is queued
+        wall = peers.time_steps(step, warmup=0, iters=args.steps)
     path = sorted(glob.glob(os.path.join(trace_dir, "**", "*.xplane.pb"), recursive=True))[-1]
     if args.keep:
         os.makedirs(args.keep, exist_ok=True)
