@@ -232,7 +232,7 @@ def main() -> None:
     )
     parser.add_argument(
         "--read_loss",
-        choices=("late", "each"),
+        choices=tuple(READ_LOSS),
         default="late",
         help="every step's loss is read: once the next step is queued (late), or before it (each)",
     )

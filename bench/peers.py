@@ -66,9 +66,9 @@ def torch_step(
     compiled: bool = False,
 ) -> Callable[[], Any]:
     """transformers' PyTorch pre-training model of ``config``'s family + torch.optim.AdamW
-    (fused on CUDA), clipping at 1.0; returns a step fn (it queues one step and returns its loss, on the
-    device). BERT: `BertForPreTraining` (MLM +
-    NSP, logits at every position); ModernBERT: `ModernBertForMaskedLM` with
+    (fused on CUDA), clipping at 1.0; returns a step fn (it queues one step and returns its
+    loss, on the device). BERT: `BertForPreTraining` (MLM + NSP, logits at every
+    position); ModernBERT: `ModernBertForMaskedLM` with
     ``sparse_prediction=True`` (logits at the masked positions, as ModernBERT trains), no
     NSP. SDPA attention; ``bf16``: bfloat16 autocast; ``compiled``: `torch.compile` of the
     model (default mode)."""
@@ -218,8 +218,7 @@ def bert_jax_pretraining_step(
 def bert_jax_step(settings: Any) -> tuple[Callable[[], Any], float]:
     """bert_jax's pre-training step of `settings` (`PretrainSettings`) on one device over one
     random batch of the run's shape; returns the step function (the loss on the device) and
-    the step's model FLOPs
-    (the MLM head on the masked positions only)."""
+    the step's model FLOPs (the MLM head on the masked positions only)."""
     import jax
 
     from bert_jax.model import flops
