@@ -15,7 +15,7 @@ import pytest
 
 from bert_jax.training.hardware import parse_topology
 from tests.conftest import ROOT
-from tests.helpers import fake_bucket
+from tests.helpers import fake_bucket, pod
 
 SCRIPT = ROOT / "launch" / "tpu_pod.py"
 INSTALL = ROOT / "launch" / "install_on_vm.sh"
@@ -221,12 +221,6 @@ def wait_for(condition, timeout: float = 120.0) -> None:
         time.sleep(0.05)
 
 
-def started_by(home: Path) -> list[int]:
-    """The processes whose command lines name `home`: the restart loop and the fake job."""
-    out = subprocess.run(["pgrep", "-f", str(home)], capture_output=True, text=True).stdout
-    return [int(pid) for pid in out.split()]
-
-
 def on_worker(home: Path, cmd: list[str]) -> str:
     """Runs an ssh line's command as worker 0 in `home` (log copies land in its bucket)."""
     env = {**os.environ, **fake_bucket.worker_env(home, home.parent / "bucket")}
@@ -276,14 +270,13 @@ def test_worker_restart_loop_status_and_stop(tmp_path: Path, mode: str) -> None:
             on_worker(home, stop)
             wait_for(lambda: (home / "terminated").exists())
             starts = home / "starts"  # until nothing is left that could restart it, or it did
-            wait_for(lambda: not started_by(home) or len(starts.read_text().splitlines()) > 1)
+            wait_for(lambda: not pod.started_by(home) or len(starts.read_text().splitlines()) > 1)
             assert len(starts.read_text().splitlines()) == 1
             assert on_worker(home, status) == worker + "stopped"
             (home / "bert_jax.status").write_text("running\n")  # the loop is gone: lost
             assert on_worker(home, status) == worker + "lost"
     finally:  # end what this test started (its command lines name its own tmp dir)
-        for pid in started_by(home):
-            os.kill(pid, 9)
+        pod.end_started(home)
 
 
 # --- the install script, run locally in a fresh HOME with no TPU ----------------------------

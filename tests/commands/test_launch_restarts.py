@@ -77,19 +77,6 @@ def wait_for(condition, timeout: float = 600.0, every: float = 0.05) -> None:
         time.sleep(every)
 
 
-def started_by(home: Path) -> list[int]:
-    out = subprocess.run(["pgrep", "-f", str(home)], capture_output=True, text=True).stdout
-    return [int(pid) for pid in out.split()]
-
-
-def end_started(home: Path) -> None:
-    for pid in started_by(home):
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-
-
 def run_loop(tmp_path: Path, plan: list[str], max_restarts: int = 5) -> tuple[Path, str]:
     """Starts the loop with the stand-in job; returns the HOME and the final status."""
     home = pod.make_worker(tmp_path, STAND_IN)
@@ -102,7 +89,7 @@ def run_loop(tmp_path: Path, plan: list[str], max_restarts: int = 5) -> tuple[Pa
         wait_for(lambda: on_worker(home, status) not in ("running", ""))
         return home, on_worker(home, status)
     finally:
-        end_started(home)
+        pod.end_started(home)
 
 
 def starts(home: Path) -> int:
