@@ -50,6 +50,9 @@ EXTRAS = {
         "scipy>=1.11",
         # GLUE metric references (matthews_corrcoef, f1_score) in tests/test_metrics.py.
         "scikit-learn>=1.3",
+        # The reference StableAdamW (the implementation ModernBERT trains with), for the
+        # optimizer test.
+        "torch-optimi==0.3.3",
         "ruff>=0.6",
         # The folders' import order (contracts in pyproject.toml), checked by scripts/test.sh.
         "import-linter>=2.1",

@@ -23,7 +23,8 @@ bert_jax has them, with the paper that motivated them:
 - `modernbert`: Warner et al. (2024), "ModernBERT": pre-LN, GeGLU, rotary positions, no
   biases, no dropout, FULL-SENTENCES rows without NSP, 30% masking, β2 0.98, and the
   warm-up-stable-decay (trapezoidal) schedule. Theirs trains with StableAdamW at
-  sequence 1024; bert_jax keeps AdamW. At the sizes `base`, `demo`, ... the recipe keeps
+  sequence 1024; the recipe keeps AdamW, which learned faster at the demo's size
+  (`optimizer=stable_adamw` is theirs: docs/pretraining.md). At the sizes `base`, `demo`, ... the recipe keeps
   their architecture (global attention, a segment embedding); the sizes `modernbert-base`
   and `modernbert-large` are ModernBERT's architecture and shapes exactly
   (`bert_jax.model.config.MODERNBERT`: alternating local/global attention, no segment

@@ -8,7 +8,12 @@ peak held, then linear decay to 0 over the last ``decay_fraction`` of steps).
 
 β1 0.9, β2 0.999, ε 1e-6, weight decay 0.01 on every weight matrix but none on
 LayerNorm parameters and biases (as the original `AdamWeightDecayOptimizer`), global-norm
-clipping at 1.0. LAMB (You et al., 2020) is the option for large batches. Gradient
+clipping at 1.0. LAMB (You et al., 2020) is the option for large batches. StableAdamW
+(Wortsman et al., 2023; ModernBERT's optimizer) is AdamW with AdaFactor's update clipping:
+each tensor's step size is divided by max(1, RMS(g / sqrt(v̂))), its gradient measured
+against its own second moment, so a tensor whose gradient jumps past what the moments
+expect takes a smaller step (weight decay the same as AdamW's, lr × weight_decay a step,
+and shrunk with it: optimi's `StableAdamW`, which the tests compare against). Gradient
 accumulation is done in the train step (`engine.py`), not with `optax.MultiSteps`, so that
 the micro-batch loop stays inside one compiled program.
 """
@@ -22,7 +27,7 @@ import jax.numpy as jnp
 import optax
 
 SCHEDULES = ("linear", "one_cycle", "wsd")
-OPTIMIZERS = ("adamw", "lamb")
+OPTIMIZERS = ("adamw", "lamb", "stable_adamw")
 
 
 def learning_rate_schedule(
@@ -97,8 +102,10 @@ def fused_adamw(
     weight_decay: float,
     mask: Any,
     clip_norm: float = 0.0,
+    update_clipping: bool = False,
 ) -> optax.GradientTransformation:
-    """``clip_by_global_norm(clip_norm)`` then ``optax.adamw``, as one transformation.
+    """``clip_by_global_norm(clip_norm)`` then ``optax.adamw``, as one transformation;
+    with `update_clipping`, StableAdamW (the module docstring).
 
     Same arithmetic as the optax chain (tests compare them), written so that XLA emits one
     elementwise pass per parameter for clipping, both moments, bias correction, decay and
@@ -132,7 +139,11 @@ def fused_adamw(
             u = (m / c1) / (jnp.sqrt(v / c2) + eps)
             if d and weight_decay:
                 u = u + weight_decay * p
-            return (-lr * u).astype(p.dtype), m, v
+            step = lr
+            if update_clipping:  # this tensor's gradient against its own second moment
+                rms = jnp.sqrt(jnp.mean(jnp.square(g) / jnp.maximum(v / c2, eps * eps)))
+                step = lr / jnp.maximum(1.0, rms)
+            return (-step * u).astype(p.dtype), m, v
 
         out = jax.tree.map(one, grads, state.mu, state.nu, params, decay)
         is_triple = lambda x: isinstance(x, tuple) and len(x) == 3
@@ -158,7 +169,8 @@ def create_optimizer(
 ) -> tuple[optax.GradientTransformation, optax.Schedule]:
     """The optimizer and its learning-rate schedule.
 
-    `name` is "adamw" (the fused AdamW above) or "lamb"; `clip_norm` 0 disables clipping.
+    `name` is "adamw" (the fused AdamW above), "stable_adamw" (the same with update
+    clipping) or "lamb"; `clip_norm` 0 disables clipping.
     Weight decay skips LayerNorm parameters and biases (`decay_mask`). `schedule`: one of
     `SCHEDULES` (`decay_fraction`: the decay share of ``wsd``).
     """
@@ -166,10 +178,10 @@ def create_optimizer(
         learning_rate, warmup_steps, total_steps, kind=schedule, decay_fraction=decay_fraction
     )
     kwargs = dict(learning_rate=schedule, b1=b1, b2=b2, eps=eps, weight_decay=weight_decay, mask=decay_mask)
-    if name == "adamw":
-        return fused_adamw(clip_norm=clip_norm, **kwargs), schedule
+    if name in ("adamw", "stable_adamw"):
+        return fused_adamw(clip_norm=clip_norm, update_clipping=name == "stable_adamw", **kwargs), schedule
     if name != "lamb":
-        raise ValueError(f"config.optimizer={name!r}: choose 'adamw' or 'lamb'")
+        raise ValueError(f"config.optimizer={name!r}: choose one of {', '.join(OPTIMIZERS)}")
     tx = optax.lamb(**kwargs)
     if clip_norm > 0:
         tx = optax.chain(optax.clip_by_global_norm(clip_norm), tx)

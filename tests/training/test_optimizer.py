@@ -141,3 +141,43 @@ def test_fused_adamw_equals_the_optax_chain(clip: float) -> None:
         p1, p2 = optax.apply_updates(p1, u1), optax.apply_updates(p2, u2)
         for a, b in zip(jax.tree.leaves(p1), jax.tree.leaves(p2), strict=True):
             np.testing.assert_allclose(a, b, rtol=2e-6, atol=1e-7)
+
+
+def test_stable_adamw_equals_optimi_and_shrinks_the_step_of_a_gradient_spike() -> None:
+    """`optimizer=stable_adamw` = optimi's `StableAdamW` (the implementation ModernBERT
+    trains with; weight decay on the kernel only), step by step through warm-up and decay,
+    with a gradient 100x its usual size at one step; at that step its update is smaller
+    than AdamW's."""
+    import optimi  # the test extra's reference
+    import torch
+
+    kw = dict(
+        name="stable_adamw", learning_rate=1e-2, warmup_steps=3, total_steps=10, weight_decay=0.1,
+        b1=0.9, b2=0.98, eps=1e-6, clip_norm=0.0, schedule="wsd",
+    )  # fmt: skip
+    ours, schedule = optimizer.create_optimizer(**kw)
+    adamw, _ = optimizer.create_optimizer(**{**kw, "name": "adamw"})
+    keys = jax.random.split(jax.random.key(0), 2)
+    params = {"dense": {"kernel": jax.random.normal(keys[0], (4, 3)), "bias": jnp.ones((3,))}}
+    theirs = {k: torch.nn.Parameter(torch.tensor(np.asarray(v))) for k, v in params["dense"].items()}
+    groups = [{"params": [theirs["kernel"]]}, {"params": [theirs["bias"]], "weight_decay": 0.0}]
+    ref = optimi.StableAdamW(
+        groups, lr=1e-2, betas=(0.9, 0.98), eps=1e-6, weight_decay=0.1, foreach=False, triton=False
+    )
+    state, adamw_state, spike = ours.init(params), adamw.init(params), 6
+    for step in range(10):
+        scale = 100.0 if step == spike else 1.0
+        grads = jax.tree.map(lambda x, i=step, c=scale: c * jnp.sin(x * (i + 1)), params)
+        for group in ref.param_groups:
+            group["lr"] = float(schedule(step))
+        for name, p in theirs.items():
+            p.grad = torch.tensor(np.asarray(grads["dense"][name]))
+        ref.step()
+        updates, state = ours.update(grads, state, params)
+        adamw_updates, adamw_state = adamw.update(grads, adamw_state, params)
+        if step == spike:  # the spike's step: the update is clipped below AdamW's
+            for a, b in zip(jax.tree.leaves(updates), jax.tree.leaves(adamw_updates), strict=True):
+                assert float(jnp.linalg.norm(a)) < 0.5 * float(jnp.linalg.norm(b))
+        params = optax.apply_updates(params, updates)
+        for name, p in theirs.items():
+            np.testing.assert_allclose(params["dense"][name], p.detach().numpy(), rtol=1e-5, atol=1e-7)
