@@ -15,9 +15,9 @@ best round of each counts, so a neighbour's load does not decide the ratio):
   `Finetuning.batches` (packed or bucketed, as the run does) into `engine.train_step`
   for ``--steps`` steps after one warm-up step per distinct shape (compiles, reported
   apart, with the number of programs an epoch compiles); then `Finetuning.predict`
-  on the dev split (evaluation: unpacked rows, batched by length and cut to the length
-  buckets; its padding is of the positions computed), and the host's
-  batch preparation alone.
+  on the dev split (evaluation as the run does it, packed rows for a packed task, and
+  beside it the rows one a row, batched by length and cut to the length buckets; padding
+  is of the positions computed), and the host's batch preparation alone.
 
 Tokens/s counts real (non-padding) tokens; "padded" counts every position computed.
 
@@ -89,16 +89,34 @@ def pretrain_worker(preset: str, task: str, steps: int) -> dict:
 def _finetuning(preset: str, task: str, checkpoint: str):
     from bert_jax.ablations import cells
     from bert_jax.finetuning import finetune
+    from bert_jax.training import resolver
 
-    table = _table(preset, task)
-    config = cells.cell_plan(table, "bert_base", task)["config"]
-    config.init_checkpoint = checkpoint
-    settings = run_settings.finetune_settings(config)
+    table = run_settings.ablation_table(_table(preset, task))
+    cell = cells.cell_plan(table, "bert_base", task)["config"]  # the cell's typed settings
+    settings = resolver.updated(cell, {"init_checkpoint": checkpoint})
     start = time.perf_counter()
     inputs = finetune.load_inputs(settings)
     load = time.perf_counter() - start
     total = finetune.steps_per_epoch(settings, inputs) * settings.num_epochs
     return settings, finetune.Finetuning(settings, inputs, total_steps=total), load
+
+
+def _evaluation(ft, params, split, batch_size: int) -> dict:
+    """`Finetuning.predict` of `split` timed once compiled: examples/s, real tokens/s and
+    the share of the positions computed that are padding."""
+    ft.predict(params, split, batch_size)  # compiles
+    computed, eval_step = [], ft.engine.eval_step
+    ft.engine.__dict__["eval_step"] = lambda p, b: computed.append(b["input_ids"].size) or eval_step(p, b)
+    start = time.perf_counter()
+    ft.predict(params, split, batch_size)
+    seconds = time.perf_counter() - start
+    del ft.engine.__dict__["eval_step"]
+    real = int((split.arrays["input_mask"] > 0).sum())
+    return {
+        "eval_examples_per_sec": len(split) / seconds,
+        "eval_tokens_per_sec": real / seconds,
+        "eval_padding": 1 - real / sum(computed),
+    }
 
 
 def finetune_worker(preset: str, task: str, steps: int, checkpoint: str) -> dict:
@@ -128,13 +146,10 @@ def finetune_worker(preset: str, task: str, steps: int, checkpoint: str) -> dict
         jax.block_until_ready(ft.engine.place(ft.rows(s), process_local=False))
     host = time.perf_counter() - start
     dev = ft.inputs.evals[0]
-    batch = config.eval_batch_size
-    ft.predict(state.params, dev, batch)  # compiles
-    computed, eval_step = [], ft.engine.eval_step  # the positions evaluation computes
-    ft.engine.__dict__["eval_step"] = lambda p, b: computed.append(b["input_ids"].size) or eval_step(p, b)
-    start = time.perf_counter()
-    ft.predict(state.params, dev, batch)
-    eval_seconds = time.perf_counter() - start
+    evaluation = _evaluation(ft, state.params, dev, config.eval_batch)
+    packed, ft.packed = ft.packed, False  # the rows one a row, batched by length: the peer
+    bucketed = _evaluation(ft, state.params, dev, config.eval_batch)
+    ft.packed = packed
     examples = sum(
         int(r["label_weights"].sum()) if "label_weights" in r else len(r["input_ids"]) for r in epoch[:steps]
     )
@@ -150,9 +165,8 @@ def finetune_worker(preset: str, task: str, steps: int, checkpoint: str) -> dict
         "steps_per_epoch": ft.steps_per_epoch,
         "packed": ft.packed,
         "load_seconds": load,
-        "eval_examples_per_sec": len(dev) / eval_seconds,
-        "eval_tokens_per_sec": int((dev.arrays["input_mask"] > 0).sum()) / eval_seconds,
-        "eval_padding": 1 - int((dev.arrays["input_mask"] > 0).sum()) / sum(computed),
+        **evaluation,
+        **{f"bucketed_{k}": v for k, v in bucketed.items()},
         "eval_rows": len(dev),
         "eval_splits": len(ft.inputs.evals),
         "train_rows": len(ft.inputs.train),
@@ -232,8 +246,11 @@ def main() -> None:
         f"{f['host_ms_per_step']:.1f} ms/step\n"
         f"  compiles: {f['programs_per_epoch']} programs an epoch, {f['warmup_seconds']:.1f} s for the "
         f"{f['programs_timed']} of the timed steps\n"
-        f"  evaluation: {f['eval_examples_per_sec']:,.0f} examples/s, {f['eval_tokens_per_sec']:,.0f} real "
-        f"tokens/s ({f['eval_padding']:.0%} padding)\n"
+        f"  evaluation ({how}): {f['eval_examples_per_sec']:,.0f} examples/s, "
+        f"{f['eval_tokens_per_sec']:,.0f} real tokens/s ({f['eval_padding']:.0%} padding); "
+        f"rows batched by length and cut to the buckets: "
+        f"{f['bucketed_eval_examples_per_sec']:,.0f} examples/s ({f['bucketed_eval_padding']:.0%} padding), "
+        f"{f['eval_examples_per_sec'] / f['bucketed_eval_examples_per_sec']:.2f}x\n"
         f"  {_epoch_estimate(f)}; loading (tokenizing) {f['load_seconds']:.0f} s"
     )
     print(f"\nratio_finetune_vs_pretrain={f['tokens_per_sec'] / p['tokens_per_sec']:.2f}")

@@ -15,7 +15,8 @@ Training batches of sentence(-pair) classification tasks are packed (``pack_exam
 itself); other tasks' batches are cut to the shortest of ``length_buckets`` that holds
 their longest row (a few compiled programs rather than every row padded to
 ``max_seq_length``). Either way each example's logits are those it has alone in a row
-padded to the maximum (tested). Evaluation runs unpacked at ``max_seq_length``.
+padded to the maximum (tested). Evaluation batches are made the same way: packed rows,
+``eval_batch_size`` rows a batch, or rows batched by length and cut to a bucket.
 The grid sweep is `sweep.py`.
 """
 
@@ -213,8 +214,11 @@ class Finetuning:
         cut to the shortest of ``length_buckets`` that holds it, as training batches are;
         per-token outputs are padded back (float outputs with a large negative number, so no
         padded position wins an argmax). The last batch is padded to `batch_size`: at most
-        one compiled shape per bucket."""
+        one compiled shape per bucket. A packable task's rows are packed instead
+        (`_predict_packed`)."""
         inputs = {k: split.arrays[k] for k in MODEL_INPUTS}
+        if self.packed:
+            return self._predict_packed(params, inputs, batch_size)
         n, chunks = len(split), []
         lengths = np.sum(
             inputs["input_mask"].reshape(n, -1, inputs["input_mask"].shape[-1]) > 0, axis=-1
@@ -239,6 +243,21 @@ class Finetuning:
         back = np.empty_like(order)
         back[order] = np.arange(n)
         return jax.tree.map(lambda x: x[back], merged)
+
+    def _predict_packed(self, params: Any, inputs: dict[str, np.ndarray], batch_size: int) -> Any:
+        """Head outputs for every row of `inputs` from packed rows (`packing.pack`, as the
+        training batches), `batch_size` rows a batch: every batch one shape, the empty rows
+        that round the last one out read by no example. Each example's outputs come back
+        from its slot, in the input order (`packing.unpack`)."""
+        n = len(inputs["input_ids"])
+        rows = packing.pack({**inputs, "labels": np.zeros(n, np.int32)}, self.run.max_seq_length, batch_size)
+        index, keys, chunks = rows["example_index"], [*MODEL_INPUTS, *packing.PACKED_INPUTS], []
+        for start in range(0, len(index), batch_size):
+            batch = {k: rows[k][start : start + batch_size] for k in keys}
+            out = self.engine.eval_step(params, self.engine.place(batch, process_local=False))
+            chunks.append(jax.tree.map(np.asarray, jax.device_get(out)))
+        merged = jax.tree.map(lambda *xs: np.concatenate(xs), *chunks)
+        return jax.tree.map(lambda x: packing.unpack(x, index), merged)
 
     def _token_axes(self, params: Any, batch: dict[str, jax.Array]) -> Any:
         """Per output leaf, the axis that follows the input's length (None for per-example

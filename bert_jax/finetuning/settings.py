@@ -103,9 +103,10 @@ class FinetuneSettings:
     # their longest row: a few compiled programs instead of padding every row to the
     # maximum. () pads every batch to max_seq_length.
     length_buckets: tuple[int, ...] = (16, 32, 48, 64, 96, 128, 192, 256, 384, 512)
-    # Sentence(-pair) classification and regression: the training examples of a batch share
-    # rows of max_seq_length (each attends to itself only, positions restart; same logits as
-    # alone), so short sentences compute little padding. Other tasks use length_buckets.
+    # Sentence(-pair) classification and regression: the examples of a batch share rows of
+    # max_seq_length (each attends to itself only, positions restart; same logits as alone),
+    # so short sentences compute little padding; evaluation packs too. Other tasks use
+    # length_buckets.
     pack_examples: bool = True
     # Packed batches hold a varying number of rows and each count compiles a program: >1
     # rounds the count up to a multiple (a few programs an epoch, up to multiple-1 empty rows

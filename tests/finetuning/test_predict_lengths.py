@@ -1,6 +1,7 @@
-"""Evaluation batches cut to length buckets (`Finetuning.predict`): the same outputs as
-at the full width, in the split's order, for a per-example head (classification) and a
-per-token head (SQuAD spans), with fewer positions computed."""
+"""Evaluation batches cut to length buckets or packed (`Finetuning.predict`): the same
+outputs as at the full width, in the split's order, for a per-example head
+(classification, cut and packed) and a per-token head (SQuAD spans), with fewer positions
+computed."""
 
 from __future__ import annotations
 
@@ -19,23 +20,32 @@ from configs import squad as squad_config
 from tests.helpers.task_data import build_squad, write_sst2
 
 
-def _predict_both_ways(config):
-    """Outputs of the first eval split with the default buckets and with none (every batch
-    at max_seq_length), from the same parameters; and the lengths the batches ran at."""
+def _predict(config, *variants: dict):
+    """Outputs of the first eval split under each variant of the settings (fields
+    replaced), from the same parameters, with the shapes of the batches each ran."""
     settings = run_settings.finetune_settings(config)
     inputs = finetune.load_inputs(settings)
-    got = {}
-    for buckets in (settings.length_buckets, ()):
-        run = settings.__class__(**{**settings.__dict__, "length_buckets": buckets})
+    got = []
+    for changes in variants:
+        run = settings.__class__(**{**settings.__dict__, **changes})
         ft = finetune.Finetuning(run, inputs, total_steps=1)
-        widths = []
+        shapes = []
         step = ft.engine.eval_step
-        ft.engine.__dict__["eval_step"] = lambda p, b, step=step, widths=widths: (
-            widths.append(b["input_ids"].shape[-1]) or step(p, b)
+        ft.engine.__dict__["eval_step"] = lambda p, b, step=step, shapes=shapes: (
+            shapes.append(b["input_ids"].shape) or step(p, b)
         )
         state = ft.engine.init_state(0, inputs.params)
-        got[buckets] = (ft.predict(state.params, inputs.evals[0], run.eval_batch), widths)
-    return got[settings.length_buckets], got[()], settings.max_seq_length
+        got.append((ft.predict(state.params, inputs.evals[0], run.eval_batch), shapes))
+    return got
+
+
+def _predict_both_ways(config, **fixed):
+    """With the default buckets and with none (every batch at max_seq_length): outputs and
+    the lengths the batches ran at."""
+    settings = run_settings.finetune_settings(config)
+    cut, full = _predict(config, {**fixed}, {**fixed, "length_buckets": ()})
+    widths = lambda shapes: [s[-1] for s in shapes]
+    return (cut[0], widths(cut[1])), (full[0], widths(full[1])), settings.max_seq_length
 
 
 def _tiny(config, checkpoint, **overrides):
@@ -47,9 +57,24 @@ def _tiny(config, checkpoint, **overrides):
 def test_classification_outputs_equal_the_full_width_ones(tmp_path, tiny_checkpoint) -> None:
     c = _tiny(glue_config.get_config("sst2"), tiny_checkpoint, data_dir=str(write_sst2(tmp_path)),
               max_seq_length=64, eval_batch_size=8)  # fmt: skip
-    (cut, widths), (full, full_widths), width = _predict_both_ways(c)
+    (cut, widths), (full, full_widths), width = _predict_both_ways(c, pack_examples=False)
     assert set(full_widths) == {width} and max(widths) < width  # shorter batches ran
     for a, b in zip(jax.tree.leaves(cut), jax.tree.leaves(full), strict=True):
+        assert a.shape == b.shape
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+
+
+def test_packed_evaluation_gives_every_example_its_full_width_outputs(tmp_path, tiny_checkpoint) -> None:
+    """A packed task's evaluation packs its rows: the outputs of one example a row at the
+    full width, in the split's order, from fewer rows in batches of one shape."""
+    c = _tiny(glue_config.get_config("sst2"), tiny_checkpoint, data_dir=str(write_sst2(tmp_path)),
+              max_seq_length=64, eval_batch_size=4)  # fmt: skip
+    (packed, shapes), (full, full_shapes) = _predict(
+        c, {"pack_examples": True}, {"pack_examples": False, "length_buckets": ()}
+    )
+    n = len(jax.tree.leaves(full)[0])
+    assert set(shapes) == {(4, 64)} and len(shapes) < len(full_shapes) == -(-n // 4)
+    for a, b in zip(jax.tree.leaves(packed), jax.tree.leaves(full), strict=True):
         assert a.shape == b.shape
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
 
