@@ -24,11 +24,11 @@ bert_jax has them, with the paper that motivated them:
   biases, no dropout, FULL-SENTENCES rows without NSP, 30% masking, β2 0.98, and the
   warm-up-stable-decay (trapezoidal) schedule. Theirs trains with StableAdamW at
   sequence 1024; the recipe keeps AdamW, which learned faster at the demo's size
-  (`optimizer=stable_adamw` is theirs: docs/pretraining.md). At the sizes `base`, `demo`, ... the recipe keeps
-  their architecture (global attention, a segment embedding); the sizes `modernbert-base`
-  and `modernbert-large` are ModernBERT's architecture and shapes exactly
-  (`bert_jax.model.config.MODERNBERT`: alternating local/global attention, no segment
-  embedding, ...), at sequence 1,024.
+  (`optimizer=stable_adamw` is theirs: docs/pretraining.md). At the sizes `base`,
+  `demo`, ... the recipe keeps their architecture (global attention, a segment
+  embedding); the sizes `modernbert-base` and `modernbert-large` are ModernBERT's
+  architecture and shapes exactly (`bert_jax.model.config.MODERNBERT`: alternating
+  local/global attention, no segment embedding, ...), at sequence 1,024.
 
 `SIZE+RECIPE` applies a recipe to a size: `demo+bert` is the demo with the paper's recipe,
 `base+modernbert` BERT-Base with ModernBERT's. The presets `cramming`, `mosaicbert` and

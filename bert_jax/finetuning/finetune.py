@@ -234,8 +234,7 @@ class Finetuning:
             length = bucket_length(batch["input_mask"], self.run.length_buckets, self.run.max_seq_length)
             batch = cut_to_length(batch, length)
             placed = self.engine.place(batch, process_local=False)
-            out = jax.device_get(self.engine.eval_step(params, placed))
-            out = jax.tree.map(np.asarray, out)
+            out = self._outputs(params, placed)
             if length < self.run.max_seq_length:
                 out = pad_token_axes(out, self._token_axes(params, placed), self.run.max_seq_length)
             chunks.append(jax.tree.map(lambda x, keep=batch_size - pad: x[:keep], out))
@@ -254,10 +253,13 @@ class Finetuning:
         index, keys, chunks = rows["example_index"], [*MODEL_INPUTS, *packing.PACKED_INPUTS], []
         for start in range(0, len(index), batch_size):
             batch = {k: rows[k][start : start + batch_size] for k in keys}
-            out = self.engine.eval_step(params, self.engine.place(batch, process_local=False))
-            chunks.append(jax.tree.map(np.asarray, jax.device_get(out)))
+            chunks.append(self._outputs(params, self.engine.place(batch, process_local=False)))
         merged = jax.tree.map(lambda *xs: np.concatenate(xs), *chunks)
         return jax.tree.map(lambda x: packing.unpack(x, index), merged)
+
+    def _outputs(self, params: Any, placed: dict[str, jax.Array]) -> Any:
+        """The head's outputs of one placed batch, as numpy arrays on the host."""
+        return jax.tree.map(np.asarray, jax.device_get(self.engine.eval_step(params, placed)))
 
     def _token_axes(self, params: Any, batch: dict[str, jax.Array]) -> Any:
         """Per output leaf, the axis that follows the input's length (None for per-example

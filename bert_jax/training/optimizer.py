@@ -136,12 +136,13 @@ def fused_adamw(
             g = g * scale.astype(g.dtype)
             m = b1 * m + (1.0 - b1) * g
             v = b2 * v + (1.0 - b2) * g * g
-            u = (m / c1) / (jnp.sqrt(v / c2) + eps)
+            v_hat = v / c2
+            u = (m / c1) / (jnp.sqrt(v_hat) + eps)
             if d and weight_decay:
                 u = u + weight_decay * p
             step = lr
             if update_clipping:  # this tensor's gradient against its own second moment
-                rms = jnp.sqrt(jnp.mean(jnp.square(g) / jnp.maximum(v / c2, eps * eps)))
+                rms = jnp.sqrt(jnp.mean(jnp.square(g) / jnp.maximum(v_hat, eps * eps)))
                 step = lr / jnp.maximum(1.0, rms)
             return (-step * u).astype(p.dtype), m, v
 

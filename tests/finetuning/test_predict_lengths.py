@@ -42,10 +42,9 @@ def _predict(config, *variants: dict):
 def _predict_both_ways(config, **fixed):
     """With the default buckets and with none (every batch at max_seq_length): outputs and
     the lengths the batches ran at."""
-    settings = run_settings.finetune_settings(config)
     cut, full = _predict(config, {**fixed}, {**fixed, "length_buckets": ()})
     widths = lambda shapes: [s[-1] for s in shapes]
-    return (cut[0], widths(cut[1])), (full[0], widths(full[1])), settings.max_seq_length
+    return (cut[0], widths(cut[1])), (full[0], widths(full[1])), config.max_seq_length
 
 
 def _tiny(config, checkpoint, **overrides):
