@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import flax.linen as nn
 import jax
+from jax.ad_checkpoint import checkpoint_name
 
 from bert_jax.model.attention import AttentionMask
 from bert_jax.model.config import BertConfig
@@ -52,15 +53,15 @@ class BertLayer(nn.Module):
         if c.pre_layer_norm:  # x + f(LN(x)): the residual stream is never normalised
             h = layer_norm(c, num, "attention_LayerNorm")(x) if self.attention_norm else x
             attn = attention(h, mask, deterministic, rope)
-            x = x + dropout(num, c.hidden_dropout_prob)(attn, deterministic)
+            x = checkpoint_name(x + dropout(num, c.hidden_dropout_prob)(attn, deterministic), "norm_input")
             h = dropout(num, c.hidden_dropout_prob)(self.feed_forward(output_norm(x)), deterministic)
             x = x + h
         else:  # LN(x + f(x))
             attn = attention(x, mask, deterministic, rope)
             attn = dropout(num, c.hidden_dropout_prob)(attn, deterministic)
-            x = layer_norm(c, num, "attention_LayerNorm")(x + attn)
+            x = layer_norm(c, num, "attention_LayerNorm")(checkpoint_name(x + attn, "norm_input"))
             h = dropout(num, c.hidden_dropout_prob)(self.feed_forward(x), deterministic)
-            x = output_norm(x + h)
+            x = output_norm(checkpoint_name(x + h, "norm_input"))
         return nn.with_logical_constraint(x, ("activation_batch", "activation_length", "activation_embed"))
 
     def feed_forward(self, x: Array) -> Array:
@@ -73,12 +74,14 @@ class BertLayer(nn.Module):
             x
         )  # [B, S, F]
         h = nn.with_logical_constraint(h, ("activation_batch", "activation_length", "activation_mlp"))
+        h = checkpoint_name(h, "ffn_hidden")
         if c.gated_ffn:
             gate = dense(
                 c, num, c.intermediate_size, ("embed", "mlp"), "intermediate_gate", use_bias=c.use_bias
             )
-            h = activation(c.hidden_act)(gate(x)) * h
+            h = activation(c.hidden_act)(checkpoint_name(gate(x), "ffn_hidden")) * h
         else:
             h = activation(c.hidden_act)(h)
+        h = checkpoint_name(h, "ffn_activated")
         out = dense(c, num, c.hidden_size, ("mlp", "embed"), "output", "copy_g", c.use_bias, init="out")
         return out(h)

@@ -36,6 +36,29 @@ Array = jax.Array
 Ropes = tuple[tuple[Array, Array], tuple[Array, Array]] | None
 
 
+# What ``remat_policy="selective"`` keeps of a layer for its backward pass (the values
+# `encoder_layer` and `self_attention` name with `checkpoint_name`): the inputs of its
+# matmuls and of its LayerNorms, in the compute dtype. The rest is recomputed from them:
+# LayerNorm statistics, the attention scores (one [S, S] matmul per head), softmax and the
+# dropout masks (the "hash" masks cost a few integer operations an element). Selective
+# activation recomputation, as Korthikanti et al. (2022) name it: the [B, N, S, S] float32
+# probabilities, their compute-dtype copy and the dropout mask are not kept between passes.
+SELECTIVE_SAVED = ("attention_qkv", "attention_context", "norm_input", "ffn_hidden", "ffn_activated")
+# Primitives whose outputs a fused attention kernel's backward reads (its output and
+# softmax statistics; cuDNN's and the Pallas kernels'): kept, or the backward pass would
+# run the kernel's forward again.
+_FUSED_ATTENTION = frozenset(
+    {"dot_product_attention_fwd_wrapper", "dot_product_attention_fwd", "pallas_call"}
+)
+
+
+def _selective(prim: Any, *_: Any, **params: Any) -> bool:
+    """The ``selective`` policy: whether `nn.remat` keeps this primitive's outputs."""
+    if prim.name == "name":  # a value named by `jax.ad_checkpoint.checkpoint_name`
+        return params["name"] in SELECTIVE_SAVED
+    return prim.name in _FUSED_ATTENTION
+
+
 def _remat(policy: str) -> Callable[[type[nn.Module]], type[nn.Module]]:
     """Wraps a layer class in `nn.remat` per the run's policy (or not at all)."""
     if policy == "none":
@@ -44,6 +67,7 @@ def _remat(policy: str) -> Callable[[type[nn.Module]], type[nn.Module]]:
         "full": jax.checkpoint_policies.nothing_saveable,
         "dots": jax.checkpoint_policies.checkpoint_dots,
         "dots_no_batch": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
+        "selective": _selective,
     }
     # Argument 3 (deterministic) is a Python bool: static.
     return lambda cls: nn.remat(cls, policy=policies[policy], static_argnums=(3,))

@@ -13,6 +13,7 @@ from __future__ import annotations
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+from jax.ad_checkpoint import checkpoint_name
 
 from bert_jax.model import attention, ops
 from bert_jax.model.attention import AttentionMask
@@ -97,6 +98,7 @@ class BertSelfAttention(nn.Module):
         q = nn.with_logical_constraint(
             q, ("activation_batch", "activation_length", "activation_heads", "activation_kv")
         )
+        q, k, v = (checkpoint_name(t, "attention_qkv") for t in (q, k, v))
         rate = c.attention_probs_dropout_prob
         # Initialisation needs shapes only: the XLA path (no kernel choice, no warning line).
         kernel = "xla" if self.is_initializing() else num.attention_kernel
@@ -111,4 +113,5 @@ class BertSelfAttention(nn.Module):
             dropout_seeds=(lambda: dropout(num, rate).seeds()) if num.dropout_rng == "hash" else None,
             dtype=num.dtype,
         )  # [B, S, N, D]
+        ctx = checkpoint_name(ctx, "attention_context")
         return _HeadsDense(c, num, to_heads=False, name="output")(ctx)  # [B, S, H]

@@ -8,7 +8,9 @@ FLOPs). The candidates, cheapest first and at most `MAX_TRIES`:
 1. the smallest accumulation (a power of two times the phase's) whose activations, scaled
    from the compiler's figure for the phase, fit beside the state, and twice that;
 2. the remat policies that keep less than the phase's, from the least recomputation to
-   the most (``dots``, ``dots_no_batch``, ``full``);
+   the most (``dots``, ``selective``, ``dots_no_batch``, ``full``: BERT-Base's step at 512
+   on v5e:2x2 does 0.5%, 2.1%, 3.7% and 32% more FLOPs than with none, and keeps 17.7,
+   14.2, 11.4 and 4.9 GiB a chip of 33.5);
 3. ``full`` remat with that accumulation.
 
 Each is compiled for the slice (`plan`); the first that fits is the answer. Only settings
@@ -24,7 +26,7 @@ from bert_jax.pretraining.settings import PHASE_KEYS
 
 MAX_TRIES = 4
 # Least to most recomputation (and least to most memory saved).
-REMAT_ORDER = ("none", "dots", "dots_no_batch", "full")
+REMAT_ORDER = ("none", "dots", "selective", "dots_no_batch", "full")
 
 
 @dataclasses.dataclass

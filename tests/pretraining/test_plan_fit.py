@@ -24,14 +24,14 @@ def test_candidates_start_at_the_accumulation_the_memory_suggests_then_remat_che
         ("none", 4),
         ("none", 8),
         ("dots", 1),
-        ("dots_no_batch", 1),
+        ("selective", 1),
     ]
     # A run already in 2 micro-batches doubles from there; a policy already on is not retried.
     assert plan_fit.candidates("dots", 2, _room(33)) == [
         ("dots", 8),
         ("dots", 16),
+        ("selective", 2),
         ("dots_no_batch", 2),
-        ("full", 2),
     ]
     assert len(plan_fit.candidates("none", 1, _room(1000))) <= plan_fit.MAX_TRIES
 
@@ -42,12 +42,13 @@ def test_candidates_skip_splits_the_batch_axes_cannot_cover() -> None:
     assert plan_fit.candidates("none", 1, room) == [
         ("none", 4),
         ("dots", 1),
+        ("selective", 1),
         ("dots_no_batch", 1),
-        ("full", 1),
     ]
     # 200 GiB would need 16: no split of 64 rows over 16 shards gets there, only remat is left.
     assert plan_fit.candidates("none", 1, _room(200, batch=64, shards=16)) == [
         ("dots", 1),
+        ("selective", 1),
         ("dots_no_batch", 1),
         ("full", 1),
     ]
@@ -80,7 +81,7 @@ def test_search_compiles_in_order_until_one_fits_and_names_the_phases_keys() -> 
         ("none", 4),
         ("none", 8),
         ("dots", 1),
-        ("dots_no_batch", 1),
+        ("selective", 1),
     ]
     assert not any(t.fits for t in trials) and all(t.est_step_time_s == 0.0 for t in trials)
     assert trials[2].keys == {"remat_policy": "dots"}  # phase 1's keys are the run's

@@ -1,0 +1,177 @@
+"""The pre-training step compiled for an NVIDIA H100 on a machine without a GPU: memory,
+kernels and bytes moved per layer, for each shape of `gpu_pretrain.py` and each variant.
+
+XLA compiles for a GPU it is only told about (`jax.experimental.topologies` with an H100's
+target description, `H100`): what `bench/gpu_pretrain.py` will run, checked and sized
+before a GPU is rented. Nothing runs, so nothing here is a time. Per shape and contender:
+
+- ``temp GiB``: the compiled step's temporaries (activations kept for the backward pass
+  and scratch), from XLA's buffer assignment;
+- ``kernels fwd/bwd``: kernels launched by one step of the forward and of the backward
+  layer loop (a scan step: one layer, or one group of layers for ModernBERT);
+- ``GB fwd/bwd``: the bytes those kernels read and write, from the HLO's shapes: every
+  operand and result once (no cache reuse; an in-place update counts its slice). A model
+  of the memory traffic, for comparing variants, not a measurement.
+
+Without autotuning (it needs the GPU) XLA takes default matmul tilings, so kernel counts
+and bytes hold but matmul speed is not modelled.
+
+    python bench/gpu_compile.py [--only 128,512] [--variant NAME:KEY=VALUE[;KEY=VALUE]]
+                                [--target_config FILE]
+
+``--target_config``: another GPU's description, e.g. the one `gpu_session.sh` writes on a
+GPU machine (``target_config.txtpb``); default `H100`.
+
+Needs JAX's CUDA plugin at the installed jax's version (``pip install "jax[cuda12]==X"``,
+X = ``jax.__version__``); no GPU, no driver. ``JAX_PLATFORMS=cpu`` is set here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+import re
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+os.environ["JAX_PLATFORMS"] = "cpu"
+
+from bench import gpu_pretrain  # noqa: E402
+
+# One H100 SXM (80 GB HBM3), as XLA's GPU target description (`stream_executor.GpuTargetConfigProto`).
+H100 = """
+gpu_device_info {
+  threads_per_block_limit: 1024 threads_per_warp: 32 shared_memory_per_block: 49152
+  shared_memory_per_core: 233472 threads_per_core_limit: 2048 core_count: 132
+  fpus_per_core: 128 block_dim_limit_x: 2147483647 block_dim_limit_y: 65535
+  block_dim_limit_z: 65535 memory_bandwidth: 3352320000000 l2_cache_size: 52428800
+  clock_rate_ghz: 1.98 device_memory_size: 84929347584 shared_memory_per_block_optin: 232448
+  cuda_compute_capability { major: 9 } registers_per_core_limit: 65536
+  registers_per_block_limit: 65536
+}
+platform_name: "CUDA"
+dnn_version_info { major: 9 minor: 10 }
+runtime_version { major: 12 minor: 8 }
+device_description_str: "NVIDIA H100 80GB HBM3"
+"""
+
+_BYTES = {"f32": 4, "bf16": 2, "f16": 2, "pred": 1, "s8": 1, "u8": 1, "s32": 4, "u32": 4, "s64": 8, "u64": 8}
+_ARRAY = re.compile(r"\b(" + "|".join(_BYTES) + r")\[([\d,]*)\]")
+_INSTRUCTION = re.compile(r"\s*(?:ROOT )?%(\S+) = (.*?) ([a-z][\w-]*)\((.*?)\)(?:, |$)")
+_KERNELS = ("fusion", "custom-call", "copy", "transpose", "dot", "convolution")
+
+
+def _bytes(type_text: str) -> int:
+    total = 0
+    for dtype, dims in _ARRAY.findall(type_text):
+        n = 1
+        for d in filter(None, dims.split(",")):
+            n *= int(d)
+        total += n * _BYTES[dtype]
+    return total
+
+
+def computations(hlo: str) -> dict[str, list[str]]:
+    """The HLO module's computations: name -> instruction lines."""
+    found: dict[str, list[str]] = {}
+    current = None
+    for line in hlo.splitlines():
+        head = re.match(r"^(?:ENTRY )?%(\S+) \(.*\{$", line)
+        if head:
+            current = found.setdefault(head.group(1), [])
+        elif current is not None and line.strip() not in ("", "}"):
+            current.append(line)
+    return found
+
+
+def loop_costs(lines: list[str]) -> tuple[int, int]:
+    """(kernels launched, bytes read and written) by one pass of a loop body."""
+    sizes: dict[str, int] = {}
+    kernels = moved = 0
+    for line in lines:
+        m = _INSTRUCTION.match(line)
+        if not m:
+            continue
+        name, result, op, args = m.groups()
+        sizes[name] = _bytes(result)
+        if op not in _KERNELS:
+            continue
+        tensors = [sizes[name]] + [sizes.get(a, 0) for a in re.findall(r"%([\w.\-]+)", args)]
+        if "dynamic_slice" in line or "dynamic_update_slice" in name:
+            # In place: the stacked buffer is neither read nor written whole, the slice is.
+            tensors = [2 * t for t in tensors if t < max(tensors)]
+        kernels += 1
+        moved += sum(tensors)
+    return kernels, moved
+
+
+def layer_loops(hlo: str) -> list[tuple[int, int]]:
+    """(kernels, bytes) of each layer loop's body, in program order (forward, backward)."""
+    bodies = computations(hlo)
+    return [loop_costs(bodies[b]) for b in re.findall(r"%while(?:\.\d+)? = .*? body=%([^,\s]+)", hlo)]
+
+
+def compile_one(shape: str, changes: dict, target_config: str = H100) -> dict:
+    from jax.experimental import topologies
+
+    from bert_jax.commands import run_settings
+    from bert_jax.pretraining import pretrain
+    from bert_jax.training import compile_cache, sharding
+
+    c = gpu_pretrain.run_config(gpu_pretrain.SHAPES[shape], False, changes)
+    topology = topologies.get_topology_desc(platform="cuda", target_config=target_config, topology="1x1x1")
+    mesh = sharding.make_mesh((1, 1, 1), list(topology.devices))
+    setup = pretrain.Pretraining(run_settings.pretrain_settings(c), mesh)
+    start = time.perf_counter()
+    with compile_cache.off():  # a program for a GPU this process lacks cannot be cached here
+        compiled = setup.compile_train_step(c.global_batch_size, c.max_seq_length, c.max_predictions_per_seq)
+    hlo = compiled.as_text()
+    kernels = r'custom_call_target="(__cudnn[^"]*|__gpu\$xla\.gpu\.triton)"'  # cuDNN's and Triton's
+    custom = collections.Counter(re.findall(kernels, hlo))
+    return {
+        "compile_s": time.perf_counter() - start,
+        "temp_bytes": compiled.memory_analysis().temp_size_in_bytes,
+        "loops": layer_loops(hlo),
+        "attention_calls": dict(custom),
+        "device": topology.devices[0].device_kind,
+    }
+
+
+def main() -> None:
+    sys.stdout.reconfigure(line_buffering=True)
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--only", default=",".join(gpu_pretrain.SHAPES), help="shapes, comma-separated")
+    parser.add_argument("--variant", action="append", default=[], metavar="NAME:KEY=VALUE[;KEY=VALUE]")
+    parser.add_argument("--target_config", help="a GPU's target description (text proto); default: an H100")
+    args = parser.parse_args()
+    target = Path(args.target_config).read_text() if args.target_config else H100
+    contenders = {"bert_jax": {}}
+    for text in args.variant:
+        name, _, keys = text.partition(":")
+        contenders[name] = gpu_pretrain.parse_keys([k for k in keys.split(";") if k])
+    shapes = args.only.split(",")
+    if unknown := [s for s in shapes if s not in gpu_pretrain.SHAPES]:
+        parser.error(f"--only: unknown {', '.join(unknown)} (known: {', '.join(gpu_pretrain.SHAPES)})")
+    device = ""
+    for shape in shapes:
+        print(f"\n{shape}: {gpu_pretrain.SHAPES[shape].title}")
+        print(f"{'':<22}{'temp GiB':>9}{'kernels fwd/bwd':>17}{'GB fwd/bwd':>14}{'compile s':>11}  attention")
+        for name, changes in contenders.items():
+            r = compile_one(shape, changes, target)
+            if r["device"] != device:
+                device = r["device"]
+                print(f"(compiled for {device}, without one)")
+            loops = r["loops"] or [(0, 0)]
+            kernels = "/".join(str(k) for k, _ in loops)
+            moved = "/".join(f"{b / 1e9:.1f}" for _, b in loops)
+            calls = ", ".join(f"{k} x{v}" for k, v in sorted(r["attention_calls"].items())) or "XLA"
+            temp = r["temp_bytes"] / 2**30
+            print(f"{name:<22}{temp:>9.2f}{kernels:>17}{moved:>14}{r['compile_s']:>11.1f}  {calls}")
+
+
+if __name__ == "__main__":
+    main()
