@@ -88,7 +88,25 @@ def computations(hlo: str) -> dict[str, list[str]]:
     return found
 
 
-def loop_costs(lines: list[str]) -> tuple[int, int]:
+def _sliced_parameters(lines: list[str]) -> dict[int, int]:
+    """A fused computation's parameters read through a dynamic slice (a slice of a stacked
+    buffer, e.g. one layer's saved activations): parameter index -> bytes read."""
+    params, read = {}, {}
+    for line in lines:
+        m = _INSTRUCTION.match(line)
+        if not m:
+            continue
+        name, result, op, args = m.groups()
+        if op == "parameter":
+            params[name] = int(args)
+        elif op == "dynamic-slice":
+            source = re.findall(r"%([\w.\-]+)", args)[0]
+            if source in params:
+                read[params[source]] = read.get(params[source], 0) + _bytes(result)
+    return read
+
+
+def loop_costs(lines: list[str], bodies: dict[str, list[str]]) -> tuple[int, int]:
     """(kernels launched, bytes read and written) by one pass of a loop body."""
     sizes: dict[str, int] = {}
     kernels = moved = 0
@@ -100,7 +118,11 @@ def loop_costs(lines: list[str]) -> tuple[int, int]:
         sizes[name] = _bytes(result)
         if op not in _KERNELS:
             continue
-        tensors = [sizes[name]] + [sizes.get(a, 0) for a in re.findall(r"%([\w.\-]+)", args)]
+        operands = [sizes.get(a, 0) for a in re.findall(r"%([\w.\-]+)", args)]
+        fused = re.search(r"calls=%([^,\s]+)", line)
+        for index, read in _sliced_parameters(bodies.get(fused.group(1), []) if fused else []).items():
+            operands[index] = min(operands[index], read)
+        tensors = [sizes[name], *operands]
         if "dynamic_slice" in line or "dynamic_update_slice" in name:
             # In place: the stacked buffer is neither read nor written whole, the slice is.
             tensors = [2 * t for t in tensors if t < max(tensors)]
@@ -112,7 +134,7 @@ def loop_costs(lines: list[str]) -> tuple[int, int]:
 def layer_loops(hlo: str) -> list[tuple[int, int]]:
     """(kernels, bytes) of each layer loop's body, in program order (forward, backward)."""
     bodies = computations(hlo)
-    return [loop_costs(bodies[b]) for b in re.findall(r"%while(?:\.\d+)? = .*? body=%([^,\s]+)", hlo)]
+    return [loop_costs(bodies[b], bodies) for b in re.findall(r"%while(?:\.\d+)? = .*? body=%([^,\s]+)", hlo)]
 
 
 def compile_one(shape: str, changes: dict, target_config: str = H100) -> dict:
