@@ -137,6 +137,23 @@ def layer_loops(hlo: str) -> list[tuple[int, int]]:
     return [loop_costs(bodies[b], bodies) for b in re.findall(r"%while(?:\.\d+)? = .*? body=%([^,\s]+)", hlo)]
 
 
+def _program_costs(name: str, bodies: dict[str, list[str]]) -> tuple[int, int]:
+    kernels, moved = loop_costs(bodies[name], bodies)
+    for line in bodies[name]:
+        loop = re.search(r" while\(.*? body=%([^,\s]+).*?\"known_trip_count\":\{\"n\":\"(\d+)\"", line)
+        if loop:
+            k, b = _program_costs(loop.group(1), bodies)
+            kernels, moved = kernels + int(loop.group(2)) * k, moved + int(loop.group(2)) * b
+    return kernels, moved
+
+
+def step_costs(hlo: str) -> tuple[int, int]:
+    """(kernels, bytes) of the whole step: the entry's kernels and every loop's body times
+    its trip count (scanned and unrolled layers compare here)."""
+    entry = re.search(r"^ENTRY %(\S+) ", hlo, re.MULTILINE)
+    return _program_costs(entry.group(1), computations(hlo)) if entry else (0, 0)
+
+
 def compile_one(shape: str, changes: dict, target_config: str = H100) -> dict:
     from jax.experimental import topologies
 
@@ -158,6 +175,7 @@ def compile_one(shape: str, changes: dict, target_config: str = H100) -> dict:
         "compile_s": time.perf_counter() - start,
         "temp_bytes": compiled.memory_analysis().temp_size_in_bytes,
         "loops": layer_loops(hlo),
+        "step": step_costs(hlo),
         "attention_calls": dict(custom),
         "device": topology.devices[0].device_kind,
     }
@@ -181,7 +199,10 @@ def main() -> None:
     device = ""
     for shape in shapes:
         print(f"\n{shape}: {gpu_pretrain.SHAPES[shape].title}")
-        print(f"{'':<22}{'temp GiB':>9}{'kernels fwd/bwd':>17}{'GB fwd/bwd':>14}{'compile s':>11}  attention")
+        print(
+            f"{'':<22}{'temp GiB':>9}{'kernels fwd/bwd':>17}{'GB fwd/bwd':>14}"
+            f"{'step kernels':>14}{'step GB':>9}{'compile s':>11}  attention"
+        )
         for name, changes in contenders.items():
             r = compile_one(shape, changes, target)
             if r["device"] != device:
@@ -192,7 +213,11 @@ def main() -> None:
             moved = "/".join(f"{b / 1e9:.1f}" for _, b in loops)
             calls = ", ".join(f"{k} x{v}" for k, v in sorted(r["attention_calls"].items())) or "XLA"
             temp = r["temp_bytes"] / 2**30
-            print(f"{name:<22}{temp:>9.2f}{kernels:>17}{moved:>14}{r['compile_s']:>11.1f}  {calls}")
+            step_kernels, step_bytes = r["step"]
+            print(
+                f"{name:<22}{temp:>9.2f}{kernels:>17}{moved:>14}{step_kernels:>14}{step_bytes / 1e9:>9.1f}"
+                f"{r['compile_s']:>11.1f}  {calls}"
+            )
 
 
 if __name__ == "__main__":
