@@ -1,5 +1,5 @@
 """The pre-training step compiled for an NVIDIA H100 on a machine without a GPU: memory,
-kernels and bytes moved per layer, for each shape of `gpu_pretrain.py` and each variant.
+kernels and bytes moved, for each shape of `gpu_pretrain.py` and each variant.
 
 XLA compiles for a GPU it is only told about (`jax.experimental.topologies` with an H100's
 target description, `H100`): what `bench/gpu_pretrain.py` will run, checked and sized
@@ -7,12 +7,15 @@ before a GPU is rented. Nothing runs, so nothing here is a time. Per shape and c
 
 - ``temp GiB``: the compiled step's temporaries (activations kept for the backward pass
   and scratch), from XLA's buffer assignment;
-- ``kernels fwd/bwd``: kernels launched by one step of the forward and of the backward
-  layer loop (a scan step: one layer, or one group of layers for ModernBERT);
-- ``GB fwd/bwd``: the bytes those kernels read and write, from the HLO's shapes: every
-  operand and result once (no cache reuse; an in-place update counts its slice). A model
-  of the memory traffic, for comparing variants, not a measurement.
+- ``kernels fwd/bwd``, ``GB fwd/bwd``: kernels launched by one step of the forward and of
+  the backward layer loop (a scan step: one layer, or one group of layers for ModernBERT;
+  none with unrolled layers), and the bytes they read and write;
+- ``step kernels``, ``step GB``: the same for the whole step (every loop's body times its
+  trip count), which compares scanned and unrolled layers.
 
+Bytes are a model of the memory traffic from the HLO's shapes: every operand and result
+once (no cache reuse), a slice of a stacked buffer (read through a dynamic slice, or
+updated in place) as the slice. For comparing variants, not a measurement.
 Without autotuning (it needs the GPU) XLA takes default matmul tilings, so kernel counts
 and bytes hold but matmul speed is not modelled.
 
@@ -88,26 +91,42 @@ def computations(hlo: str) -> dict[str, list[str]]:
     return found
 
 
-def _sliced_parameters(lines: list[str]) -> dict[int, int]:
-    """A fused computation's parameters read through a dynamic slice (a slice of a stacked
-    buffer, e.g. one layer's saved activations): parameter index -> bytes read."""
-    params, read = {}, {}
+def _fused_access(lines: list[str]) -> tuple[dict[int, int], int | None]:
+    """What a fused computation touches of a stacked buffer (one layer's slot of saved
+    activations): (parameter index -> bytes read, for parameters read through a dynamic
+    slice or only updated in place; bytes written, when its result is updated in place)."""
+    params: dict[str, int] = {}
+    sizes: dict[str, int] = {}
+    updates: dict[str, int] = {}  # in-place update -> bytes it writes
+    read: dict[int, int] = {}
+    written = None
     for line in lines:
         m = _INSTRUCTION.match(line)
         if not m:
             continue
         name, result, op, args = m.groups()
+        operands = re.findall(r"%([\w.\-]+)", args)
+        sizes[name] = _bytes(result)
         if op == "parameter":
             params[name] = int(args)
-        elif op == "dynamic-slice":
-            source = re.findall(r"%([\w.\-]+)", args)[0]
-            if source in params:
-                read[params[source]] = read.get(params[source], 0) + _bytes(result)
-    return read
+        elif op == "dynamic-slice" and operands[0] in params:
+            index = params[operands[0]]
+            read[index] = read.get(index, 0) + sizes[name]
+        elif op == "dynamic-update-slice":
+            updates[name] = sizes.get(operands[1], 0)
+            if operands[0] in params:
+                read.setdefault(params[operands[0]], 0)  # updated in place, not read
+        if line.lstrip().startswith("ROOT "):
+            if op == "dynamic-update-slice":
+                written = updates[name]
+            elif op == "tuple":
+                written = sum(updates.get(o, sizes.get(o, 0)) for o in operands)
+    return read, written
 
 
 def loop_costs(lines: list[str], bodies: dict[str, list[str]]) -> tuple[int, int]:
-    """(kernels launched, bytes read and written) by one pass of a loop body."""
+    """(kernels launched, bytes read and written) by one pass of a computation's own
+    instructions (loops it runs are `step_costs`')."""
     sizes: dict[str, int] = {}
     kernels = moved = 0
     for line in lines:
@@ -120,14 +139,11 @@ def loop_costs(lines: list[str], bodies: dict[str, list[str]]) -> tuple[int, int
             continue
         operands = [sizes.get(a, 0) for a in re.findall(r"%([\w.\-]+)", args)]
         fused = re.search(r"calls=%([^,\s]+)", line)
-        for index, read in _sliced_parameters(bodies.get(fused.group(1), []) if fused else []).items():
-            operands[index] = min(operands[index], read)
-        tensors = [sizes[name], *operands]
-        if "dynamic_slice" in line or "dynamic_update_slice" in name:
-            # In place: the stacked buffer is neither read nor written whole, the slice is.
-            tensors = [2 * t for t in tensors if t < max(tensors)]
+        read, written = _fused_access(bodies.get(fused.group(1), []) if fused else [])
+        for index, size in read.items():
+            operands[index] = min(operands[index], size)
         kernels += 1
-        moved += sum(tensors)
+        moved += (sizes[name] if written is None else written) + sum(operands)
     return kernels, moved
 
 
