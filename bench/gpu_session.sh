@@ -31,8 +31,10 @@ command -v nvidia-smi >/dev/null && nvidia-smi -L
 '| torch', torch.__version__, '| transformers', transformers.__version__)"
 # The GPU as XLA describes it: `bench/gpu_compile.py --target_config` compiles for it on a
 # machine without one.
-"$PY" -c "import jax; from jax._src.lib import xla_client as xc; \
-print(xc.get_topology_for_devices(jax.devices()).target_config)" >"$OUT/target_config.txtpb" 2>/dev/null || true
+if target=$("$PY" -c "import jax; from jax._src.lib import xla_client as xc; \
+print(xc.get_topology_for_devices(jax.devices()).target_config)" 2>/dev/null); then
+  echo "$target" >"$OUT/target_config.txtpb"
+fi
 if [ "${GPU_TESTS:-1}" = 1 ]; then
   echo "== GPU tests"
   # The tests' conftest picks the CPU unless JAX_PLATFORMS says otherwise.
