@@ -1,0 +1,58 @@
+"""`bench/gpu_compile.py`'s model of the bytes a compiled step moves, on a hand-written HLO
+module: a loop over 4 layers whose body reads one layer's slot of a stacked buffer and
+writes another slot in place (what a scanned layer does with its saved activations)."""
+
+from bench import gpu_compile
+
+# Stack f32[4,8,16] (2,048 bytes), one slot f32[1,8,16] (512 bytes).
+_HLO = """HloModule scanned
+
+%read_slot (param_0: f32[4,8,16], param_1: s32[]) -> f32[1,8,16] {
+  %param_0 = f32[4,8,16]{2,1,0} parameter(0)
+  %param_1 = s32[] parameter(1)
+  %zero = s32[] constant(0)
+  ROOT %slot = f32[1,8,16]{2,1,0} dynamic-slice(%param_0, %param_1, %zero, %zero), dynamic_slice_sizes={1,8,16}
+}
+
+%write_slot (param_0: f32[4,8,16], param_1: f32[8,16], param_2: s32[]) -> f32[4,8,16] {
+  %param_0 = f32[4,8,16]{2,1,0} parameter(0)
+  %param_1 = f32[8,16]{1,0} parameter(1)
+  %param_2 = s32[] parameter(2)
+  %value = f32[8,16]{1,0} tanh(%param_1)
+  %update = f32[1,8,16]{2,1,0} bitcast(%value)
+  %zero = s32[] constant(0)
+  ROOT %stacked = f32[4,8,16]{2,1,0} dynamic-update-slice(%param_0, %update, %param_2, %zero, %zero)
+}
+
+%layer (state: (s32[], f32[4,8,16], f32[8,16])) -> (s32[], f32[4,8,16], f32[8,16]) {
+  %state = (s32[], f32[4,8,16]{2,1,0}, f32[8,16]{1,0}) parameter(0)
+  %i = s32[] get-tuple-element(%state), index=0
+  %stack = f32[4,8,16]{2,1,0} get-tuple-element(%state), index=1
+  %x = f32[8,16]{1,0} get-tuple-element(%state), index=2
+  %read = f32[1,8,16]{2,1,0} fusion(%stack, %i), kind=kLoop, calls=%read_slot
+  %written = f32[4,8,16]{2,1,0} fusion(%stack, %x, %i), kind=kLoop, calls=%write_slot
+  ROOT %next = (s32[], f32[4,8,16]{2,1,0}, f32[8,16]{1,0}) tuple(%i, %written, %x)
+}
+
+%more (state: (s32[], f32[4,8,16], f32[8,16])) -> pred[] {
+  %state = (s32[], f32[4,8,16]{2,1,0}, f32[8,16]{1,0}) parameter(0)
+  ROOT %go = pred[] constant(true)
+}
+
+ENTRY %main (x: f32[8,16], stack: f32[4,8,16]) -> f32[8,16] {
+  %x = f32[8,16]{1,0} parameter(0)
+  %stack = f32[4,8,16]{2,1,0} parameter(1)
+  %zero = s32[] constant(0)
+  %start = (s32[], f32[4,8,16]{2,1,0}, f32[8,16]{1,0}) tuple(%zero, %stack, %x)
+  %while.1 = (s32[], f32[4,8,16]{2,1,0}, f32[8,16]{1,0}) while(%start), condition=%more, body=%layer, backend_config={"known_trip_count":{"n":"4"}}
+  ROOT %out = f32[8,16]{1,0} get-tuple-element(%while.1), index=2
+}
+"""  # noqa: E501 (an HLO instruction is one line)
+
+
+def test_a_loop_body_moves_its_slots_not_its_stacks_and_the_step_counts_every_pass() -> None:
+    # Read: the slot (512) and the index (4) in, the slot out (512). Write in place: the
+    # value (512) and the index (4) in, the slot written (512); the stack itself untouched.
+    per_layer = (512 + 4 + 512) + (512 + 4 + 512)
+    assert gpu_compile.layer_loops(_HLO) == [(2, per_layer)]
+    assert gpu_compile.step_costs(_HLO) == (4 * 2, 4 * per_layer)
