@@ -170,16 +170,29 @@ def step_costs(hlo: str) -> tuple[int, int]:
     return _program_costs(entry.group(1), computations(hlo)) if entry else (0, 0)
 
 
-def compile_one(shape: str, changes: dict, target_config: str = H100) -> dict:
+def gpu_devices(target_config: str = H100) -> list:
+    """The compile-only device of a GPU described by `target_config` (no GPU needed)."""
+    import jax
     from jax.experimental import topologies
 
+    try:
+        topology = topologies.get_topology_desc(
+            platform="cuda", target_config=target_config, topology="1x1x1"
+        )
+    except NotImplementedError:  # no CUDA plugin: JAX knows no "cuda" platform
+        wheel = f"jax[cuda12]=={jax.__version__}"
+        message = f'bench/gpu_compile.py compiles with JAX\'s CUDA plugin: pip install "{wheel}"'
+        raise SystemExit(message) from None
+    return list(topology.devices)
+
+
+def compile_one(shape: str, changes: dict, devices: list) -> dict:
     from bert_jax.commands import run_settings
     from bert_jax.pretraining import pretrain
     from bert_jax.training import compile_cache, sharding
 
     c = gpu_pretrain.run_config(gpu_pretrain.SHAPES[shape], False, changes)
-    topology = topologies.get_topology_desc(platform="cuda", target_config=target_config, topology="1x1x1")
-    mesh = sharding.make_mesh((1, 1, 1), list(topology.devices))
+    mesh = sharding.make_mesh((1, 1, 1), devices)
     setup = pretrain.Pretraining(run_settings.pretrain_settings(c), mesh)
     start = time.perf_counter()
     with compile_cache.off():  # a program for a GPU this process lacks cannot be cached here
@@ -193,7 +206,7 @@ def compile_one(shape: str, changes: dict, target_config: str = H100) -> dict:
         "loops": layer_loops(hlo),
         "step": step_costs(hlo),
         "attention_calls": dict(custom),
-        "device": topology.devices[0].device_kind,
+        "device": devices[0].device_kind,
     }
 
 
@@ -204,7 +217,7 @@ def main() -> None:
     parser.add_argument("--variant", action="append", default=[], metavar="NAME:KEY=VALUE[;KEY=VALUE]")
     parser.add_argument("--target_config", help="a GPU's target description (text proto); default: an H100")
     args = parser.parse_args()
-    target = Path(args.target_config).read_text() if args.target_config else H100
+    devices = gpu_devices(Path(args.target_config).read_text() if args.target_config else H100)
     contenders = {"bert_jax": {}}
     for text in args.variant:
         name, _, keys = text.partition(":")
@@ -220,7 +233,7 @@ def main() -> None:
             f"{'step kernels':>14}{'step GB':>9}{'compile s':>11}  attention"
         )
         for name, changes in contenders.items():
-            r = compile_one(shape, changes, target)
+            r = compile_one(shape, changes, devices)
             if r["device"] != device:
                 device = r["device"]
                 print(f"(compiled for {device}, without one)")
