@@ -63,9 +63,10 @@ class Numerics:
     # "threefry" (jax.random.bernoulli). Both are Bernoulli(1 - rate) per element.
     dropout_rng: str = setting("hash", choices=DROPOUT_RNGS)
     # Attention implementation (`bert_jax.model.attention`): "auto" is Pallas splash on TPU,
-    # cuDNN on GPU and XLA on CPU, each falling back to XLA (one warning line) where the
-    # kernel cannot take the mask, the head size or attention dropout. "triton" (GPUs) and
-    # "mosaic" (TPUs) apply attention dropout inside the kernel with the "hash" masks.
+    # cuDNN on GPU (the Triton kernel under attention dropout) and XLA on CPU, each falling
+    # back to XLA (one warning line) where the kernel cannot take the mask, the head size
+    # or attention dropout. "triton" (GPUs) and "mosaic" (TPUs) apply attention dropout
+    # inside the kernel with the "hash" masks.
     attention_kernel: str = setting("auto", choices=ATTENTION_KERNELS)
 
     def __post_init__(self) -> None:

@@ -139,6 +139,9 @@ def _mask(s=256, **kwargs) -> AttentionMask:
         ("auto", "gpu", _mask(causal=True, window=128), 64, 0.0, jnp.bfloat16, "cudnn", None),
         ("auto", "gpu", _mask(window=128), 64, 0.0, jnp.bfloat16, "cudnn", None),  # ModernBERT's local layers
         ("auto", "gpu", _mask(), 64, 0.0, jnp.float32, "xla", "bfloat16 or float16, not float32"),
+        ("auto", "gpu", _mask(packed=True), 64, 0.1, jnp.bfloat16, "triton", None),  # the paper's dropout
+        ("auto", "gpu", _mask(s=200), 64, 0.1, jnp.bfloat16, "xla", "multiple of 16"),
+        ("auto", "gpu", _mask(), 96, 0.1, jnp.bfloat16, "xla", "power of two from 16 to 256, not 96"),
         ("cudnn", "gpu", _mask(), 160, 0.0, jnp.bfloat16, "xla", "not 160"),
         ("cudnn", "gpu", _mask(), 20, 0.0, jnp.float16, "xla", "not 20"),
         ("cudnn", "gpu", _mask(s=255), 64, 0.0, jnp.bfloat16, "xla", "even sequence length, not 255"),
@@ -154,6 +157,11 @@ def test_choose_kernel(requested, platform, mask, head_dim, rate, dtype, kernel,
         assert line is not None and warning in line and "\n" not in line
         assert line.startswith(f"attention_kernel={requested}")
         assert got != "xla" or line.endswith("using the XLA attention")
+
+
+def test_auto_on_a_gpu_keeps_threefry_dropout_on_the_xla_path() -> None:
+    got, line = choose_kernel("auto", "gpu", _mask(), 64, 0.1, jnp.bfloat16, hash_dropout=False)
+    assert got == "xla" and "dropout_rng=threefry" in line
 
 
 def test_unknown_kernel_is_one_line_naming_the_key() -> None:
