@@ -65,6 +65,7 @@ device_description_str: "NVIDIA H100 80GB HBM3"
 _BYTES = {"f32": 4, "bf16": 2, "f16": 2, "pred": 1, "s8": 1, "u8": 1, "s32": 4, "u32": 4, "s64": 8, "u64": 8}
 _ARRAY = re.compile(r"\b(" + "|".join(_BYTES) + r")\[([\d,]*)\]")
 _INSTRUCTION = re.compile(r"\s*(?:ROOT )?%(\S+) = (.*?) ([a-z][\w-]*)\((.*?)\)(?:, |$)")
+_OPERAND = re.compile(r"%([\w.\-]+)")
 _KERNELS = ("fusion", "custom-call", "copy", "transpose", "dot", "convolution")
 
 
@@ -105,7 +106,7 @@ def _fused_access(lines: list[str]) -> tuple[dict[int, int], int | None]:
         if not m:
             continue
         name, result, op, args = m.groups()
-        operands = re.findall(r"%([\w.\-]+)", args)
+        operands = _OPERAND.findall(args)
         sizes[name] = _bytes(result)
         if op == "parameter":
             params[name] = int(args)
@@ -137,7 +138,7 @@ def loop_costs(lines: list[str], bodies: dict[str, list[str]]) -> tuple[int, int
         sizes[name] = _bytes(result)
         if op not in _KERNELS:
             continue
-        operands = [sizes.get(a, 0) for a in re.findall(r"%([\w.\-]+)", args)]
+        operands = [sizes.get(a, 0) for a in _OPERAND.findall(args)]
         fused = re.search(r"calls=%([^,\s]+)", line)
         read, written = _fused_access(bodies.get(fused.group(1), []) if fused else [])
         for index, size in read.items():

@@ -368,6 +368,10 @@ def cudnn_attention(q: Array, k: Array, v: Array, mask: AttentionMask) -> Array:
 
 
 _PLATFORM_KERNEL = {"tpu": "splash", "gpu": "cudnn"}
+# `auto` under attention dropout, where a kernel drawing the XLA path's masks was timed ahead
+# of it: on a GPU the Triton kernel (cuDNN draws no masks of ours; BERT-Base's step 1.54x
+# the XLA path's at 512 and 1.18x at 128 on an H200, 2026-11-28). Mosaic is not yet timed.
+_PLATFORM_DROPOUT_KERNEL = {"gpu": "triton"}
 _WARNED: set[str] = set()
 
 
@@ -406,11 +410,10 @@ def choose_kernel(
     place)."""
     if requested not in KERNELS:
         raise ValueError(f"attention_kernel={requested!r} is not one of: {', '.join(KERNELS)}")
-    candidate = _PLATFORM_KERNEL.get(platform) if requested == "auto" else requested
-    if requested == "auto" and platform == "gpu" and dropout_rate > 0:
-        # cuDNN draws no masks of ours; the Triton kernel draws the XLA path's (BERT-Base's
-        # step 1.54x the XLA path's at 512 and 1.18x at 128 on an H200, 2026-11-28).
-        candidate = "triton"
+    candidate = requested
+    if requested == "auto":
+        under_dropout = _PLATFORM_DROPOUT_KERNEL.get(platform) if dropout_rate > 0 else None
+        candidate = under_dropout or _PLATFORM_KERNEL.get(platform)
     if candidate in (None, "xla"):
         return "xla", None
     if candidate in ("triton", "mosaic"):
