@@ -7,9 +7,12 @@
 #      (GPU_ATTENTION=0 skips it);
 #   3. bench/gpu_pretrain.py: bert_jax against PyTorch eager and torch.compile at every
 #      shape (ratios and MFU as its last lines);
-#   4. with GPU_PROFILE=1, bench/step_profile.py of bert_jax's step at each shape.
-# Python packages the machine lacks (ml_collections) are installed from build/wheels
-# (`pip download ml_collections --no-deps -d build/wheels` on a machine with a network).
+#   4. with GPU_PROFILE=1, bench/step_profile.py of bert_jax's step at each shape
+#      (PROFILE_SHAPES="modernbert-1024" for some).
+# Python packages the machine lacks (ml_collections, google-crc32c) are installed from build/wheels
+# (on a machine with a network: `pip download ml_collections --no-deps -d build/wheels` and
+# `pip download google-crc32c --no-deps --only-binary=:all: --python-version 3.12
+# --platform manylinux2014_x86_64 -d build/wheels`, the GPU image's Python).
 #
 #   bash bench/gpu_session.sh [gpu_pretrain.py's flags, e.g. --only 512 --steps 5]
 #
@@ -20,7 +23,7 @@ cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 OUT=${OUT:-build/gpu_session}
 mkdir -p "$OUT"
-if ls build/wheels/*.whl >/dev/null 2>&1 && ! "$PY" -c "import ml_collections" 2>/dev/null; then
+if ls build/wheels/*.whl >/dev/null 2>&1 && ! "$PY" -c "import ml_collections, google_crc32c" 2>/dev/null; then
   "$PY" -m pip install -q --no-deps build/wheels/*.whl
 fi
 tiny=""  # --tiny among the flags: every script at its tiny size
@@ -51,7 +54,7 @@ fi
 echo "== bench/gpu_pretrain.py $*"
 "$PY" bench/gpu_pretrain.py "$@" 2>&1 | tee "$OUT/gpu_pretrain.txt"
 if [ "${GPU_PROFILE:-0}" = 1 ]; then
-  for shape in 128 512 modernbert-1024; do
+  for shape in ${PROFILE_SHAPES:-128 512 modernbert-1024}; do
     echo "== bench/step_profile.py --shape $shape"
     "$PY" bench/step_profile.py --shape "$shape" --steps 3 --top 12 $tiny 2>&1 | tee "$OUT/profile_$shape.txt"
   done

@@ -88,7 +88,7 @@ def load_run(config_spec: str, workdir: str) -> tuple[Any, Any, Any]:
     settings = run_settings.pretrain_settings(config)
     run = pretrain.Pretraining(settings, sharding.make_mesh(settings.training.mesh_shape))
     params, saved = convert.load_checkpoint(workdir)
-    if saved.replace(scan_layers=False) != run.model_config.replace(scan_layers=False):
+    if saved != run.model_config:
         raise SystemExit(f"{workdir}/bert_config.json is not the model of --config {config_spec}")
     target = run.engine.abstract_state.params
     if jax.tree.structure(params) != jax.tree.structure(target):

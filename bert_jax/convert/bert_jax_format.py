@@ -30,7 +30,7 @@ def save_bert_jax(folder: str, params: Params, config: BertConfig) -> None:
     folder = os.path.abspath(folder)
     os.makedirs(folder, exist_ok=True)
     with open(os.path.join(folder, "bert_config.json"), "w") as f:
-        json.dump(config.replace(scan_layers=False).to_dict(), f, indent=2)
+        json.dump(config.to_dict(), f, indent=2)
     checkpointer = ocp.StandardCheckpointer()
     checkpointer.save(os.path.join(folder, "params"), params, force=True)
     checkpointer.wait_until_finished()
@@ -88,7 +88,6 @@ def load_bert_jax(path: str, expected: BertConfig | None = None) -> tuple[Params
             raise ValueError(f"{path}/params is not a readable orbax checkpoint: {e}") from e
     else:
         params = _restore_workdir_params(path)
-    config = config.replace(scan_layers=False)
     params, classifier = layout.split_classifier(params)
     params = layout.canonical(params, config)
     layout.validate(params, config, path)

@@ -48,13 +48,12 @@ def nest(flat: dict[tuple[str, ...], Any]) -> Params:
 
 def unpadded(config: BertConfig) -> BertConfig:
     """The config of the on-disk layout: per-layer names, no vocabulary padding."""
-    return config.replace(scan_layers=False, vocab_pad_multiple=1)
+    return config.replace(vocab_pad_multiple=1)
 
 
 def expected_tree(config: BertConfig, heads: bool) -> Params:
     """Abstract params of `BertForPreTraining` (or, without `heads`, ``{"bert": encoder}``)
     for `config`, from the model itself (`jax.eval_shape`: nothing is allocated)."""
-    config = config.replace(scan_layers=False)
     ids = jnp.zeros((1, 4), jnp.int32)
     if heads:
         model = BertForPreTraining(config)
@@ -91,7 +90,7 @@ def _resize_decoder(params: Params, config: BertConfig, rows: int) -> Params:
 def canonical(params: Params, config: BertConfig) -> Params:
     """Per-layer, unpadded numpy params: the one layout every saver writes.
 
-    A model trained with ``scan_layers=True`` holds ``encoder/layers/layer/...`` with a
+    A model trained with scanned layers (``layer_loop="scan"``) holds ``encoder/layers/layer/...`` with a
     leading [L] axis; checkpoints on disk always use ``encoder/layer_i`` names so that a
     scanned and an unscanned run share them. Vocabulary padding rows are dropped.
     """

@@ -172,7 +172,10 @@ class Finetuning:
         splits = self.mesh.shape["data"] * self.mesh.shape["fsdp"] * self.settings.grad_accum_steps
         self.row_multiple = math.lcm(splits, settings.pack_row_multiple)
         self.model_config = inputs.bert_config
-        self.numerics = self.settings.numerics.for_platform(engine.platform(self.mesh))
+        # Fine-tuning unrolls the layers: it starts from per-layer checkpoints, and its models
+        # compile in seconds either way (`finetune` refuses layer_loop="scan").
+        unrolled = self.settings.numerics.replace(layer_loop="unroll")
+        self.numerics = unrolled.for_platform(engine.platform(self.mesh))
         # Every head module takes the run's numerics beside the model config.
         model = inputs.task.model(self.model_config).clone(numerics=self.numerics)
         self.objective = FinetuningObjective(model, inputs.task)
@@ -316,6 +319,11 @@ def finetune(settings: FinetuneSettings, workdir: str, *, overwrite: bool = Fals
     removed at its end. A finished run is read back, not trained again; one of another
     config is refused unless `overwrite`, which replaces it (`finished_run`).
     """
+    if settings.training.numerics.layer_loop == "scan":
+        raise ValueError(
+            "config.layer_loop='scan' is for pre-training: fine-tuning runs its layers unrolled "
+            "(set --config.layer_loop=auto)"
+        )
     workdir = os.path.abspath(workdir)
     checkpoint = settings.init_checkpoint or default_checkpoint()
     finished = finished_run.check(workdir, settings, checkpoint, overwrite=overwrite)

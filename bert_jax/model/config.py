@@ -80,9 +80,6 @@ class BertConfig:
     type_vocab_size: int = 2
     initializer_range: float = 0.02
     layer_norm_eps: float = 1e-12
-    # Scan over layers (one compiled layer body, stacked [L, ...] parameters): much faster
-    # compilation for deep models; `encoder.unstack_layers` converts to per-layer names.
-    scan_layers: bool = False
     # Left-to-right (causal) attention: the paper's "LTR & No NSP" ablation (Table 5).
     causal_attention: bool = False
     # The word-embedding rows and the MLM output bias are padded to a multiple of this, so

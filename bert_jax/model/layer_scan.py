@@ -1,6 +1,6 @@
-"""The encoder's layers, looped or scanned (``scan_layers``: one compiled layer body,
-stacked parameters; much faster compilation for deep models), and conversion between the
-scanned and per-layer parameter layouts.
+"""The encoder's layers, unrolled or scanned (`Numerics.layer_loop`: "scan" compiles one
+layer body for all, parameters stacked; much faster compilation for deep models), and
+conversion between the scanned and per-layer parameter layouts.
 
 A scanned body must be the same function at every step, so layers that differ are kept
 out of the stack or grouped:
@@ -14,7 +14,7 @@ out of the stack or grouped:
 - layers left over after whole groups are run on their own (``encoder/layer_i``).
 
 Without either, the stack is the original ``encoder/layers/layer`` with a leading [L] axis.
-Checkpoints always hold per-layer names (`unstack_layers`), whatever a run scanned.
+Models exported from a run always hold per-layer names (`unstack_layers`), whatever it scanned.
 """
 
 from __future__ import annotations
@@ -147,11 +147,11 @@ def encoder_layers(
     output_hidden_states: bool,
     ropes: Ropes,
 ) -> tuple[Array, list[Array]]:
-    """Every layer of the encoder, in order (scanned as `scan_plan` says with
-    ``scan_layers``), built in the calling module's scope (call it from the encoder's
+    """Every layer of the encoder, in order (scanned as `scan_plan` says when
+    ``numerics.scanned``), built in the calling module's scope (call it from the encoder's
     compact ``__call__``); returns the last output and each layer's output."""
     c, num = config, numerics
-    head, period, groups = scan_plan(c) if c.scan_layers else (c.num_hidden_layers, 1, 0)
+    head, period, groups = scan_plan(c) if num.scanned else (c.num_hidden_layers, 1, 0)
     outputs = []
     for i in range(head):
         x = run_layer(c, num, i, f"layer_{i}", x, mask, deterministic, ropes)

@@ -3,7 +3,9 @@ is accepted, checked before any restore, and the source of the restore transform
 checkpoints saved with other vocabulary padding (`model.vocab_padding.RowResize`).
 
 The model alone goes to disk (`BertConfig`: shapes and architecture); how the run computes
-it (`model.numerics.Numerics`) never does. Its `vocab_size` is the run's resolved one
+it (`model.numerics.Numerics`) does not, except for the one choice its checkpoints' layout
+depends on: whether the layers are scanned (``scan_layers``, which `BertConfig.from_dict`
+ignores), so that a resumed run keeps it (`layer_loop`). Its `vocab_size` is the run's resolved one
 (`model_vocab.resolved`: ``model.vocab_size=0`` becomes the tokenizer's size first), never 0.
 """
 
@@ -55,13 +57,33 @@ def check(workdir: str, config: BertConfig) -> None:
         )
 
 
-def write(workdir: str, config: BertConfig) -> None:
-    """Writes `bert_config.json` (whole; process 0) unless the workdir has one."""
+def layer_loop(workdir: str, requested: str) -> str:
+    """The layer loop (`Numerics.layer_loop`) of a run in `workdir`: the one its
+    checkpoints were saved with ("scan" or "unroll", from `bert_config.json`) when
+    `requested` is "auto" (a warning line when that is not the platform's choice is left
+    to the caller), else `requested`; an explicit loop the checkpoints do not have is
+    refused in one line (their parameters are stacked, or not)."""
+    saved = _saved(workdir)
+    if saved is None or "scan_layers" not in saved:
+        return requested
+    held = "scan" if saved["scan_layers"] else "unroll"
+    if requested in ("auto", held):
+        return held
+    kind = "scanned" if held == "scan" else "unrolled"
+    raise CheckpointMismatchError(
+        f"workdir {workdir} holds checkpoints of {kind} layers: resume with "
+        f"--config.layer_loop={held} (or auto), or start a new workdir for layer_loop={requested}"
+    )
+
+
+def write(workdir: str, config: BertConfig, scanned: bool) -> None:
+    """Writes `bert_config.json` (whole; process 0) unless the workdir has one: the model
+    and whether its checkpoints hold scanned layers (`scanned`)."""
     _require_vocab_size(config)
     path = files.join(workdir, NAME)
     if jax.process_index() != 0 or files.exists(path):
         return
-    atomic_files.write_json(path, config.to_dict(), indent=2)
+    atomic_files.write_json(path, {**config.to_dict(), "scan_layers": scanned}, indent=2)
 
 
 def restore_transform(workdir: str) -> vocab_padding.RowResize | None:

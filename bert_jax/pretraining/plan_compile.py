@@ -262,9 +262,9 @@ def step_flops(run: PretrainSettings) -> float:
     outside local layers' windows are masked there, not model FLOPs, and are taken off
     (`flops.model_flops_per_step`'s count of them, forward and backward).
     """
-    numerics = dataclasses.replace(run.training.numerics, attention_kernel="xla")
+    numerics = dataclasses.replace(run.training.numerics, attention_kernel="xla", layer_loop="unroll")
     training = dataclasses.replace(run.training, numerics=numerics, mesh_shape=(1, 1, 1), grad_accum_steps=1)
-    run = dataclasses.replace(run, model=run.model.replace(scan_layers=False), training=training)
+    run = dataclasses.replace(run, training=training)
     mesh = sharding.make_mesh((1, 1, 1), jax.devices("cpu")[:1])
     setup = pretrain.Pretraining(run, mesh)
     batch = setup.abstract_batch(*_batch_shape(run))

@@ -266,6 +266,25 @@ def train_phases(job: Pretraining, loop: TrainingRun, state: Any, hooks: Sequenc
     return state
 
 
+def keep_layer_loop(settings: PretrainSettings, workdir: str, shown: str, mesh: Mesh) -> PretrainSettings:
+    """The settings with ``layer_loop="auto"`` decided as the workdir's checkpoints were
+    saved (scanned or unrolled; `model_file.layer_loop`, which refuses an explicit loop they
+    do not have); one warning line where that is not the platform's choice."""
+    numerics = settings.training.numerics
+    loop = model_file.layer_loop(workdir, numerics.layer_loop)
+    if loop == numerics.layer_loop:
+        return settings
+    platforms = numerics.for_platform(engine.platform(mesh)).layer_loop
+    if loop != platforms and jax.process_index() == 0:
+        kind = "scanned" if loop == "scan" else "unrolled"
+        print(
+            f"warning: layer_loop=auto: {shown} holds checkpoints of {kind} layers, so this run keeps "
+            f"them {kind} (a new workdir gets layer_loop={platforms} here)",
+            flush=True,
+        )
+    return settings.with_numerics(layer_loop=loop)
+
+
 def train_and_evaluate(settings: PretrainSettings, workdir: str) -> JobResult:
     """Trains (or resumes) to ``num_train_steps``; returns the last step and the final
     held-out metrics (``held_out=False`` and no metrics when the data has no held-out split;
@@ -283,6 +302,7 @@ def train_and_evaluate(settings: PretrainSettings, workdir: str) -> JobResult:
         {"global_batch_size": settings.global_batch_size, "eval_batch_size": settings.eval_batch},
         {"global_batch_size": sorted({settings.phase_step(p).grad_accum_steps for p in phase_numbers})},
     )
+    settings = keep_layer_loop(settings, workdir, shown, mesh)
     job = Pretraining(settings, mesh)
     model_file.check(workdir, job.model_config)
     held_out = check_data(settings)  # whether the data has a held-out split
@@ -308,7 +328,7 @@ def train_and_evaluate(settings: PretrainSettings, workdir: str) -> JobResult:
             state, _ = loop.restore_or_init(job.engine, lambda: job.engine.init_state(job.settings.seed))
             # The run is accepted: from here on it writes to the workdir, its compiled programs
             # included (a restart compiles nothing anew).
-            model_file.write(workdir, job.model_config)
+            model_file.write(workdir, job.model_config, job.numerics.scanned)
             keep_vocab(settings.data, workdir)
             stack.enter_context(compile_cache.use(settings.compilation_cache_dir, workdir))
             compiled.publish()  # the preflight's programs, into the run's cache

@@ -146,11 +146,15 @@ class PretrainSettings:
         where they are already)."""
         if step == self.phase_step(1):
             return self
-        numerics = dataclasses.replace(self.training.numerics, remat_policy=step.remat_policy)
-        training = dataclasses.replace(
-            self.training, numerics=numerics, grad_accum_steps=step.grad_accum_steps
+        run = self.with_numerics(remat_policy=step.remat_policy)
+        return dataclasses.replace(
+            run, training=dataclasses.replace(run.training, grad_accum_steps=step.grad_accum_steps)
         )
-        return dataclasses.replace(self, training=training)
+
+    def with_numerics(self, **changes: object) -> PretrainSettings:
+        """These settings with `changes` to the run's numerics (``layer_loop="scan"``, ...)."""
+        numerics = dataclasses.replace(self.training.numerics, **changes)
+        return dataclasses.replace(self, training=dataclasses.replace(self.training, numerics=numerics))
 
     def at_shape(self, phase: Phase) -> PretrainSettings:
         """These settings with the phase's sequence length and prediction count as the run's

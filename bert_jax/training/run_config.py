@@ -24,6 +24,7 @@ REMOVED_KEYS = {
     "vocab_file": "data.vocab_file",
     "do_lower_case": "data.do_lower_case",
     "vocab_pad_multiple": "model.vocab_pad_multiple",
+    "model.scan_layers": "layer_loop ('auto', 'scan' or 'unroll')",
 }
 
 

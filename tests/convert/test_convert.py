@@ -243,11 +243,10 @@ def test_pretraining_workdir_with_scanned_layers_converts(hf_pretraining, tmp_pa
 
     _, folder, batch, mlm_ref, nsp_ref = hf_pretraining
     params, config = convert.load_checkpoint(str(folder))
-    scanned_config = config.replace(scan_layers=True)
     stacked = jax.tree.map(jnp.asarray, stack_layers(params, config.num_hidden_layers))
     tx = optax.adamw(1e-3)
     workdir = str(tmp_path / "workdir")
-    model_file.write(workdir, scanned_config)
+    model_file.write(workdir, config, scanned=True)
     ckpt = checkpoints.Checkpointer(workdir, async_save=False)
     for step in (3, 7):  # the latest step is the one converted
         scale = 1.0 if step == 7 else 0.5
@@ -260,11 +259,11 @@ def test_pretraining_workdir_with_scanned_layers_converts(hf_pretraining, tmp_pa
         ckpt.save(step, state, force=True)
     ckpt.close()
     loaded, loaded_config = convert.load_checkpoint(workdir)
-    assert not loaded_config.scan_layers and "layer_1" in loaded["bert"]["encoder"]
+    assert loaded_config == config and "layer_1" in loaded["bert"]["encoder"]
     mlm, nsp = _ours(loaded, loaded_config, batch)
     assert np.max(np.abs(mlm - mlm_ref)) <= 1e-4 and np.max(np.abs(nsp - nsp_ref)) <= 1e-4
     # Stacked params in memory export as well (the scanned model's own tree).
-    convert.save_checkpoint(str(tmp_path / "hf"), stacked, scanned_config, "hf")
+    convert.save_checkpoint(str(tmp_path / "hf"), stacked, config, "hf")
     back, _ = convert.load_checkpoint(str(tmp_path / "hf"))
     a, b = convert.flatten(params), convert.flatten(back)
     assert a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)

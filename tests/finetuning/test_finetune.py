@@ -250,6 +250,9 @@ def test_wrong_size_checkpoint_and_vocab_fail_clearly(tmp_path, tiny_checkpoint)
     )
     with pytest.raises(ValueError, match=r"vocab.txt has 7 tokens but .* was trained with 30522"):
         run_settings.finetune(c, str(tmp_path / "run"))
+    c.layer_loop = "scan"  # scanned layers are pre-training's: refused before anything is read
+    with pytest.raises(ValueError, match=r"^config.layer_loop='scan' is for pre-training: .*=auto\)$"):
+        run_settings.finetune(c, str(tmp_path / "run"))
     with pytest.raises(ValueError, match="unknown task 'sst3'"):
         any_config.get_config("sst3")
     assert (

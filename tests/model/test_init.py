@@ -18,6 +18,7 @@ from bert_jax.commands import run_settings
 from bert_jax.convert import modernbert_format
 from bert_jax.model import heads, initialization, layers
 from bert_jax.model.config import MODEL_PRESETS, MODERNBERT, BertConfig
+from bert_jax.model.numerics import Numerics
 from configs import pretrain
 
 LAYERS, HIDDEN, VOCAB, LABELS = 8, 64, 512, 64  # LABELS: enough classifier elements for a std
@@ -75,13 +76,13 @@ def _transformers_tensors() -> dict[str, np.ndarray]:
     return out
 
 
-def _bert_jax_tensors(config: BertConfig) -> dict[str, np.ndarray]:
+def _bert_jax_tensors(config: BertConfig, numerics: Numerics) -> dict[str, np.ndarray]:
     """Every leaf of bert_jax's masked LM and sequence classifier of `config`."""
     ids = jnp.ones((1, 8), jnp.int32)
     out = {}
     for seed, model, args in (
-        (0, heads.BertForMaskedLM(config), (ids,)),
-        (1, heads.BertForSequenceClassification(config, LABELS), (ids, ids, ids * 0)),
+        (0, heads.BertForMaskedLM(config, numerics=numerics), (ids,)),
+        (1, heads.BertForSequenceClassification(config, LABELS, numerics=numerics), (ids, ids, ids * 0)),
     ):
         params = nn.meta.unbox(model.init(jax.random.key(seed), *args)["params"])
         out.update({f"{seed}:{k}": np.asarray(v) for k, v in flatten_dict(params, sep="/").items()})
@@ -93,11 +94,12 @@ def hf_tensors() -> dict[str, np.ndarray]:
     return _transformers_tensors()
 
 
-@pytest.mark.parametrize("scan_layers", [False, True])
-def test_family_starts_from_transformers_initialisation(hf_tensors, scan_layers) -> None:
-    config = BertConfig(**{**MODERNBERT, **SHAPE, "tie_word_embeddings": False, "scan_layers": scan_layers})
+@pytest.mark.parametrize("layer_loop", ["unroll", "scan"])
+def test_family_starts_from_transformers_initialisation(hf_tensors, layer_loop) -> None:
+    config = BertConfig(**{**MODERNBERT, **SHAPE, "tie_word_embeddings": False})
     assert initialization.modernbert_family(config)
-    ours = _bert_jax_tensors(config)
+    ours = _bert_jax_tensors(config, Numerics(layer_loop=layer_loop))
+    assert any("/layers/" in k for k in ours) == (layer_loop == "scan")
     for kind, (nominal, hf_names, jax_names) in KINDS.items():
         theirs, mine = _pooled(hf_tensors, hf_names, "."), _pooled(ours, jax_names, "/")
         assert mine.size >= 4096 and theirs.size >= 4096, kind

@@ -69,16 +69,14 @@ def test_scanned_groups_equal_the_loop() -> None:
     mask = jnp.ones_like(ids).at[1, 17:].set(0)
     model = BertModel(c)
     params = nn.meta.unbox(model.init(jax.random.key(1), ids))["params"]
-    scanned_config = c.replace(scan_layers=True)
-    stacked = stack_layers(params, c.num_hidden_layers, scanned_config)
+    scanned = BertModel(c, Numerics(layer_loop="scan"))
+    stacked = stack_layers(params, c.num_hidden_layers, c)
     assert sorted(stacked["encoder"]) == ["final_LayerNorm", "layer_0", "layer_4", "layer_5", "layers"]
     assert sorted(stacked["encoder"]["layers"]) == ["layer_0", "layer_1", "layer_2"]
-    init_shapes = _shapes(BertModel(scanned_config), ids)
+    init_shapes = _shapes(scanned, ids)
     assert param_shapes.shapes(stacked) == init_shapes  # the layout the scanned model builds
     want, _, want_hidden = model.apply({"params": params}, ids, mask, output_hidden_states=True)
-    got, _, got_hidden = BertModel(scanned_config).apply(
-        {"params": stacked}, ids, mask, output_hidden_states=True
-    )
+    got, _, got_hidden = scanned.apply({"params": stacked}, ids, mask, output_hidden_states=True)
     np.testing.assert_allclose(got, want, rtol=0, atol=1e-6)
     assert len(got_hidden) == len(want_hidden) == c.num_hidden_layers + 1
     for g, w in zip(got_hidden, want_hidden, strict=True):
@@ -146,8 +144,9 @@ def test_switches_and_run_presets() -> None:
     for preset, layers in (("modernbert-base", 22), ("modernbert-large", 28)):
         c = pretrain.get_config(preset)
         model = BertConfig.from_dict(c.model)
-        assert model.num_hidden_layers == layers and model.scan_layers and c.max_seq_length == 1024
-        assert model.replace(scan_layers=False, vocab_pad_multiple=1) == MODEL_PRESETS[preset]
+        assert model.num_hidden_layers == layers and c.max_seq_length == 1024
+        assert model.replace(vocab_pad_multiple=1) == MODEL_PRESETS[preset]
+        assert c.layer_loop == "auto"  # scanned in groups on a TPU, unrolled on a GPU
     # The demo's recipe in this family is one ModernBERT can hold; the demo itself is not.
     family = run_settings.pretrain_settings(pretrain.get_config("demo-modernbert")).model
     assert modernbert_format.cannot_hold(family) == []

@@ -33,8 +33,11 @@ def test_platform_decides_auto_and_nothing_else() -> None:
     auto = Numerics(compute_dtype="bfloat16")
     assert auto.for_platform("cpu").weight_grad_matmul == "transposed_copy_wide"
     assert auto.for_platform("tpu").weight_grad_matmul == "direct"
-    assert auto.for_platform("gpu") == auto.replace(weight_grad_matmul="direct")
-    chosen = Numerics(weight_grad_matmul="transposed_copy")
+    assert auto.for_platform("gpu") == auto.replace(weight_grad_matmul="direct", layer_loop="unroll")
+    # Layers: scanned on a TPU (compile time on a pod), unrolled elsewhere (the faster step).
+    assert [auto.for_platform(p).scanned for p in ("tpu", "gpu", "cpu")] == [True, False, False]
+    assert not auto.scanned  # undecided: unrolled, as inference and conversion build models
+    chosen = Numerics(weight_grad_matmul="transposed_copy", layer_loop="unroll")
     assert chosen.for_platform("tpu") is chosen
     # Narrow layers keep the direct form under "transposed_copy_wide".
     wide = Numerics(weight_grad_matmul="transposed_copy_wide")
@@ -47,7 +50,11 @@ def test_old_model_files_with_run_numerics_still_load() -> None:
     saved = {**BertConfig(hidden_size=128, num_attention_heads=2).to_dict()}
     assert not set(saved) & set(LEGACY_MODEL_KEYS)
     saved.update(
-        dtype="bfloat16", remat_policy="full", weight_grad_matmul="transposed_copy_wide", dropout_rng="hash"
+        dtype="bfloat16",
+        remat_policy="full",
+        weight_grad_matmul="transposed_copy_wide",
+        dropout_rng="hash",
+        scan_layers=True,  # a field of the model before it became `Numerics.layer_loop`
     )
     assert BertConfig.from_dict(saved) == BertConfig(hidden_size=128, num_attention_heads=2)
 
@@ -56,7 +63,8 @@ def test_a_cpu_checkpoint_gets_the_tpus_numerics(tmp_path) -> None:
     cpu = _tiny_run(compute_dtype="float32")
     run_settings.pretrain(cpu, str(tmp_path))
     saved = json.loads((tmp_path / "bert_config.json").read_text())
-    assert not set(saved) & set(LEGACY_MODEL_KEYS), saved  # the model alone reaches disk
+    # The model alone reaches disk, and the layer loop its checkpoints hold.
+    assert set(saved) & set(LEGACY_MODEL_KEYS) == {"scan_layers"}, saved
     cpu_run = pretrain.Pretraining(
         run_settings.pretrain_settings(cpu), sharding.make_mesh((1, 1, 1), jax.devices("cpu")[:1])
     )
@@ -70,8 +78,10 @@ def test_a_cpu_checkpoint_gets_the_tpus_numerics(tmp_path) -> None:
     mesh = sharding.make_mesh((4, 1, 1), plan_compile.topology_devices("v5e:2x2"))
     run = pretrain.Pretraining(run_settings.pretrain_settings(tpu), mesh)
     assert run.model_config == cpu_run.model_config
+    # (The layers scanned, the TPU's choice: a resumed run would keep the workdir's
+    # unrolled ones, `test_pretrain`'s layer-loop test.)
     assert run.numerics == Numerics(
-        compute_dtype="bfloat16", remat_policy="full", weight_grad_matmul="direct"
+        compute_dtype="bfloat16", remat_policy="full", weight_grad_matmul="direct", layer_loop="scan"
     )
     with jax.set_mesh(mesh):
         compiled = run.train_step.lower(run.abstract_state, run.abstract_batch(8, 32, 5)).compile()

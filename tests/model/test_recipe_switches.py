@@ -13,6 +13,7 @@ from scipy.special import erf
 from bert_jax.model import layers, param_shapes
 from bert_jax.model.config import BertConfig
 from bert_jax.model.encoder import BertModel
+from bert_jax.model.numerics import Numerics
 
 SWITCHES = {
     "paper": {},
@@ -21,7 +22,7 @@ SWITCHES = {
     "rotary": dict(position_embedding_type="rotary"),
     "sinusoidal": dict(position_embedding_type="sinusoidal"),
     "alibi": dict(position_embedding_type="alibi"),
-    "alibi_pre_ln_scanned": dict(position_embedding_type="alibi", pre_layer_norm=True, scan_layers=True),
+    "alibi_pre_ln_scanned": dict(position_embedding_type="alibi", pre_layer_norm=True),
     "no_bias": dict(use_bias=False),
     "all": dict(pre_layer_norm=True, gated_ffn=True, position_embedding_type="rotary", use_bias=False),
     "all_scanned": dict(
@@ -29,9 +30,9 @@ SWITCHES = {
         gated_ffn=True,
         position_embedding_type="rotary",
         use_bias=False,
-        scan_layers=True,
     ),
 }
+SCANNED = Numerics(layer_loop="scan")  # the cases named "..._scanned" run their layers scanned
 
 
 def _config(**switches) -> BertConfig:
@@ -140,8 +141,9 @@ def test_encoder_matches_the_equations(name) -> None:
     ids = jnp.array([[3, 7, 9, 11, 4, 2, 0, 0], [5, 6, 8, 10, 12, 14, 16, 18]])
     segments = jnp.array([[0, 0, 0, 1, 1, 1, 0, 0], [0] * 8])
     mask = jnp.array([[1, 1, 1, 1, 1, 1, 0, 0], [1] * 8])
-    model = BertModel(c)
+    model = BertModel(c, SCANNED) if name.endswith("_scanned") else BertModel(c)
     params = _random_params(model, ids)
+    assert ("layers" in params["encoder"]) == name.endswith("_scanned")
     out, _, hidden = model.apply({"params": params}, ids, mask, segments, output_hidden_states=True)
     flat = jax.tree.map(lambda x: np.asarray(x, np.float64), unstack_layers(params, c.num_hidden_layers))
     for row in range(2):

@@ -20,7 +20,6 @@ _BERT = BertConfig(
     max_position_embeddings=128,
     hidden_dropout_prob=0.1,
     attention_probs_dropout_prob=0.1,
-    scan_layers=True,
 )
 _MODERNBERT = BertConfig(
     **{
@@ -32,7 +31,6 @@ _MODERNBERT = BertConfig(
         "intermediate_size": 96,
         "max_position_embeddings": 128,
         "local_attention": 16,
-        "scan_layers": True,
     }
 )
 _BATCH, _SEQ = 4, 128
@@ -40,7 +38,7 @@ _BATCH, _SEQ = 4, 128
 
 def _step(config: BertConfig, remat_policy: str, dtype: str = "float32"):
     """(params, jitted gradient of a loss on the encoder's output with dropout on)."""
-    model = BertModel(config, Numerics(compute_dtype=dtype, remat_policy=remat_policy))
+    model = BertModel(config, Numerics(compute_dtype=dtype, remat_policy=remat_policy, layer_loop="scan"))
     rng = np.random.default_rng(0)
     ids = jnp.asarray(rng.integers(1, config.vocab_size, (_BATCH, _SEQ)), jnp.int32)
     mask = jnp.ones_like(ids).at[1, 100:].set(0)  # a padded row
@@ -86,10 +84,11 @@ def test_selective_remat_runs_a_fused_kernels_forward_once(kernel: str) -> None:
         attention_probs_dropout_prob=0.0 if kernel == "splash" else 0.1,  # splash takes no dropout
     )
     ids = jnp.ones((2, 128), jnp.int32)
-    params = BertModel(config).init(jax.random.key(0), ids)["params"]
+    params = BertModel(config, Numerics(layer_loop="scan")).init(jax.random.key(0), ids)["params"]
 
     def kernels(remat_policy: str) -> int:
-        model = BertModel(config, Numerics(remat_policy=remat_policy, attention_kernel=kernel))
+        numerics = Numerics(remat_policy=remat_policy, attention_kernel=kernel, layer_loop="scan")
+        model = BertModel(config, numerics)
 
         def loss(p):
             out = model.apply({"params": p}, ids, deterministic=False, rngs={"dropout": jax.random.key(1)})

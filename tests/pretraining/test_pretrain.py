@@ -115,6 +115,25 @@ def test_checkpoint_of_another_model_size_is_refused(tmp_path) -> None:
     assert (tmp_path / "checkpoints" / "4").is_dir() and (tmp_path / "bert_config.json").exists()
 
 
+def test_a_resumed_run_keeps_the_layer_loop_its_checkpoints_hold(tmp_path, capsys) -> None:
+    """Scanned checkpoints (a TPU's "auto") resume scanned where "auto" would unroll (here, as
+    on a GPU), with one warning line; an explicit "unroll" is refused in one line."""
+    scanned = tiny_pretraining(num_train_steps=4, eval_every_steps=0, stop_after_step=2, layer_loop="scan")
+    assert run_settings.pretrain(scanned, str(tmp_path)) == JobResult.stopped_at(2)
+    assert json.loads((tmp_path / "bert_config.json").read_text())["scan_layers"] is True
+    capsys.readouterr()
+    before = _snapshot(tmp_path)
+    with pytest.raises(checkpoints.CheckpointMismatchError) as refused:
+        run_settings.pretrain(tiny_pretraining(num_train_steps=4, layer_loop="unroll"), str(tmp_path))
+    message = str(refused.value)
+    assert "checkpoints of scanned layers" in message and "--config.layer_loop=scan" in message
+    assert "\n" not in message and _snapshot(tmp_path) == before
+    final = run_settings.pretrain(tiny_pretraining(num_train_steps=4, eval_every_steps=0), str(tmp_path))
+    assert final.step == 4 and sorted(rows(tmp_path)) == [1, 2, 3, 4]
+    warnings = [line for line in capsys.readouterr().out.splitlines() if "layer_loop=auto" in line]
+    assert len(warnings) == 1 and "keeps them scanned" in warnings[0], warnings
+
+
 def _snapshot(folder: Path) -> dict[str, bytes]:
     return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
 
