@@ -20,7 +20,10 @@ Without autotuning (it needs the GPU) XLA takes default matmul tilings, so kerne
 and bytes hold but matmul speed is not modelled.
 
     python bench/gpu_compile.py [--only 128,512] [--variant NAME:KEY=VALUE[;KEY=VALUE]]
-                                [--target_config FILE]
+                                [--target_config FILE] [--by_source N]
+
+``--by_source N``: under each contender, the N places in the model code (`source`: forward
+or backward, the end of the op's name) whose kernels move the most bytes.
 
 ``--target_config``: another GPU's description, e.g. the one `gpu_session.sh` writes on a
 GPU machine (``target_config.txtpb``); default `H100`.
@@ -37,6 +40,7 @@ import os
 import re
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -125,11 +129,10 @@ def _fused_access(lines: list[str]) -> tuple[dict[int, int], int | None]:
     return read, written
 
 
-def loop_costs(lines: list[str], bodies: dict[str, list[str]]) -> tuple[int, int]:
-    """(kernels launched, bytes read and written) by one pass of a computation's own
-    instructions (loops it runs are `step_costs`')."""
+def _kernel_bytes(lines: list[str], bodies: dict[str, list[str]]) -> Iterator[tuple[int, str]]:
+    """(bytes read and written, the source it was traced from: `source`) of each kernel one
+    pass of a computation's own instructions launches (loops it runs are `step_costs`')."""
     sizes: dict[str, int] = {}
-    kernels = moved = 0
     for line in lines:
         m = _INSTRUCTION.match(line)
         if not m:
@@ -143,9 +146,26 @@ def loop_costs(lines: list[str], bodies: dict[str, list[str]]) -> tuple[int, int
         read, written = _fused_access(bodies.get(fused.group(1), []) if fused else [])
         for index, size in read.items():
             operands[index] = min(operands[index], size)
-        kernels += 1
-        moved += (sizes[name] if written is None else written) + sum(operands)
-    return kernels, moved
+        yield (sizes[name] if written is None else written) + sum(operands), source(line)
+
+
+def source(line: str) -> str:
+    """What an instruction computes, by the model code it was traced from: "fwd" or "bwd"
+    (a transposed, i.e. backward, computation) and the last three parts of its ``op_name``
+    with layer numbers as ``#`` (``bwd layer_#/layer_#.feed_forward/mul``), so that every
+    layer's share adds up; "(no source)" without metadata."""
+    m = re.search(r'op_name="([^"]*)"', line)
+    if not m:
+        return "(no source)"
+    tail = re.sub(r"\d+", "#", "/".join(m.group(1).split("/")[-3:]))
+    return f"{'bwd' if 'transpose(' in m.group(1) else 'fwd'} {tail}"
+
+
+def loop_costs(lines: list[str], bodies: dict[str, list[str]]) -> tuple[int, int]:
+    """(kernels launched, bytes read and written) by one pass of a computation's own
+    instructions (loops it runs are `step_costs`')."""
+    moved = [b for b, _ in _kernel_bytes(lines, bodies)]
+    return len(moved), sum(moved)
 
 
 def layer_loops(hlo: str) -> list[tuple[int, int]]:
@@ -154,14 +174,39 @@ def layer_loops(hlo: str) -> list[tuple[int, int]]:
     return [loop_costs(bodies[b], bodies) for b in re.findall(r"%while(?:\.\d+)? = .*? body=%([^,\s]+)", hlo)]
 
 
+_LOOP = re.compile(r" while\(.*? body=%([^,\s]+).*?\"known_trip_count\":\{\"n\":\"(\d+)\"")
+
+
+def _loops(lines: list[str]) -> Iterator[tuple[str, int]]:
+    """(body, trip count) of each loop a computation runs."""
+    for line in lines:
+        loop = _LOOP.search(line)
+        if loop:
+            yield loop.group(1), int(loop.group(2))
+
+
 def _program_costs(name: str, bodies: dict[str, list[str]]) -> tuple[int, int]:
     kernels, moved = loop_costs(bodies[name], bodies)
-    for line in bodies[name]:
-        loop = re.search(r" while\(.*? body=%([^,\s]+).*?\"known_trip_count\":\{\"n\":\"(\d+)\"", line)
-        if loop:
-            k, b = _program_costs(loop.group(1), bodies)
-            kernels, moved = kernels + int(loop.group(2)) * k, moved + int(loop.group(2)) * b
+    for body, trips in _loops(bodies[name]):
+        k, b = _program_costs(body, bodies)
+        kernels, moved = kernels + trips * k, moved + trips * b
     return kernels, moved
+
+
+def _program_sources(name: str, bodies: dict[str, list[str]], times: int, out: collections.Counter) -> None:
+    for moved, where in _kernel_bytes(bodies[name], bodies):
+        out[where] += times * moved
+    for body, trips in _loops(bodies[name]):
+        _program_sources(body, bodies, times * trips, out)
+
+
+def source_bytes(hlo: str) -> collections.Counter:
+    """The step's modelled bytes (`step_costs`) by `source`: where they go."""
+    entry = re.search(r"^ENTRY %(\S+) ", hlo, re.MULTILINE)
+    out: collections.Counter = collections.Counter()
+    if entry:
+        _program_sources(entry.group(1), computations(hlo), 1, out)
+    return out
 
 
 def step_costs(hlo: str) -> tuple[int, int]:
@@ -206,6 +251,7 @@ def compile_one(shape: str, changes: dict, devices: list) -> dict:
         "temp_bytes": compiled.memory_analysis().temp_size_in_bytes,
         "loops": layer_loops(hlo),
         "step": step_costs(hlo),
+        "sources": source_bytes(hlo),
         "attention_calls": dict(custom),
         "device": devices[0].device_kind,
     }
@@ -217,6 +263,7 @@ def main() -> None:
     parser.add_argument("--only", default=",".join(gpu_pretrain.SHAPES), help="shapes, comma-separated")
     parser.add_argument("--variant", action="append", default=[], metavar="NAME:KEY=VALUE[;KEY=VALUE]")
     parser.add_argument("--target_config", help="a GPU's target description (text proto); default: an H100")
+    parser.add_argument("--by_source", type=int, default=0, metavar="N", help="the N costliest sources")
     args = parser.parse_args()
     devices = gpu_devices(Path(args.target_config).read_text() if args.target_config else H100)
     contenders = {"bert_jax": {}}
@@ -248,6 +295,8 @@ def main() -> None:
                 f"{name:<22}{temp:>9.2f}{kernels:>17}{moved:>14}{step_kernels:>14}{step_bytes / 1e9:>9.1f}"
                 f"{r['compile_s']:>11.1f}  {calls}"
             )
+            for where, moved in r["sources"].most_common(args.by_source):
+                print(f"{'':<4}{moved / 1e9:>7.2f} GB  {where}")
 
 
 if __name__ == "__main__":

@@ -29,8 +29,8 @@ _HLO = """HloModule scanned
   %i = s32[] get-tuple-element(%state), index=0
   %stack = f32[4,8,16]{2,1,0} get-tuple-element(%state), index=1
   %x = f32[8,16]{1,0} get-tuple-element(%state), index=2
-  %read = f32[1,8,16]{2,1,0} fusion(%stack, %i), kind=kLoop, calls=%read_slot
-  %written = f32[4,8,16]{2,1,0} fusion(%stack, %x, %i), kind=kLoop, calls=%write_slot
+  %read = f32[1,8,16]{2,1,0} fusion(%stack, %i), kind=kLoop, calls=%read_slot, metadata={op_name="jit(step)/jvp(model)/encoder/layer_3/read"}
+  %written = f32[4,8,16]{2,1,0} fusion(%stack, %x, %i), kind=kLoop, calls=%write_slot, metadata={op_name="jit(step)/transpose(jvp(model))/encoder/layer_3/tanh"}
   ROOT %next = (s32[], f32[4,8,16]{2,1,0}, f32[8,16]{1,0}) tuple(%i, %written, %x)
 }
 
@@ -56,3 +56,8 @@ def test_a_loop_body_moves_its_slots_not_its_stacks_and_the_step_counts_every_pa
     per_layer = (512 + 4 + 512) + (512 + 4 + 512)
     assert gpu_compile.layer_loops(_HLO) == [(2, per_layer)]
     assert gpu_compile.step_costs(_HLO) == (4 * 2, 4 * per_layer)
+    # Where they go, by the model code each kernel came from, every pass counted.
+    assert gpu_compile.source_bytes(_HLO) == {
+        "fwd encoder/layer_#/read": 4 * (512 + 4 + 512),
+        "bwd encoder/layer_#/tanh": 4 * (512 + 4 + 512),
+    }
