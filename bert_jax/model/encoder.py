@@ -62,11 +62,10 @@ Array = jax.Array
 
 
 class BertEncoder(nn.Module):
-    """The layers (`layer_scan.encoder_layers`: unrolled, or scanned
-    with ``layer_loop="scan"``)
-    and, for pre-LN models, the final LayerNorm. Returns the output [B, S, H] and, when
-    asked, the embedding output followed by each layer's output (the last one normalised
-    like the output)."""
+    """The layers (`layer_scan.encoder_layers`: unrolled, or scanned with
+    ``layer_loop="scan"``) and, for pre-LN models, the final LayerNorm. Returns the output
+    [B, S, H] and, when asked, the embedding output followed by each layer's output (the
+    last one normalised like the output)."""
 
     config: BertConfig
     numerics: Numerics = DEFAULT
