@@ -79,6 +79,7 @@ def format_report(r: PlanReport) -> str:
     rows = [
         ("topology", f"{r.topology}{slices} ({r.num_chips} chips used, {r.device_kind})"),
         ("mesh", " x ".join(f"{k}={v}" for k, v in r.mesh_shape.items())),
+        ("layers", "scanned (one compiled layer body)" if r.layer_loop == "scan" else "unrolled"),
         ("parameters / chip", _bytes(r.param_bytes)),
         ("optimizer state / chip", _bytes(r.opt_state_bytes)),
     ]

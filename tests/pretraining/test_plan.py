@@ -138,6 +138,7 @@ def test_a_phase_that_does_not_fit_fails_the_run_and_gets_a_compiled_fix(
     assert compiles["compiled"] == 3
     text = plan_text.format_report(report)
     assert "does NOT fit" in text and "NO (phase 2)" in text
+    assert report.layer_loop == "scan" and "\nlayers " in text and "scanned" in text  # `auto` on a TPU
     assert "to fit  " in text and "--config.phase2_grad_accum_steps=4 fits: " in text
     as_json = json.loads(json.dumps(report.to_json()))
     assert as_json["phases"][1]["fix"]["keys"] == second.fix.keys and as_json["fits"] is False
