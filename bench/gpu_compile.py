@@ -185,35 +185,37 @@ def _loops(lines: list[str]) -> Iterator[tuple[str, int]]:
             yield loop.group(1), int(loop.group(2))
 
 
-def _program_costs(name: str, bodies: dict[str, list[str]]) -> tuple[int, int]:
-    kernels, moved = loop_costs(bodies[name], bodies)
-    for body, trips in _loops(bodies[name]):
-        k, b = _program_costs(body, bodies)
-        kernels, moved = kernels + trips * k, moved + trips * b
-    return kernels, moved
+Kernel = tuple[int, int, str]  # launches a step, bytes a launch moves, `source`
 
 
-def _program_sources(name: str, bodies: dict[str, list[str]], times: int, out: collections.Counter) -> None:
+def _program_kernels(name: str, bodies: dict[str, list[str]], times: int = 1) -> Iterator[Kernel]:
+    """(launches, bytes a launch moves, `source`) of each kernel a computation runs, the
+    kernels of the loops it runs included (a body's launches times its trip count)."""
     for moved, where in _kernel_bytes(bodies[name], bodies):
-        out[where] += times * moved
+        yield times, moved, where
     for body, trips in _loops(bodies[name]):
-        _program_sources(body, bodies, times * trips, out)
+        yield from _program_kernels(body, bodies, times * trips)
 
 
-def source_bytes(hlo: str) -> collections.Counter:
-    """The step's modelled bytes (`step_costs`) by `source`: where they go."""
+def _step_kernels(hlo: str) -> list[Kernel]:
+    """`_program_kernels` of the module's entry: the whole step."""
     entry = re.search(r"^ENTRY %(\S+) ", hlo, re.MULTILINE)
-    out: collections.Counter = collections.Counter()
-    if entry:
-        _program_sources(entry.group(1), computations(hlo), 1, out)
-    return out
+    return list(_program_kernels(entry.group(1), computations(hlo))) if entry else []
 
 
 def step_costs(hlo: str) -> tuple[int, int]:
     """(kernels, bytes) of the whole step: the entry's kernels and every loop's body times
     its trip count (scanned and unrolled layers compare here)."""
-    entry = re.search(r"^ENTRY %(\S+) ", hlo, re.MULTILINE)
-    return _program_costs(entry.group(1), computations(hlo)) if entry else (0, 0)
+    kernels = _step_kernels(hlo)
+    return sum(n for n, _, _ in kernels), sum(n * moved for n, moved, _ in kernels)
+
+
+def source_bytes(hlo: str) -> collections.Counter:
+    """The step's modelled bytes (`step_costs`) by `source`: where they go."""
+    out: collections.Counter = collections.Counter()
+    for n, moved, where in _step_kernels(hlo):
+        out[where] += n * moved
+    return out
 
 
 def gpu_devices(target_config: str = H100) -> list:
