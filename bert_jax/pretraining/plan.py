@@ -21,7 +21,7 @@ from typing import Any
 
 from bert_jax.pretraining import plan_compile, plan_fit, plan_rate
 from bert_jax.pretraining.settings import Phase, PhaseStep, PretrainSettings
-from bert_jax.training import engine, hardware
+from bert_jax.training import hardware
 
 GIB = hardware.GIB
 FLOPS_SOURCE = "xla cost_analysis of the same step (layers unrolled, one device)"
@@ -74,7 +74,7 @@ class PlanReport:
     devices_used: int
     device_kind: str
     mesh_shape: dict[str, int]
-    layer_loop: str  # "scan" or "unroll": the run's `layer_loop` decided for the topology
+    layer_loop: str  # "scan" or "unroll": what phase 1's step was compiled with
     global_batch_size: int
     max_seq_length: int
     num_train_steps: int
@@ -221,7 +221,7 @@ def _report(planner: _Planner, phases: list[PhasePlan]) -> PlanReport:
         devices_used=len(where.devices),
         device_kind=where.devices[0].device_kind,
         mesh_shape=dict(where.mesh.shape),
-        layer_loop=run.training.numerics.for_platform(engine.platform(where.mesh)).layer_loop,
+        layer_loop=state.layer_loop,
         global_batch_size=planner.batch,
         max_seq_length=first.max_seq_length,
         num_train_steps=run.num_train_steps,

@@ -167,11 +167,13 @@ class StepMemory:
 
 @dataclasses.dataclass(frozen=True)
 class Measured:
-    """One step compiled on a placement: its memory, compile time and abstract state."""
+    """One step compiled on a placement: its memory, compile time, abstract state and the
+    layer loop it was compiled with (`Numerics.layer_loop` decided for the placement)."""
 
     mem: StepMemory
     compile_time_s: float
     abstract_state: Any
+    layer_loop: str
 
 
 def placement(run: PretrainSettings, topology_name: str, num_slices: int = 1) -> Placement:
@@ -239,7 +241,7 @@ def measure(run: PretrainSettings, where: Placement) -> Measured:
         mem = _oom_memory(setup, batch, oom_temp_bytes)
     else:
         mem = _compiled_memory(compiled, len(where.devices))
-    return Measured(mem, time.perf_counter() - start, setup.abstract_state)
+    return Measured(mem, time.perf_counter() - start, setup.abstract_state, setup.numerics.layer_loop)
 
 
 def param_specs(param_shardings: Any) -> dict[str, list]:
