@@ -28,7 +28,9 @@ of the same attention, picked by `choose_kernel` from ``attention_kernel``:
 
 ``auto`` takes the platform's kernel where it applies and XLA elsewhere: splash on TPU,
 cuDNN on GPU, and on GPU under attention dropout the Triton kernel (timed on an H200: the
-paper's BERT-Base step 1.54x the XLA path's at 512, 1.18x at 128); whatever a kernel cannot
+paper's BERT-Base step 1.54x the XLA path's at 512, 1.18x at 128) and for a two-sided
+window (ModernBERT's local layers) the Triton kernel too, which skips the tiles outside
+the window where cuDNN would compute them all under a mask; whatever a kernel cannot
 take (dropout on splash and cuDNN, an additive bias, ...) runs on the XLA path with one
 ``warning:`` line. ``mosaic`` is asked for by name: it has not been timed on a TPU yet. The window
 is ModernBERT's ``local_attention`` (Warner et al., 2024; `transformers`'
@@ -372,6 +374,11 @@ _PLATFORM_KERNEL = {"tpu": "splash", "gpu": "cudnn"}
 # of it: on a GPU the Triton kernel (cuDNN draws no masks of ours; BERT-Base's step 1.54x
 # the XLA path's at 512 and 1.18x at 128 on an H200, 2026-11-28). Mosaic is not yet timed.
 _PLATFORM_DROPOUT_KERNEL = {"gpu": "triton"}
+# `auto` for a two-sided window (ModernBERT's local layers), where the platform kernel
+# would compute every tile: on a GPU the Triton kernel, which skips the tiles outside the
+# window (cuDNN's window reaches only to the left, so the window goes in its mask and cuDNN
+# computes all of [S, S]: at 1,024 with a 128 window ~4x the tiles the window needs).
+_PLATFORM_WINDOW_KERNEL = {"gpu": "triton"}
 _WARNED: set[str] = set()
 
 
@@ -403,31 +410,44 @@ def choose_kernel(
     """(kernel to run, warning line or None) for ``attention_kernel=requested``.
 
     ``auto`` means the platform's kernel (splash on TPU; on GPU cuDNN, or Triton under
-    attention dropout) where it can take the mask, head size, dtype and dropout, else XLA;
+    attention dropout or a two-sided window, cuDNN where Triton cannot take the window)
+    where it can take the mask, head size, dtype and dropout, else XLA;
     an explicit kernel that cannot is replaced by XLA with a warning. Explicit ``splash``,
     ``triton`` or ``mosaic`` on a CPU runs interpreted. ``hash_dropout``: the run draws its
     dropout masks with ``"hash"`` (the only masks the Triton and Mosaic kernels can draw in
     place)."""
     if requested not in KERNELS:
         raise ValueError(f"attention_kernel={requested!r} is not one of: {', '.join(KERNELS)}")
-    candidate = requested
-    if requested == "auto":
-        under_dropout = _PLATFORM_DROPOUT_KERNEL.get(platform) if dropout_rate > 0 else None
-        candidate = under_dropout or _PLATFORM_KERNEL.get(platform)
-    if candidate in (None, "xla"):
+    candidates = [requested] if requested != "auto" else _auto_candidates(platform, mask, dropout_rate)
+    if candidates in ([], ["xla"]):
         return "xla", None
-    if candidate in ("triton", "mosaic"):
-        reason = _dropout_kernel_refusal(candidate, platform, mask, head_dim, dropout_rate, hash_dropout)
-    else:
-        reason = _refusal(candidate, platform, mask, head_dim, dropout_rate, dtype)
-    if reason is not None:
-        return "xla", f"attention_kernel={requested}: {reason}; using the XLA attention"
+    reasons = [
+        _dropout_kernel_refusal(c, platform, mask, head_dim, dropout_rate, hash_dropout)
+        if c in ("triton", "mosaic")
+        else _refusal(c, platform, mask, head_dim, dropout_rate, dtype)
+        for c in candidates
+    ]
+    candidate = next((c for c, r in zip(candidates, reasons, strict=True) if r is None), None)
+    if candidate is None:  # the first candidate's reason: the kernel `auto` wanted most
+        return "xla", f"attention_kernel={requested}: {reasons[0]}; using the XLA attention"
     if platform == "cpu" and candidate in ("splash", "triton", "mosaic"):
         return (
             candidate,
             f"attention_kernel={candidate} on {platform}: Pallas interpret mode (slow; for tests)",
         )
     return candidate, None
+
+
+def _auto_candidates(platform: str, mask: AttentionMask, dropout_rate: float) -> list[str]:
+    """The kernels ``auto`` tries on ``platform``, best first (XLA when none can run):
+    under attention dropout the platform's dropout kernel; for a two-sided window its
+    window kernel; then its own kernel."""
+    first = None
+    if dropout_rate > 0:
+        first = _PLATFORM_DROPOUT_KERNEL.get(platform)
+    elif mask.window is not None and not mask.causal:
+        first = _PLATFORM_WINDOW_KERNEL.get(platform)
+    return [c for c in (first, _PLATFORM_KERNEL.get(platform)) if c is not None]
 
 
 _DROPOUT_KERNEL_HOME = {"triton": ("gpu", "NVIDIA GPUs"), "mosaic": ("tpu", "TPUs")}

@@ -137,7 +137,11 @@ def _mask(s=256, **kwargs) -> AttentionMask:
         ("splash", "cpu", _mask(), 64, 0.0, jnp.float32, "splash", "interpret mode"),
         ("xla", "tpu", _mask(), 64, 0.0, jnp.bfloat16, "xla", None),
         ("auto", "gpu", _mask(causal=True, window=128), 64, 0.0, jnp.bfloat16, "cudnn", None),
-        ("auto", "gpu", _mask(window=128), 64, 0.0, jnp.bfloat16, "cudnn", None),  # ModernBERT's local layers
+        # ModernBERT's local layers: Triton skips the tiles outside the two-sided window...
+        ("auto", "gpu", _mask(window=128), 64, 0.0, jnp.bfloat16, "triton", None),
+        # ... and where it cannot take them, cuDNN with the window in its mask
+        ("auto", "gpu", _mask(window=128), 96, 0.0, jnp.bfloat16, "cudnn", None),
+        ("auto", "gpu", _mask(s=200, window=128), 64, 0.0, jnp.bfloat16, "cudnn", None),
         ("auto", "gpu", _mask(), 64, 0.0, jnp.float32, "xla", "bfloat16 or float16, not float32"),
         ("auto", "gpu", _mask(packed=True), 64, 0.1, jnp.bfloat16, "triton", None),  # the paper's dropout
         ("auto", "gpu", _mask(s=200), 64, 0.1, jnp.bfloat16, "xla", "multiple of 16"),
