@@ -29,6 +29,10 @@ fi
 tiny=""  # --tiny among the flags: every script at its tiny size
 [[ " $* " == *" --tiny "* ]] && tiny=--tiny
 export TF_CPP_MIN_LOG_LEVEL=2 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
+# JAX's persistent compilation cache, outside $OUT: the profile's step and a rerun on the
+# same machine load what gpu_pretrain.py compiled (an unrolled BERT-Base step takes ~80 s
+# to compile on the GPU machines) instead of compiling it again.
+export JAX_COMPILATION_CACHE_DIR=${JAX_COMPILATION_CACHE_DIR:-build/jax_cache}
 command -v nvidia-smi >/dev/null && nvidia-smi -L
 "$PY" -c "import jax, torch, transformers; print('jax', jax.__version__, jax.devices()[0].device_kind, \
 '| torch', torch.__version__, '| transformers', transformers.__version__)"
