@@ -35,6 +35,12 @@ class _HeadsDense(nn.Module):
     config: BertConfig
     numerics: Numerics
     to_heads: bool
+    # False: the bias is a parameter (checkpoints and conversions keep it) but is not added.
+    # The key projection's, without rotary positions: it adds q_i . b_k to every score of
+    # query i, the same for every key, which the softmax cancels, so leaving it out changes
+    # no output and no gradient (its own is zero in exact arithmetic) and saves a pass over
+    # the keys. Rotating the keys makes the added score depend on the key's position: kept.
+    add_bias: bool = True
 
     @nn.compact
     def __call__(self, x: Array) -> Array:
@@ -52,6 +58,7 @@ class _HeadsDense(nn.Module):
         if c.use_bias:
             bias_shape = shape[1:] if self.to_heads else (h,)
             bias = self.param("bias", zeros_init(bias_axes), bias_shape, num.params).reshape(-1).astype(dt)
+            bias = bias if self.add_bias else None
         # The product as a plain 2-D matmul on reshaped views (free bitcasts): written as
         # a 3-D einsum, XLA's CPU backend copies every kernel into transposed layouts for
         # the backward pass (~4% of a BERT-Base step).
@@ -91,7 +98,7 @@ class BertSelfAttention(nn.Module):
     ) -> Array:
         c, num = self.config, self.numerics
         q = _HeadsDense(c, num, to_heads=True, name="query")(x)  # [B, S, N, D]
-        k = _HeadsDense(c, num, to_heads=True, name="key")(x)
+        k = _HeadsDense(c, num, to_heads=True, name="key", add_bias=rope is not None)(x)
         v = _HeadsDense(c, num, to_heads=True, name="value")(x)
         if rope is not None:
             q, k = apply_rotary(q, *rope), apply_rotary(k, *rope)

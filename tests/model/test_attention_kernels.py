@@ -110,6 +110,44 @@ def test_xla_path_is_bit_identical_to_the_encoders_attention(packed, causal, ali
     assert jnp.array_equal(seen["ctx"], ours)
 
 
+@pytest.mark.parametrize(("packed", "causal"), [(False, False), (True, True)])
+def test_the_key_bias_the_layer_leaves_out_changes_nothing(packed, causal) -> None:
+    """`BertSelfAttention` does not add the key projection's bias (a parameter still): its
+    output equals attention with the bias added, and that bias's gradient through the
+    bias-added attention is zero up to rounding (the softmax cancels a score added to
+    every key of a query)."""
+    s = 128
+    _, _, _, m = _inputs(s, packed)
+    config = BertConfig(hidden_size=N * D, num_attention_heads=N, position_embedding_type="absolute")
+    module = BertSelfAttention(config)
+    x = jax.random.normal(jax.random.key(7), (B, s, N * D), jnp.float32)
+    mask = AttentionMask(m, packed=packed, causal=causal)
+    params = nn.meta.unbox(module.init(jax.random.key(0), x, mask, True)["params"])
+    for i, name in enumerate(("query", "key", "value", "output")):  # every bias non-zero
+        bias = params[name]["bias"]
+        params[name]["bias"] = 0.5 * jax.random.normal(jax.random.key(i), bias.shape)
+
+    def with_key_bias(params):
+        def heads(name, h):
+            return jnp.einsum("bsh,hnd->bsnd", h, params[name]["kernel"]) + params[name]["bias"]
+
+        ctx = attention.xla_attention(heads("query", x), heads("key", x), heads("value", x), mask)
+        return jnp.einsum("bsnd,ndh->bsh", ctx, params["output"]["kernel"]) + params["output"]["bias"]
+
+    ours = lambda params: module.apply({"params": params}, x, mask, True)
+    real = (m > 0)[:, :, None]
+    np.testing.assert_allclose(ours(params) * real, with_key_bias(params) * real, rtol=0, atol=1e-4)
+    loss = lambda f: lambda params: jnp.sum((f(params) * real) ** 2)
+    got = jax.grad(loss(ours))(params)
+    want = jax.grad(loss(with_key_bias))(params)
+    assert not jnp.any(got["key"]["bias"])
+    scale = float(jnp.abs(want["key"]["kernel"]).max())
+    assert scale > 1e-2 and float(jnp.abs(want["key"]["bias"]).max()) < 1e-4 * scale
+    for name in ("query", "key", "value", "output"):
+        for leaf in ("kernel", "bias"):
+            np.testing.assert_allclose(got[name][leaf], want[name][leaf], rtol=0, atol=2e-4 * scale)
+
+
 def test_xla_path_applies_dropout_to_the_probabilities() -> None:
     q, k, v, m = _inputs(128, packed=False)
     mask = AttentionMask(m)
