@@ -302,13 +302,14 @@ def triton_path(
     GPUs), with attention dropout at ``dropout_rate`` under the layer's two hash seeds
     (`layers.Dropout.seeds`): the masks the XLA path draws. No additive bias. ``blocks``:
     the kernels' tiles (default `triton_attention.Blocks()`)."""
-    _, s, n, _ = q.shape
+    b, s, n, _ = q.shape
     opts = triton_attention.Options(
         causal=mask.causal,
         window=mask.window,
         rate=float(dropout_rate),
         blocks=blocks or triton_attention.Blocks(),
         interpret=interpret,
+        narrow=kernel_tiles.narrow_index(b, n, s),
     )
 
     def local(q: Array, k: Array, v: Array, seg: Array, seeds: Array, offsets) -> Array:
@@ -336,6 +337,10 @@ def mosaic_path(
         rate=float(dropout_rate),
         heads=q.shape[2],
         interpret=interpret,
+        # The padded length bounds the flat index (padding keys count positions past S).
+        narrow=kernel_tiles.narrow_index(
+            q.shape[0], q.shape[2], -(-q.shape[1] // mosaic_attention.LANES) * mosaic_attention.LANES
+        ),
     )
 
     def local(q: Array, k: Array, v: Array, seg: Array, seeds: Array, offsets) -> Array:

@@ -72,12 +72,36 @@ def visible(seg_q: Array, seg_k: Array, rows: Array, cols: Array, causal: bool, 
 
 
 def keep(
-    words: tuple[Array, Array, Array, Array], rows: Array, cols: Array, seq_len: int, rate: float
+    words: tuple[Array, Array, Array, Array],
+    rows: Array,
+    cols: Array,
+    seq_len: int,
+    rate: float,
+    narrow: bool = False,
 ) -> Array:
     """Boolean tile: the dropout keep mask of the probabilities at ``rows`` x ``cols`` of one
-    (batch row, head), whose `dropout_words` are ``words`` (low, high, seed0, seed1)."""
+    (batch row, head), whose `dropout_words` are ``words`` (low, high, seed0, seed1).
+
+    ``narrow``: the global [B, N, S, S] probabilities hold at most 2**32 elements, so every
+    high word is 0 and no low word carries. The same bits then cost one integer addition
+    an element before the hash rounds instead of ~8: the first round's input
+    ``(low0 + i S + j) * INDEX_MIX + seed0`` is a per-row part plus a per-column part
+    (mod 2**32), each computed once for the tile's [bq, 1] rows and [1, bk] columns. On a
+    GPU the hash's integer operations, not the tile's matmuls, are the most a dropout
+    kernel computes per element."""
     low0, high0, seed0, seed1 = words
+    if narrow:
+        mix = jnp.uint32(ops.INDEX_MIX)
+        per_row = (low0 + rows.astype(jnp.uint32) * jnp.uint32(seq_len)) * mix + seed0
+        first = per_row + cols.astype(jnp.uint32) * mix
+        return ops.mix_bits(first, seed1) >= ops.keep_threshold(rate)
     within = rows.astype(jnp.uint32) * jnp.uint32(seq_len) + cols.astype(jnp.uint32)
     low = low0 + within
     high = high0 + (low < within).astype(jnp.uint32)
     return ops.index_bits(seed0, seed1, low, high) >= ops.keep_threshold(rate)
+
+
+def narrow_index(batch: int, heads: int, seq_len: int) -> bool:
+    """Whether every flat index of the global [B, N, S, S] probabilities fits one uint32
+    word (`keep`'s ``narrow``)."""
+    return batch * heads * seq_len * seq_len <= 2**32

@@ -59,6 +59,8 @@ class Options:
     heads: int = 1  # heads of the whole (unsharded) attention: the masks' flat index
     seq_len: int = 0  # the length the masks' flat index counts (before padding); 0: the arrays'
     interpret: bool = False
+    # Every flat index of the global masks fits one word (`kernel_tiles.narrow_index`).
+    narrow: bool = False
 
 
 def query_block(seq_len: int) -> int:
@@ -106,7 +108,7 @@ def _exponentials(
     if not opts.rate:
         return e, inv_sum, None
     words = _tile_words(scalars_ref, counted, opts.heads)
-    return e, inv_sum, kernel_tiles.keep(words, rows, cols, counted, opts.rate)
+    return e, inv_sum, kernel_tiles.keep(words, rows, cols, counted, opts.rate, opts.narrow)
 
 
 def _forward_kernel(scalars_ref, q_ref, k_ref, v_ref, segq_ref, segk_ref, o_ref, *, opts: Options):

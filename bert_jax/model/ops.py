@@ -147,6 +147,7 @@ def _fmix32(x: Array) -> Array:
 
 _WORD = 2**32
 _HIGH_MIX = 0x632BE5AB  # odd: the high word's multiplier before it enters the second round
+INDEX_MIX = 0x9E3779B9  # odd: the low word's multiplier before the first round
 
 
 def hash_bits(
@@ -175,7 +176,14 @@ def index_bits(seed0: Array, seed1: Array, low: Array, high: Array | None) -> Ar
     """uint32 bits of the flat indices ``(low, high)`` (uint32 words; ``high`` None where it
     is 0) under two seeds: what `hash_bits` gives each element, and what a kernel that
     draws the same masks block by block (`triton_attention`) computes in place."""
-    x = _fmix32(low * jnp.uint32(0x9E3779B9) + seed0) ^ seed1
+    return mix_bits(low * jnp.uint32(INDEX_MIX) + seed0, seed1, high)
+
+
+def mix_bits(first: Array, seed1: Array, high: Array | None = None) -> Array:
+    """`index_bits` from its first round's input, ``low * INDEX_MIX + seed0`` (mod 2**32):
+    a kernel that builds that input from per-row and per-column parts (one addition an
+    element) calls this."""
+    x = _fmix32(first) ^ seed1
     if high is not None:
         x = x ^ (high * jnp.uint32(_HIGH_MIX))
     return _fmix32(x)

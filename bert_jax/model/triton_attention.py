@@ -72,6 +72,8 @@ class Options:
     rate: float = 0.0
     blocks: Blocks = Blocks()
     interpret: bool = False
+    # Every flat index of the global masks fits one word (`kernel_tiles.narrow_index`).
+    narrow: bool = False
 
 
 def fit_block(size: int, seq_len: int) -> int:
@@ -101,10 +103,10 @@ def _visible(seg_q: Array, seg_k: Array, rows: Array, cols: Array, opts: Options
     )
 
 
-def _keep(words_ref, rows: Array, cols: Array, seq_len: int, rate: float) -> Array:
+def _keep(words_ref, rows: Array, cols: Array, seq_len: int, opts: Options) -> Array:
     """Boolean [bq, bk]: the dropout keep mask of a tile (`ops.dropout_keep_mask`'s bits)."""
     words = tuple(words_ref[i] for i in range(4))
-    return kernel_tiles.keep(words, rows[:, None], cols[None, :], seq_len, rate)
+    return kernel_tiles.keep(words, rows[:, None], cols[None, :], seq_len, opts.rate, opts.narrow)
 
 
 def _blocks_in_reach(
@@ -153,7 +155,7 @@ def _forward_kernel(
         p = jnp.exp2(s - m_new[:, None])
         total = total * scale + jnp.sum(p, axis=1)
         if opts.rate:
-            p = jnp.where(_keep(words_ref, rows, cols, seq_len, opts.rate), p, 0.0)
+            p = jnp.where(_keep(words_ref, rows, cols, seq_len, opts), p, 0.0)
         acc = acc * scale[:, None] + plgpu.dot(p.astype(v.dtype), v)
         return m_new, total, acc
 
@@ -173,7 +175,7 @@ def _tile_grads(q, k, v, do, lse, delta, seg_q, seg_k, rows, cols, words_ref, se
     p = jnp.exp2(_scores(q, k, seg_q, seg_k, rows, cols, opts) - lse[:, None])
     dp = plgpu.dot(do, v, trans_b=True)
     if opts.rate:
-        keep = _keep(words_ref, rows, cols, seq_len, opts.rate)
+        keep = _keep(words_ref, rows, cols, seq_len, opts)
         scale = 1.0 / (1.0 - opts.rate)
         dropped = jnp.where(keep, p * scale, 0.0)
         dp = jnp.where(keep, dp * scale, 0.0)
