@@ -9,10 +9,13 @@ Shapes (B x S, 12 heads of 64, bfloat16, padding-free rows): ``128`` (256 x 128)
 ``512`` (64 x 512) at dropout 0.1, BERT-Base's phases; ``1024-window`` (32 x 1,024, a
 two-sided window of 128, no dropout), ModernBERT-base's local layers. Contenders:
 ``xla`` (the XLA path with the recipe's dropout), ``triton:<tiles>`` (the same dropout
-masks in the kernel), and without dropout ``cudnn`` and ``xla-nodrop`` for reference.
-Each is jitted as d/d(q, k, v) of a projection of its output (forward and backward),
-warmed up, then timed over ``--iters`` calls; the lines ``ratio_<shape>=<x>`` are the XLA
-path's time over the best Triton tiles' (> 1: the kernel is faster).
+masks in the kernel), ``triton-hash16`` (the first tiles with ``dropout_rng=hash16``'s
+masks: one hash for two elements), and without dropout ``triton (no dropout)``,
+``cudnn`` and ``xla-nodrop`` for reference. Each is jitted as d/d(q, k, v) of a
+projection of its output (forward and backward), warmed up, then timed over ``--iters``
+calls; the lines ``ratio_<shape>=<x>`` are the XLA path's time over the best Triton
+tiles' (> 1: the kernel is faster), ``hash16_<shape>=<x>`` the first tiles' time with
+the "hash" masks over theirs with "hash16".
 
     python bench/gpu_attention.py [--only 128,512] [--iters 20] [--blocks Q,K,QB,KB,WARPS,STAGES ...]
     python bench/gpu_attention.py --tiny   # the script on a CPU (kernels interpreted)
@@ -63,13 +66,26 @@ def _contenders(mask, rate: float, tiles: dict, gpu: bool) -> dict:
         dropped = lambda p: ops.inverted_dropout(key, rate, p)
         return attention.xla_attention(q, k, v, mask, dropout_fn=dropped if rate else None)
 
-    def triton(blocks):
+    def triton(blocks, paired: bool = False, rate: float = rate):
         return lambda q, k, v: attention.triton_path(
-            q, k, v, mask, dropout_rate=rate, dropout_seeds=seeds, interpret=not gpu, blocks=blocks
+            q,
+            k,
+            v,
+            mask,
+            dropout_rate=rate,
+            dropout_seeds=seeds,
+            paired_dropout=paired,
+            interpret=not gpu,
+            blocks=blocks,
         )
 
     out = {"xla": xla, **{f"triton:{name}": triton(blocks) for name, blocks in tiles.items()}}
     if rate:
+        # What the in-kernel masks cost: the "hash16" masks (one hash for two elements)
+        # and no dropout, at the first tiles.
+        first = next(iter(tiles.values()))
+        out["triton-hash16"] = triton(first, paired=True)
+        out["triton (no dropout)"] = triton(first, rate=0.0)
         out["xla-nodrop"] = lambda q, k, v: attention.xla_attention(q, k, v, mask)
     if gpu:
         out["cudnn (no dropout)"] = lambda q, k, v: attention.cudnn_attention(q, k, v, mask)
@@ -125,9 +141,12 @@ def main() -> None:
                 print(f"{name:<26}failed: {type(e).__name__}: {str(e).splitlines()[0][:120]}")
                 continue
             print(f"{name:<26}{times[name] * 1e3:>11.3f}{fwd * 1e3:>9.3f}")
-        best = min((t for name, t in times.items() if name.startswith("triton")), default=None)
+        best = min((t for name, t in times.items() if name.startswith("triton:")), default=None)
         if best and "xla" in times:
             print(f"ratio_{shape}={times['xla'] / best:.2f}")
+        first = f"triton:{next(iter(tiles))}"
+        if first in times and "triton-hash16" in times:
+            print(f"hash16_{shape}={times[first] / times['triton-hash16']:.2f}")
 
 
 if __name__ == "__main__":

@@ -295,13 +295,15 @@ def triton_path(
     *,
     dropout_rate: float = 0.0,
     dropout_seeds: Array | None = None,
+    paired_dropout: bool = False,
     interpret: bool = False,
     blocks: triton_attention.Blocks | None = None,
 ) -> Array:
     """[B, S, N, D] ×3 → [B, S, N, D] through `triton_attention.flash_attention` (NVIDIA
     GPUs), with attention dropout at ``dropout_rate`` under the layer's two hash seeds
-    (`layers.Dropout.seeds`): the masks the XLA path draws. No additive bias. ``blocks``:
-    the kernels' tiles (default `triton_attention.Blocks()`)."""
+    (`layers.Dropout.seeds`): the masks the XLA path draws ("hash16" ones where
+    ``paired_dropout``). No additive bias. ``blocks``: the kernels' tiles (default
+    `triton_attention.Blocks()`)."""
     b, s, n, _ = q.shape
     opts = triton_attention.Options(
         causal=mask.causal,
@@ -310,6 +312,7 @@ def triton_path(
         blocks=blocks or triton_attention.Blocks(),
         interpret=interpret,
         narrow=kernel_tiles.narrow_index(b, n, s),
+        paired=paired_dropout,
     )
 
     def local(q: Array, k: Array, v: Array, seg: Array, seeds: Array, offsets) -> Array:
@@ -327,6 +330,7 @@ def mosaic_path(
     *,
     dropout_rate: float = 0.0,
     dropout_seeds: Array | None = None,
+    paired_dropout: bool = False,
     interpret: bool = False,
 ) -> Array:
     """[B, S, N, D] ×3 → [B, S, N, D] through `mosaic_attention.attention` (TPUs), with
@@ -341,6 +345,7 @@ def mosaic_path(
         narrow=kernel_tiles.narrow_index(
             q.shape[0], q.shape[2], -(-q.shape[1] // mosaic_attention.LANES) * mosaic_attention.LANES
         ),
+        paired=paired_dropout,
     )
 
     def local(q: Array, k: Array, v: Array, seg: Array, seeds: Array, offsets) -> Array:
@@ -419,8 +424,8 @@ def choose_kernel(
     where it can take the mask, head size, dtype and dropout, else XLA;
     an explicit kernel that cannot is replaced by XLA with a warning. Explicit ``splash``,
     ``triton`` or ``mosaic`` on a CPU runs interpreted. ``hash_dropout``: the run draws its
-    dropout masks with ``"hash"`` (the only masks the Triton and Mosaic kernels can draw in
-    place)."""
+    dropout masks with ``"hash"`` or ``"hash16"`` (the masks the Triton and Mosaic kernels
+    can draw in place)."""
     if requested not in KERNELS:
         raise ValueError(f"attention_kernel={requested!r} is not one of: {', '.join(KERNELS)}")
     candidates = [requested] if requested != "auto" else _auto_candidates(platform, mask, dropout_rate)
@@ -514,6 +519,7 @@ def attend(
     dropout_rate: float = 0.0,
     dropout_fn: Callable[[Array], Array] | None = None,
     dropout_seeds: Callable[[], Array] | None = None,
+    paired_dropout: bool = False,
     dtype: jnp.dtype | None = None,
     platform: str | None = None,
 ) -> Array:
@@ -521,8 +527,9 @@ def attend(
     for ``kernel`` (``attention_kernel``) on ``platform`` (default: the context mesh's, else
     JAX's backend). ``dropout_rate`` > 0 (pass 0 when deterministic): the XLA path applies
     ``dropout_fn`` to the probabilities; the Triton and Mosaic kernels draw the same masks
-    from ``dropout_seeds()`` (None where the run's masks are not ``"hash"``: XLA then). Splash
-    and cuDNN take no dropout. A fallback prints one ``warning:`` line."""
+    from ``dropout_seeds()`` (None where the run's masks are neither ``"hash"`` nor
+    ``"hash16"``, ``paired_dropout``: XLA then). Splash and cuDNN take no dropout. A
+    fallback prints one ``warning:`` line."""
     platform = target_platform() if platform is None else platform
     chosen, warning = choose_kernel(
         kernel, platform, mask, q.shape[-1], dropout_rate, q.dtype, hash_dropout=dropout_seeds is not None
@@ -537,5 +544,14 @@ def attend(
         seeds = dropout_seeds() if dropout_rate else None
         path = triton_path if chosen == "triton" else mosaic_path
         interpret = platform != _DROPOUT_KERNEL_HOME[chosen][0]
-        return path(q, k, v, mask, dropout_rate=dropout_rate, dropout_seeds=seeds, interpret=interpret)
+        return path(
+            q,
+            k,
+            v,
+            mask,
+            dropout_rate=dropout_rate,
+            dropout_seeds=seeds,
+            paired_dropout=paired_dropout,
+            interpret=interpret,
+        )
     return xla_attention(q, k, v, mask, dropout_fn=dropout_fn, dtype=dtype)

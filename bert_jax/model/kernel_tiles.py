@@ -78,9 +78,12 @@ def keep(
     seq_len: int,
     rate: float,
     narrow: bool = False,
+    paired: bool = False,
 ) -> Array:
     """Boolean tile: the dropout keep mask of the probabilities at ``rows`` x ``cols`` of one
     (batch row, head), whose `dropout_words` are ``words`` (low, high, seed0, seed1).
+    ``paired``: the ``"hash16"`` masks (`ops.pair_bits`), each element hashing its pair's
+    index (`keep_pairs` hashes once for both).
 
     ``narrow``: the global [B, N, S, S] probabilities hold at most 2**32 elements, so every
     high word is 0 and no low word carries. The same bits then cost one integer addition
@@ -89,16 +92,41 @@ def keep(
     (mod 2**32), each computed once for the tile's [bq, 1] rows and [1, bk] columns. On a
     GPU the hash's integer operations, not the tile's matmuls, are the most a dropout
     kernel computes per element."""
-    low0, high0, seed0, seed1 = words
+    low0, _, seed0, seed1 = words
+    rows, cols = rows.astype(jnp.uint32), cols.astype(jnp.uint32)
+    if paired:
+        low, high = (
+            (low0 + rows * jnp.uint32(seq_len) + cols, None) if narrow else _wide(words, rows, cols, seq_len)
+        )
+        return ops.pair_bits(seed0, seed1, low, high) >= ops.keep_threshold(rate, 16)
     if narrow:
         mix = jnp.uint32(ops.INDEX_MIX)
-        per_row = (low0 + rows.astype(jnp.uint32) * jnp.uint32(seq_len)) * mix + seed0
-        first = per_row + cols.astype(jnp.uint32) * mix
-        return ops.mix_bits(first, seed1) >= ops.keep_threshold(rate)
-    within = rows.astype(jnp.uint32) * jnp.uint32(seq_len) + cols.astype(jnp.uint32)
-    low = low0 + within
-    high = high0 + (low < within).astype(jnp.uint32)
-    return ops.index_bits(seed0, seed1, low, high) >= ops.keep_threshold(rate)
+        per_row = (low0 + rows * jnp.uint32(seq_len)) * mix + seed0
+        return ops.mix_bits(per_row + cols * mix, seed1) >= ops.keep_threshold(rate)
+    return ops.index_bits(seed0, seed1, *_wide(words, rows, cols, seq_len)) >= ops.keep_threshold(rate)
+
+
+def _wide(words: tuple[Array, ...], rows: Array, cols: Array, seq_len: int) -> tuple[Array, Array]:
+    """The two-word flat index (low, high) of each element of the tile."""
+    within = rows * jnp.uint32(seq_len) + cols
+    low = words[0] + within
+    return low, words[1] + (low < within).astype(jnp.uint32)
+
+
+def keep_pairs(
+    words: tuple[Array, Array, Array, Array], rows: Array, pairs: Array, seq_len: int, rate: float
+) -> Array:
+    """Boolean [bq, 2 bk']: `keep` with ``narrow`` and ``paired`` for the columns
+    2 ``pairs`` and 2 ``pairs`` + 1 (``rows`` [bq, 1], ``pairs`` [1, bk'], an even S),
+    one hash for each pair: the halves of [bq, bk'] hashes interleaved into the tile's
+    columns. The pair index of element (i, 2m) is (low0 + i S) / 2 + m: low0 (a multiple
+    of S * S) and i S are even."""
+    low0, _, seed0, seed1 = words
+    mix = jnp.uint32(ops.INDEX_MIX)
+    per_row = ((low0 >> 1) + rows.astype(jnp.uint32) * jnp.uint32(seq_len // 2)) * mix + seed0
+    bits = ops.mix_bits(per_row + pairs.astype(jnp.uint32) * mix, seed1)
+    halves = jnp.stack([bits & jnp.uint32(0xFFFF), bits >> 16], axis=-1)
+    return halves.reshape(bits.shape[0], 2 * bits.shape[1]) >= ops.keep_threshold(rate, 16)
 
 
 def narrow_index(batch: int, heads: int, seq_len: int) -> bool:

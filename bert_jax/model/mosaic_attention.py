@@ -61,6 +61,8 @@ class Options:
     interpret: bool = False
     # Every flat index of the global masks fits one word (`kernel_tiles.narrow_index`).
     narrow: bool = False
+    # The "hash16" masks (`ops.pair_bits`) rather than "hash".
+    paired: bool = False
 
 
 def query_block(seq_len: int) -> int:
@@ -108,7 +110,7 @@ def _exponentials(
     if not opts.rate:
         return e, inv_sum, None
     words = _tile_words(scalars_ref, counted, opts.heads)
-    return e, inv_sum, kernel_tiles.keep(words, rows, cols, counted, opts.rate, opts.narrow)
+    return e, inv_sum, kernel_tiles.keep(words, rows, cols, counted, opts.rate, opts.narrow, opts.paired)
 
 
 def _forward_kernel(scalars_ref, q_ref, k_ref, v_ref, segq_ref, segk_ref, o_ref, *, opts: Options):

@@ -24,7 +24,9 @@ from bert_jax.setting_fields import setting
 DTYPES = ("float32", "bfloat16", "float16")
 REMAT_POLICIES = ("none", "full", "dots", "dots_no_batch", "selective")
 WEIGHT_GRAD_MATMULS = ("auto", "transposed_copy", "transposed_copy_wide", "direct")
-DROPOUT_RNGS = ("hash", "threefry")
+DROPOUT_RNGS = ("hash", "hash16", "threefry")
+# The generators the attention kernels draw in place (`kernel_tiles.keep`).
+KERNEL_DROPOUT_RNGS = ("hash", "hash16")
 # The attention kernels `model.attention` implements (listed here, where settings are
 # checked, so that reading a config does not import the Pallas kernels).
 ATTENTION_KERNELS = ("auto", "xla", "splash", "cudnn", "triton", "mosaic")
@@ -71,8 +73,10 @@ class Numerics:
     # read transposed operands natively: no copy there.
     weight_grad_matmul: str = setting("auto", choices=WEIGHT_GRAD_MATMULS)
     # Dropout masks: "hash" (a counter-based integer hash of each element's index, seeded
-    # per layer and step from the dropout key; ~7x cheaper than threefry on CPU) or
-    # "threefry" (jax.random.bernoulli). Both are Bernoulli(1 - rate) per element.
+    # per layer and step from the dropout key; ~7x cheaper than threefry on CPU), "hash16"
+    # (16 bits an element: one hash of index // 2 for two neighbours, which an attention
+    # kernel computes once for both; the rate rounded to a multiple of 2**-16) or
+    # "threefry" (jax.random.bernoulli). All are Bernoulli(1 - rate) per element.
     dropout_rng: str = setting("hash", choices=DROPOUT_RNGS)
     # Attention implementation (`bert_jax.model.attention`): "auto" is Pallas splash on TPU,
     # cuDNN on GPU (the Triton kernel under attention dropout) and XLA on CPU, each falling

@@ -32,6 +32,10 @@ and is zero below 2**32 elements): BERT-Large's [4096, 512, 4096] activations ha
 elements, and a 32-bit index would repeat their mask every 2**32. The keep rate and
 independence are tested statistically, and the bits of blocks of larger shapes
 (`hash_bits`'s `start` and `block`) against a NumPy reference of the 64-bit index.
+``"hash16"`` (`pair_bits`) takes 16 bits an element, the two halves of the hash of
+``index // 2``: the rate is rounded to a multiple of 2**-16, and a kernel holding both
+neighbours in its tile hashes once for two elements. On a GPU the in-kernel hash, not the
+tile's matmuls, is most of what an attention-dropout kernel computes per element.
 
 At BERT-mini scale the vocabulary projection (`[P, H] x [V, H]`, V = 30,522) and its
 softmax are about a third of a training step on CPU, and XLA's autodiff of them is
@@ -254,10 +258,25 @@ def add_wide(x: tuple[Array, Array], y: tuple[Array, Array]) -> tuple[Array, Arr
 
 
 def dropout_keep_mask(key: Array, rate: float, shape: tuple[int, ...], impl: str = "hash") -> Array:
-    """Boolean mask, True with probability ``1 - rate`` per element."""
+    """Boolean mask, True with probability ``1 - rate`` per element (``hash16``: ``1 - rate``
+    rounded to a multiple of 2**-16)."""
     if impl == "threefry":
         return jax.random.bernoulli(key, 1.0 - rate, shape)
+    if impl == "hash16":
+        seeds = hash_seeds(key)
+        low, high = flat_index_words(tuple(shape))
+        return pair_bits(seeds[0], seeds[1], low, high) >= keep_threshold(rate, 16)
     return hash_bits(key, shape) >= keep_threshold(rate)
+
+
+def pair_bits(seed0: Array, seed1: Array, low: Array, high: Array | None) -> Array:
+    """16 bits (a uint32 below 2**16) of each flat index ``(low, high)``: the elements at
+    2p and 2p + 1 take the low and the high half of `index_bits` of p. One hash serves two
+    neighbours (the ``"hash16"`` masks): a kernel that holds both in its tile computes it
+    once (`kernel_tiles.keep_pairs`); here each element computes its pair's."""
+    pair_low = low >> 1 if high is None else (low >> 1) | (high << 31)
+    bits = index_bits(seed0, seed1, pair_low, None if high is None else high >> 1)
+    return jnp.where((low & 1) == 1, bits >> 16, bits & jnp.uint32(0xFFFF))
 
 
 def inverted_dropout(key: Array, rate: float, x: Array, impl: str = "hash") -> Array:
@@ -267,9 +286,10 @@ def inverted_dropout(key: Array, rate: float, x: Array, impl: str = "hash") -> A
     return jnp.where(keep, x / jnp.asarray(1.0 - rate, x.dtype), jnp.zeros_like(x))
 
 
-def keep_threshold(rate: float) -> Array:
-    """The uint32 at or above which `hash_bits` keeps an element under dropout ``rate``."""
-    return jnp.uint32(min(round(rate * 2**32), 2**32 - 1))
+def keep_threshold(rate: float, bits: int = 32) -> Array:
+    """The uint32 at or above which `hash_bits` (``bits`` 32) or `pair_bits` (16) keeps an
+    element under dropout ``rate``."""
+    return jnp.uint32(min(round(rate * 2**bits), 2**bits - 1))
 
 
 def _logits(h: Array, embedding: Array, bias: Array) -> Array:

@@ -19,7 +19,7 @@ from bert_jax.model import attention, ops
 from bert_jax.model.attention import AttentionMask
 from bert_jax.model.config import BertConfig
 from bert_jax.model.layers import apply_rotary, dropout, normal_init, zeros_init
-from bert_jax.model.numerics import DEFAULT, Numerics
+from bert_jax.model.numerics import DEFAULT, KERNEL_DROPOUT_RNGS, Numerics
 
 Array = jax.Array
 
@@ -117,7 +117,10 @@ class BertSelfAttention(nn.Module):
             kernel,
             dropout_rate=0.0 if deterministic else rate,
             dropout_fn=lambda p: dropout(num, rate)(p, deterministic),
-            dropout_seeds=(lambda: dropout(num, rate).seeds()) if num.dropout_rng == "hash" else None,
+            dropout_seeds=(lambda: dropout(num, rate).seeds())
+            if num.dropout_rng in KERNEL_DROPOUT_RNGS
+            else None,
+            paired_dropout=num.dropout_rng == "hash16",
             dtype=num.dtype,
         )  # [B, S, N, D]
         ctx = checkpoint_name(ctx, "attention_context")

@@ -74,6 +74,8 @@ class Options:
     interpret: bool = False
     # Every flat index of the global masks fits one word (`kernel_tiles.narrow_index`).
     narrow: bool = False
+    # The "hash16" masks (`ops.pair_bits`) rather than "hash".
+    paired: bool = False
 
 
 def fit_block(size: int, seq_len: int) -> int:
@@ -103,10 +105,17 @@ def _visible(seg_q: Array, seg_k: Array, rows: Array, cols: Array, opts: Options
     )
 
 
-def _keep(words_ref, rows: Array, cols: Array, seq_len: int, opts: Options) -> Array:
-    """Boolean [bq, bk]: the dropout keep mask of a tile (`ops.dropout_keep_mask`'s bits)."""
+def _keep(words_ref, rows: Array, col0: Array, bk: int, seq_len: int, opts: Options) -> Array:
+    """Boolean [bq, bk]: the dropout keep mask of the tile of keys from ``col0``
+    (`ops.dropout_keep_mask`'s bits); "hash16" with a one-word index hashes once a pair."""
     words = tuple(words_ref[i] for i in range(4))
-    return kernel_tiles.keep(words, rows[:, None], cols[None, :], seq_len, opts.rate, opts.narrow)
+    if opts.paired and opts.narrow:
+        pairs = lax.div(col0, 2) + jnp.arange(bk // 2)
+        return kernel_tiles.keep_pairs(words, rows[:, None], pairs[None, :], seq_len, opts.rate)
+    cols = col0 + jnp.arange(bk)
+    return kernel_tiles.keep(
+        words, rows[:, None], cols[None, :], seq_len, opts.rate, opts.narrow, opts.paired
+    )
 
 
 def _blocks_in_reach(
@@ -155,7 +164,7 @@ def _forward_kernel(
         p = jnp.exp2(s - m_new[:, None])
         total = total * scale + jnp.sum(p, axis=1)
         if opts.rate:
-            p = jnp.where(_keep(words_ref, rows, cols, seq_len, opts), p, 0.0)
+            p = jnp.where(_keep(words_ref, rows, j * bk, bk, seq_len, opts), p, 0.0)
         acc = acc * scale[:, None] + plgpu.dot(p.astype(v.dtype), v)
         return m_new, total, acc
 
@@ -170,12 +179,14 @@ def _forward_kernel(
     lse_ref[...] = m + jnp.log2(total)
 
 
-def _tile_grads(q, k, v, do, lse, delta, seg_q, seg_k, rows, cols, words_ref, seq_len, opts: Options):
-    """(dropped probabilities, score gradient) of a tile, both [bq, bk] float32."""
-    p = jnp.exp2(_scores(q, k, seg_q, seg_k, rows, cols, opts) - lse[:, None])
+def _tile_grads(q, k, v, do, lse, delta, seg_q, seg_k, rows, col0, words_ref, seq_len, opts: Options):
+    """(dropped probabilities, score gradient) of the tile of keys from ``col0``, both
+    [bq, bk] float32."""
+    bk = k.shape[0]
+    p = jnp.exp2(_scores(q, k, seg_q, seg_k, rows, col0 + jnp.arange(bk), opts) - lse[:, None])
     dp = plgpu.dot(do, v, trans_b=True)
     if opts.rate:
-        keep = _keep(words_ref, rows, cols, seq_len, opts)
+        keep = _keep(words_ref, rows, col0, bk, seq_len, opts)
         scale = 1.0 / (1.0 - opts.rate)
         dropped = jnp.where(keep, p * scale, 0.0)
         dp = jnp.where(keep, dp * scale, 0.0)
@@ -189,7 +200,6 @@ def _dkv_kernel(
 ):
     seq_len = q_ref.shape[0]
     first = pl.program_id(0) * bk
-    cols = first + jnp.arange(bk)
     k, v = k_ref[...], v_ref[...]
     seg_k = seg_ref[pl.ds(first, bk)]
 
@@ -208,7 +218,7 @@ def _dkv_kernel(
             seg_ref[queries],
             seg_k,
             rows,
-            cols,
+            first,
             words_ref,
             seq_len,
             opts,
@@ -234,10 +244,9 @@ def _dq_kernel(q_ref, k_ref, v_ref, seg_ref, words_ref, do_ref, lse_ref, delta_r
 
     def body(j, dq):
         keys = pl.ds(j * bk, bk)
-        cols = j * bk + jnp.arange(bk)
         k = k_ref[keys, :]
         _, ds = _tile_grads(
-            q, k, v_ref[keys, :], do, lse, delta, seg_q, seg_ref[keys], rows, cols, words_ref, seq_len, opts
+            q, k, v_ref[keys, :], do, lse, delta, seg_q, seg_ref[keys], rows, j * bk, words_ref, seq_len, opts
         )
         return dq + plgpu.dot(ds.astype(k.dtype), k)
 

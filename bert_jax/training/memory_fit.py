@@ -97,6 +97,7 @@ def materializes_scores(config, numerics, platform: str = "", dropout: float = 0
     computes; `attention.choose_kernel`) writes the score matrix whole: XLA's does, splash,
     cuDNN, Triton and Mosaic do not."""
     from bert_jax.model import attention
+    from bert_jax.model.numerics import KERNEL_DROPOUT_RNGS
 
     platform = platform or attention.target_platform()
 
@@ -110,6 +111,6 @@ def materializes_scores(config, numerics, platform: str = "", dropout: float = 0
         config.head_dim,
         dropout,
         numerics.dtype,
-        hash_dropout=numerics.dropout_rng == "hash",
+        hash_dropout=numerics.dropout_rng in KERNEL_DROPOUT_RNGS,
     )
     return kernel == "xla"

@@ -49,18 +49,26 @@ def assert_close_in_bfloat16(got, want, got_grads, want_grads) -> None:
         assert err < 2e-2, err
 
 
-def dropout_pair(kernel: str, mask, rate: float, key: jax.Array, interpret: bool = True):
+def dropout_pair(kernel: str, mask, rate: float, key: jax.Array, interpret: bool = True, impl: str = "hash"):
     """(``kernel``'s path, the XLA path) as functions of q, k, v, both dropping with
-    ``key``'s masks (``kernel``: "triton" or "mosaic")."""
+    ``key``'s masks of generator ``impl`` ("hash" or "hash16"; ``kernel``: "triton" or
+    "mosaic")."""
     from bert_jax.model import attention, ops
 
     seeds = ops.hash_seeds(key)
     path = {"triton": attention.triton_path, "mosaic": attention.mosaic_path}[kernel]
-    drop = lambda p: ops.inverted_dropout(key, rate, p)
+    drop = lambda p: ops.inverted_dropout(key, rate, p, impl)
 
     def ours(q, k, v):
         return path(
-            q, k, v, mask, dropout_rate=rate, dropout_seeds=seeds if rate else None, interpret=interpret
+            q,
+            k,
+            v,
+            mask,
+            dropout_rate=rate,
+            dropout_seeds=seeds if rate else None,
+            paired_dropout=impl == "hash16",
+            interpret=interpret,
         )
 
     def xla(q, k, v):

@@ -37,19 +37,29 @@ CASES = [
 
 
 @pytest.mark.parametrize(
-    ("kernel", "s", "packed", "causal", "window", "rate"),
-    [(kernel, *case) for kernel in KERNELS for case in CASES]
+    ("kernel", "s", "packed", "causal", "window", "rate", "impl"),
+    [(kernel, *case, "hash") for kernel in KERNELS for case in CASES]
     + [
-        ("triton", 192, False, True, None, 0.1),  # Triton's tiles of 64: blocks past the diagonal skipped
-        ("mosaic", 200, True, False, None, 0.1),  # padded to 256: the masks keep S = 200's index
+        (
+            "triton",
+            192,
+            False,
+            True,
+            None,
+            0.1,
+            "hash",
+        ),  # Triton's tiles of 64: blocks past the diagonal skipped
+        ("mosaic", 200, True, False, None, 0.1, "hash"),  # padded to 256: the masks keep S = 200's index
+        ("triton", 256, True, False, 64, 0.1, "hash16"),  # one hash for two neighbours
+        ("mosaic", 200, True, False, None, 0.1, "hash16"),  # S odd x even: pairs span rows
     ],
 )
 def test_interpreted_kernel_equals_the_xla_path_with_the_same_masks(
-    kernel, s, packed, causal, window, rate
+    kernel, s, packed, causal, window, rate, impl
 ) -> None:
     q, k, v, m = attention_cases.inputs(s, packed, jnp.float32, B, N, D)
     mask = AttentionMask(m, packed=packed, causal=causal, window=window)
-    ours, xla = attention_cases.dropout_pair(kernel, mask, rate, jax.random.key(3))
+    ours, xla = attention_cases.dropout_pair(kernel, mask, rate, jax.random.key(3), impl=impl)
     got, got_grads = attention_cases.out_and_grads(ours, q, k, v, m)
     want, want_grads = attention_cases.out_and_grads(xla, q, k, v, m)
     np.testing.assert_allclose(got, want, rtol=0, atol=1e-5)
@@ -61,8 +71,8 @@ def test_interpreted_kernel_equals_the_xla_path_with_the_same_masks(
         assert float(jnp.abs(got - attention_cases.out_and_grads(other, q, k, v, m)[0]).max()) > 1e-2
 
 
-@pytest.mark.parametrize("kernel", KERNELS)
-def test_the_kernels_masks_are_dropout_keep_mask(kernel) -> None:
+@pytest.mark.parametrize(("kernel", "impl"), [(k, i) for k in KERNELS for i in ("hash", "hash16")])
+def test_the_kernels_masks_are_dropout_keep_mask(kernel, impl) -> None:
     """Uniform probabilities (q = k = 0, one query sees all S keys) over one-hot values
     (v_j = e_j, S = D) make each output row the row of the keep mask times 1 / (S (1 - rate)):
     the kernel's mask read back, against `ops.dropout_keep_mask` of the global [B, N, S, S],
@@ -71,18 +81,22 @@ def test_the_kernels_masks_are_dropout_keep_mask(kernel) -> None:
     q = k = jnp.zeros((B, s, N, s), jnp.float32)
     v = jnp.broadcast_to(jnp.eye(s)[None, :, None, :], (B, s, N, s))
     key = jax.random.key(11)
-    ours, _ = attention_cases.dropout_pair(kernel, AttentionMask(jnp.ones((B, s), jnp.int32)), rate, key)
+    mask = AttentionMask(jnp.ones((B, s), jnp.int32))
+    ours, _ = attention_cases.dropout_pair(kernel, mask, rate, key, impl=impl)
     kept = np.asarray(jnp.swapaxes(ours(q, k, v), 1, 2)) * s * (1 - rate)  # [B, N, S, S]
-    want = np.asarray(ops.dropout_keep_mask(key, rate, (B, N, s, s)))
+    want = np.asarray(ops.dropout_keep_mask(key, rate, (B, N, s, s), impl))
+    if impl == "hash16":  # another generator: other masks from the same key
+        assert (want != np.asarray(ops.dropout_keep_mask(key, rate, (B, N, s, s)))).mean() > 0.2
     np.testing.assert_allclose(kept, want.astype(np.float32), rtol=0, atol=1e-5)
     assert abs(want.mean() - (1 - rate)) < 0.02
 
 
-@pytest.mark.parametrize("kernel", KERNELS)
-def test_the_encoders_attention_draws_the_same_masks_on_either_path(kernel, capsys, monkeypatch) -> None:
+@pytest.mark.parametrize(("kernel", "rng"), [("triton", "hash"), ("mosaic", "hash"), ("triton", "hash16")])
+def test_the_encoders_attention_draws_the_same_masks_on_either_path(kernel, rng, capsys, monkeypatch) -> None:
     """`BertSelfAttention` with attention dropout: the kernel (interpreted) gives the XLA
-    path's output under the same dropout key (the layer's `Dropout.seeds`), another key's
-    differs; with ``dropout_rng=threefry`` it falls back to XLA, one line."""
+    path's output under the same dropout key (the layer's `Dropout.seeds`) and generator
+    (``dropout_rng``), another key's differs; with ``dropout_rng=threefry`` it falls back
+    to XLA, one line."""
     config = BertConfig(
         vocab_size=64,
         hidden_size=64,
@@ -103,9 +117,13 @@ def test_the_encoders_attention_draws_the_same_masks_on_either_path(kernel, caps
         )
         return np.asarray(out)[m > 0]
 
-    xla = run(Numerics(attention_kernel="xla"), 5)
-    np.testing.assert_allclose(run(Numerics(attention_kernel=kernel), 5), xla, rtol=0, atol=1e-5)
-    assert np.abs(run(Numerics(attention_kernel="xla"), 6) - xla).max() > 1e-3
+    xla = run(Numerics(attention_kernel="xla", dropout_rng=rng), 5)
+    np.testing.assert_allclose(
+        run(Numerics(attention_kernel=kernel, dropout_rng=rng), 5), xla, rtol=0, atol=1e-5
+    )
+    assert np.abs(run(Numerics(attention_kernel="xla", dropout_rng=rng), 6) - xla).max() > 1e-3
+    if rng == "hash16":  # another generator than "hash": other masks from the same key
+        assert np.abs(run(Numerics(attention_kernel="xla"), 5) - xla).max() > 1e-3
     monkeypatch.setattr(attention, "_WARNED", set())
     capsys.readouterr()
     threefry = run(Numerics(attention_kernel=kernel, dropout_rng="threefry"), 5)

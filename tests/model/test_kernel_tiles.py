@@ -14,25 +14,31 @@ from bert_jax.model import kernel_tiles, ops
 RATE = 0.3
 
 
-def _tile(words: jax.Array, b: int, n: int, rows: np.ndarray, cols: np.ndarray, s: int, narrow: bool):
+def _tile(words, b: int, n: int, rows, cols, s: int, narrow: bool, paired: bool = False) -> np.ndarray:
     parts = tuple(words[b, n, i] for i in range(4))
-    return np.asarray(
-        kernel_tiles.keep(parts, jnp.asarray(rows)[:, None], jnp.asarray(cols)[None, :], s, RATE, narrow)
-    )
+    rows, cols = jnp.asarray(rows)[:, None], jnp.asarray(cols)[None, :]
+    return np.asarray(kernel_tiles.keep(parts, rows, cols, s, RATE, narrow, paired))
 
 
-@pytest.mark.parametrize("narrow", [True, False])
-def test_a_tile_is_its_part_of_the_global_mask(narrow) -> None:
+@pytest.mark.parametrize(
+    ("narrow", "impl"), [(True, "hash"), (False, "hash"), (True, "hash16"), (False, "hash16")]
+)
+def test_a_tile_is_its_part_of_the_global_mask(narrow, impl) -> None:
     b, n, s = 2, 3, 48
     assert kernel_tiles.narrow_index(b, n, s)
     key = jax.random.key(5)
     words = kernel_tiles.dropout_words(ops.hash_seeds(key), (b, n), n, s)
-    want = np.asarray(ops.dropout_keep_mask(key, RATE, (b, n, s, s)))
+    want = np.asarray(ops.dropout_keep_mask(key, RATE, (b, n, s, s), impl))
     rows, cols = np.arange(16, 32), np.arange(8, 40)
     for row in range(b):
         for head in range(n):
-            got = _tile(words, row, head, rows, cols, s, narrow)
+            got = _tile(words, row, head, rows, cols, s, narrow, paired=impl == "hash16")
             np.testing.assert_array_equal(got, want[row, head][16:32, 8:40])
+            if impl == "hash16":  # one hash a pair of columns, interleaved into the tile
+                parts = tuple(words[row, head, i] for i in range(4))
+                pairs = jnp.arange(4, 20)[None, :]
+                both = kernel_tiles.keep_pairs(parts, jnp.asarray(rows)[:, None], pairs, s, RATE)
+                np.testing.assert_array_equal(np.asarray(both), want[row, head][16:32, 8:40])
     assert 0.6 < want.mean() < 0.8
 
 
@@ -52,3 +58,6 @@ def test_past_two_to_the_32_the_two_word_index_carries_within_a_tile() -> None:
     rows, cols = np.arange(8), np.arange(s)
     np.testing.assert_array_equal(_tile(words, 0, 0, rows, cols, s, narrow=False), want)
     assert not np.array_equal(_tile(words, 0, 0, rows, cols, s, narrow=True), want)
+    low, high = ops.flat_index_words(shape, start, block)
+    pairs = ops.pair_bits(seeds[0], seeds[1], low, high)[0, 0] >= int(ops.keep_threshold(RATE, 16))
+    np.testing.assert_array_equal(_tile(words, 0, 0, rows, cols, s, narrow=False, paired=True), pairs)

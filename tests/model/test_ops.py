@@ -101,6 +101,35 @@ def test_hash_dropout_is_bernoulli_and_independent(rate: float) -> None:
     np.testing.assert_array_equal(keep, np.asarray(ops.dropout_keep_mask(jax.random.key(1), rate, shape)))
 
 
+@pytest.mark.parametrize("rate", [0.1, 0.5])
+def test_hash16_dropout_is_bernoulli_and_independent(rate: float) -> None:
+    """The "hash16" masks: each 32-bit hash gives two neighbours 16 bits each; the keep
+    rate is 1 - rate to 2**-16, neighbours (the two halves of one hash among them) and
+    two keys' masks are uncorrelated."""
+    shape = (64, 128, 128)
+    keep = np.asarray(ops.dropout_keep_mask(jax.random.key(1), rate, shape, "hash16"))
+    n, p = keep.size, 1.0 - rate
+    assert abs(keep.mean() - p) < 5 * np.sqrt(p * (1 - p) / n)
+    flat = keep.reshape(-1).astype(np.float64)
+    pairs = flat.reshape(-1, 2)
+    for a, b in ((pairs[:, 0], pairs[:, 1]), (flat[1:-1:2], flat[2::2]), (keep[:, :-1], keep[:, 1:])):
+        r = np.corrcoef(np.ravel(a).astype(np.float64), np.ravel(b).astype(np.float64))[0, 1]
+        assert abs(r) < 5 / np.sqrt(a.size), r
+    other = np.asarray(ops.dropout_keep_mask(jax.random.key(3), rate, shape, "hash16"))
+    agree, want = (keep == other).mean(), p * p + rate * rate
+    assert abs(agree - want) < 5 * np.sqrt(want * (1 - want) / n)
+    np.testing.assert_array_equal(
+        keep, np.asarray(ops.dropout_keep_mask(jax.random.key(1), rate, shape, "hash16"))
+    )
+    # The 16 bits are uniform (chi-square of the top 8 over 256 bins, low and high halves).
+    low, high = ops.flat_index_words((1 << 20,))
+    seeds = ops.hash_seeds(jax.random.key(2))
+    bits = np.asarray(ops.pair_bits(seeds[0], seeds[1], low, high))
+    assert bits.max() < 2**16
+    for half in (bits[0::2], bits[1::2]):
+        assert stats.chisquare(np.bincount(half >> 8, minlength=256)).pvalue > 1e-4
+
+
 _M32 = np.uint64(2**32 - 1)
 
 
@@ -149,6 +178,23 @@ def test_hash_bits_follow_the_64_bit_flat_index(shape, start, block) -> None:
     key = jax.random.key(9)
     got = np.asarray(ops.hash_bits(key, shape, start=start, block=block))
     np.testing.assert_array_equal(got, _hash_bits_np(key, shape, start, block))
+    # "hash16": element f takes half f % 2 of the 64-bit hash of f // 2.
+    seeds = ops.hash_seeds(key)
+    paired = np.asarray(ops.pair_bits(seeds[0], seeds[1], *ops.flat_index_words(shape, start, block)))
+    np.testing.assert_array_equal(paired, _pair_bits_np(key, shape, start, block))
+
+
+def _pair_bits_np(key, shape, start, block) -> np.ndarray:
+    seeds = np.asarray(jax.random.bits(key, (2,), jnp.uint32)).astype(np.uint64)
+    index = np.meshgrid(
+        *[np.arange(s, s + b, dtype=np.uint64) for s, b in zip(start, block, strict=True)], indexing="ij"
+    )
+    flat = sum(i * np.uint64(int(np.prod(shape[a + 1 :], dtype=object))) for a, i in enumerate(index))
+    pair = flat >> np.uint64(1)
+    low, high = pair & _M32, pair >> np.uint64(32)
+    x = _fmix32_np((low * np.uint64(0x9E3779B9) + seeds[0]) & _M32) ^ seeds[1]
+    bits = _fmix32_np(x ^ ((high * np.uint64(ops._HIGH_MIX)) & _M32))
+    return np.where(flat & np.uint64(1), bits >> np.uint64(16), bits & np.uint64(0xFFFF)).astype(np.uint32)
 
 
 def test_masks_past_2_pow_32_elements_do_not_repeat_the_first() -> None:

@@ -22,11 +22,17 @@ def _inputs(s: int, packed: bool, dtype=jnp.float32, d: int = D):
 
 def test_forward_and_backward_lower_to_triton_for_a_cuda_target() -> None:
     """No GPU here: the three kernels (forward, dK/dV, dQ) of BERT-Base's shape at seq 512
-    with dropout and of ModernBERT's local window lower to Triton modules (Pallas's GPU
+    with dropout (one- and two-word index, "hash16") and of ModernBERT's local window
+    lower to Triton modules (Pallas's GPU
     lowering; the PTX is compiled by XLA on a GPU)."""
     shape = jax.ShapeDtypeStruct((4, 512, 12, 64), jnp.bfloat16)
     seg = jax.ShapeDtypeStruct((4, 512), jnp.int32)
-    for opts in (triton_attention.Options(rate=0.1), triton_attention.Options(window=128, causal=False)):
+    for opts in (
+        triton_attention.Options(rate=0.1, narrow=True),
+        triton_attention.Options(rate=0.1),
+        triton_attention.Options(rate=0.1, narrow=True, paired=True),
+        triton_attention.Options(window=128, causal=False),
+    ):
 
         def loss(q, k, v, seg, key, opts=opts):
             words = kernel_tiles.dropout_words(ops.hash_seeds(key), (4, 12), 12, 512)

@@ -34,7 +34,7 @@ PRETRAIN_BAD = [
     ),
     ("model.hidden_dropout_prob", 1.0, "config.model.hidden_dropout_prob=1.0: must be a number in [0, 1)"),
     ("compute_dtype", "fp8", "config.compute_dtype='fp8': must be one of float32, bfloat16, float16"),
-    ("dropout_rng", "philox", "config.dropout_rng='philox': must be one of hash, threefry"),
+    ("dropout_rng", "philox", "config.dropout_rng='philox': must be one of hash, hash16, threefry"),
     ("remat_policy", "some", "config.remat_policy='some': must be one of none, full, dots"),
 ]
 
