@@ -308,6 +308,7 @@ def triton_path(
     opts = triton_attention.Options(
         causal=mask.causal,
         window=mask.window,
+        packed=mask.packed,
         rate=float(dropout_rate),
         blocks=blocks or triton_attention.Blocks(),
         interpret=interpret,
@@ -338,6 +339,7 @@ def mosaic_path(
     opts = mosaic_attention.Options(
         causal=mask.causal,
         window=mask.window,
+        packed=mask.packed,
         rate=float(dropout_rate),
         heads=q.shape[2],
         interpret=interpret,

@@ -58,10 +58,20 @@ def dropout_words(
     return jnp.stack([low, high, seed0, seed1], axis=-1)
 
 
-def visible(seg_q: Array, seg_k: Array, rows: Array, cols: Array, causal: bool, window: int | None) -> Array:
+def visible(
+    seg_q: Array,
+    seg_k: Array,
+    rows: Array,
+    cols: Array,
+    causal: bool,
+    window: int | None,
+    packed: bool = True,
+) -> Array:
     """Boolean tile: `attention.visible`'s rule for queries ``rows`` with segment ids
-    ``seg_q`` against keys ``cols`` with ``seg_k`` (0 padding, else the example's number)."""
-    see = (seg_k > 0) & ((seg_q == seg_k) | (seg_q == 0))
+    ``seg_q`` against keys ``cols`` with ``seg_k`` (0 padding, else the example's number).
+    Not ``packed`` (ids 0 and 1): every query sees the real keys, a rule of the keys alone
+    (from [1, bk] pieces the [1, bk] result: no comparison an element)."""
+    see = (seg_k > 0) if not packed else (seg_k > 0) & ((seg_q == seg_k) | (seg_q == 0))
     if causal:
         see = see & (cols <= rows)
     if window is not None:

@@ -56,6 +56,8 @@ class Options:
     causal: bool = False
     window: int | None = None
     rate: float = 0.0
+    # Segment ids of several examples a row (`AttentionMask.packed`); else 0 and 1.
+    packed: bool = True
     heads: int = 1  # heads of the whole (unsharded) attention: the masks' flat index
     seq_len: int = 0  # the length the masks' flat index counts (before padding); 0: the arrays'
     interpret: bool = False
@@ -103,7 +105,9 @@ def _exponentials(
     rows = lax.broadcasted_iota(jnp.int32, (bq, seq_len), 0) + first
     cols = lax.broadcasted_iota(jnp.int32, (bq, seq_len), 1)
     s = lax.dot_general(q_ref[...], k_ref[...], NT, preferred_element_type=jnp.float32)
-    see = kernel_tiles.visible(segq_ref[...], segk_ref[...], rows, cols, opts.causal, opts.window)
+    see = kernel_tiles.visible(
+        segq_ref[...], segk_ref[...], rows, cols, opts.causal, opts.window, opts.packed
+    )
     s = jnp.where(see, s, MASKED)
     e = jnp.exp(s - jnp.max(s, axis=1, keepdims=True))
     inv_sum = 1.0 / jnp.sum(e, axis=1, keepdims=True)

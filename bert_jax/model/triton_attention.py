@@ -71,6 +71,8 @@ class Options:
     window: int | None = None
     rate: float = 0.0
     blocks: Blocks = Blocks()
+    # Segment ids of several examples a row (`AttentionMask.packed`); else 0 and 1.
+    packed: bool = True
     interpret: bool = False
     # Every flat index of the global masks fits one word (`kernel_tiles.narrow_index`).
     narrow: bool = False
@@ -101,7 +103,7 @@ def refusal(seq_len: int, head_dim: int) -> str | None:
 def _visible(seg_q: Array, seg_k: Array, rows: Array, cols: Array, opts: Options) -> Array:
     """Boolean [bq, bk]: `attention.visible` for one tile."""
     return kernel_tiles.visible(
-        seg_q[:, None], seg_k[None, :], rows[:, None], cols[None, :], opts.causal, opts.window
+        seg_q[:, None], seg_k[None, :], rows[:, None], cols[None, :], opts.causal, opts.window, opts.packed
     )
 
 

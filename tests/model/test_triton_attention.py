@@ -28,7 +28,7 @@ def test_forward_and_backward_lower_to_triton_for_a_cuda_target() -> None:
     shape = jax.ShapeDtypeStruct((4, 512, 12, 64), jnp.bfloat16)
     seg = jax.ShapeDtypeStruct((4, 512), jnp.int32)
     for opts in (
-        triton_attention.Options(rate=0.1, narrow=True),
+        triton_attention.Options(rate=0.1, narrow=True, packed=False),
         triton_attention.Options(rate=0.1),
         triton_attention.Options(rate=0.1, narrow=True, paired=True),
         triton_attention.Options(window=128, causal=False),
