@@ -110,10 +110,16 @@ def keep(
         )
         return ops.pair_bits(seed0, seed1, low, high) >= ops.keep_threshold(rate, 16)
     if narrow:
-        mix = jnp.uint32(ops.INDEX_MIX)
-        per_row = (low0 + rows * jnp.uint32(seq_len)) * mix + seed0
-        return ops.mix_bits(per_row + cols * mix, seed1) >= ops.keep_threshold(rate)
+        return _row_col_bits(low0, rows, seq_len, cols, seed0, seed1) >= ops.keep_threshold(rate)
     return ops.index_bits(seed0, seed1, *_wide(words, rows, cols, seq_len)) >= ops.keep_threshold(rate)
+
+
+def _row_col_bits(base: Array, rows: Array, stride: int, cols: Array, seed0: Array, seed1: Array) -> Array:
+    """`ops.index_bits` of the one-word indices ``base + rows * stride + cols``, the first
+    round's input built as a per-row part plus a per-column part (mod 2**32)."""
+    mix = jnp.uint32(ops.INDEX_MIX)
+    per_row = (base + rows.astype(jnp.uint32) * jnp.uint32(stride)) * mix + seed0
+    return ops.mix_bits(per_row + cols.astype(jnp.uint32) * mix, seed1)
 
 
 def _wide(words: tuple[Array, ...], rows: Array, cols: Array, seq_len: int) -> tuple[Array, Array]:
@@ -132,9 +138,7 @@ def keep_pairs(
     columns. The pair index of element (i, 2m) is (low0 + i S) / 2 + m: low0 (a multiple
     of S * S) and i S are even."""
     low0, _, seed0, seed1 = words
-    mix = jnp.uint32(ops.INDEX_MIX)
-    per_row = ((low0 >> 1) + rows.astype(jnp.uint32) * jnp.uint32(seq_len // 2)) * mix + seed0
-    bits = ops.mix_bits(per_row + pairs.astype(jnp.uint32) * mix, seed1)
+    bits = _row_col_bits(low0 >> 1, rows, seq_len // 2, pairs, seed0, seed1)
     halves = jnp.stack([bits & jnp.uint32(0xFFFF), bits >> 16], axis=-1)
     return halves.reshape(bits.shape[0], 2 * bits.shape[1]) >= ops.keep_threshold(rate, 16)
 

@@ -141,16 +141,24 @@ def _fmix32_np(x: np.ndarray) -> np.ndarray:
     return x ^ (x >> np.uint64(16))
 
 
-def _hash_bits_np(key, shape, start, block) -> np.ndarray:
-    """NumPy reference: the murmur3 rounds of the flat index computed in uint64."""
-    seeds = np.asarray(jax.random.bits(key, (2,), jnp.uint32)).astype(np.uint64)
+def _flat_np(shape, start, block) -> np.ndarray:
+    """The uint64 flat index of each element of ``block`` at ``start`` in ``shape``."""
     index = np.meshgrid(
         *[np.arange(s, s + b, dtype=np.uint64) for s, b in zip(start, block, strict=True)], indexing="ij"
     )
-    flat = sum(i * np.uint64(int(np.prod(shape[a + 1 :], dtype=object))) for a, i in enumerate(index))
+    return sum(i * np.uint64(int(np.prod(shape[a + 1 :], dtype=object))) for a, i in enumerate(index))
+
+
+def _index_bits_np(key, flat: np.ndarray) -> np.ndarray:
+    """NumPy reference: the murmur3 rounds of 64-bit indices computed in uint64."""
+    seeds = np.asarray(jax.random.bits(key, (2,), jnp.uint32)).astype(np.uint64)
     low, high = flat & _M32, flat >> np.uint64(32)
     x = _fmix32_np((low * np.uint64(0x9E3779B9) + seeds[0]) & _M32) ^ seeds[1]
-    return _fmix32_np(x ^ ((high * np.uint64(ops._HIGH_MIX)) & _M32)).astype(np.uint32)
+    return _fmix32_np(x ^ ((high * np.uint64(ops._HIGH_MIX)) & _M32))
+
+
+def _hash_bits_np(key, shape, start, block) -> np.ndarray:
+    return _index_bits_np(key, _flat_np(shape, start, block)).astype(np.uint32)
 
 
 def test_hash_bits_of_a_block_are_the_block_of_the_whole() -> None:
@@ -185,15 +193,8 @@ def test_hash_bits_follow_the_64_bit_flat_index(shape, start, block) -> None:
 
 
 def _pair_bits_np(key, shape, start, block) -> np.ndarray:
-    seeds = np.asarray(jax.random.bits(key, (2,), jnp.uint32)).astype(np.uint64)
-    index = np.meshgrid(
-        *[np.arange(s, s + b, dtype=np.uint64) for s, b in zip(start, block, strict=True)], indexing="ij"
-    )
-    flat = sum(i * np.uint64(int(np.prod(shape[a + 1 :], dtype=object))) for a, i in enumerate(index))
-    pair = flat >> np.uint64(1)
-    low, high = pair & _M32, pair >> np.uint64(32)
-    x = _fmix32_np((low * np.uint64(0x9E3779B9) + seeds[0]) & _M32) ^ seeds[1]
-    bits = _fmix32_np(x ^ ((high * np.uint64(ops._HIGH_MIX)) & _M32))
+    flat = _flat_np(shape, start, block)
+    bits = _index_bits_np(key, flat >> np.uint64(1))
     return np.where(flat & np.uint64(1), bits >> np.uint64(16), bits & np.uint64(0xFFFF)).astype(np.uint32)
 
 
