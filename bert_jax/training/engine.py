@@ -30,7 +30,7 @@ import numpy as np
 import optax
 from jax.sharding import Mesh
 
-from bert_jax.training import sharding
+from bert_jax.training import optimizer, sharding
 
 Batch = dict[str, jax.Array]
 
@@ -136,7 +136,7 @@ def train_step(
     updates, opt_state = tx.update(grads, state.opt_state, state.params)
     params = optax.apply_updates(state.params, updates)
     metrics = objective.finalize(sums)
-    metrics["grad_norm"] = optax.global_norm(grads)
+    metrics["grad_norm"] = optimizer.global_norm(grads)
     metrics["learning_rate"] = schedule(state.step)
     new_state = state.replace(
         step=state.step + 1, params=params, opt_state=opt_state, rng=jax.random.key_data(rng)

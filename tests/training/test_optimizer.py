@@ -181,3 +181,22 @@ def test_stable_adamw_equals_optimi_and_shrinks_the_step_of_a_gradient_spike() -
         params = optax.apply_updates(params, updates)
         for name, p in theirs.items():
             np.testing.assert_allclose(params["dense"][name], p.detach().numpy(), rtol=1e-5, atol=1e-7)
+
+
+def test_global_norm_equals_optax_with_small_and_large_tensors_in_any_dtype() -> None:
+    """`optimizer.global_norm` (the small tensors summed as one vector) = optax's, for trees
+    of only small, only large, and mixed tensors, float32 and bfloat16."""
+    keys = jax.random.split(jax.random.key(1), 4)
+    small = optimizer.SMALL_TENSOR
+    trees = [
+        {"b": jax.random.normal(keys[0], (7,)), "s": jax.random.normal(keys[1], (small,))},
+        {"k": jax.random.normal(keys[2], (small + 1,))},
+        {
+            "a": {"kernel": jax.random.normal(keys[3], (96, 64)), "bias": jnp.full((64,), 3.0)},
+            "n": {"scale": jnp.full((5, 2), -2.0, jnp.bfloat16), "bias": jnp.zeros((3,))},
+        },
+    ]
+    for tree in trees:
+        want = float(optax.global_norm(jax.tree.map(lambda x: x.astype(jnp.float32), tree)))
+        assert float(optimizer.global_norm(tree)) == pytest.approx(want, rel=1e-6)
+    assert float(optimizer.global_norm({})) == 0.0
