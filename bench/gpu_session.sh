@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The GPU checks in one command, in order of value, each printing as it goes, on a machine
 # with one NVIDIA GPU, JAX with its CUDA plugin, PyTorch and transformers (no network):
-#   1. the GPU tests (cuDNN and Triton attention against the XLA path, forward and
-#      gradients);
+#   1. the GPU tests (cuDNN and Triton attention, the Triton LayerNorm, against the XLA
+#      path, forward and gradients);
 #   2. bench/gpu_attention.py: attention alone per kernel and Triton tile size
 #      (GPU_ATTENTION=0 skips it);
 #   3. bench/gpu_pretrain.py: bert_jax against PyTorch eager and torch.compile at every
@@ -48,7 +48,8 @@ if [ "${GPU_TESTS:-1}" = 1 ]; then
   platform=cpu
   command -v nvidia-smi >/dev/null && platform=cuda
   JAX_PLATFORMS=$platform "$PY" -m pytest -q -p no:cacheprovider -k "cudnn or gpu" \
-    tests/model/test_attention_kernels.py tests/model/test_triton_attention.py 2>&1 |
+    tests/model/test_attention_kernels.py tests/model/test_triton_attention.py \
+    tests/model/test_triton_norm.py 2>&1 |
     tee "$OUT/gpu_tests.txt" | tail -n 15
 fi
 if [ "${GPU_ATTENTION:-1}" = 1 ]; then

@@ -188,7 +188,7 @@ def _splash_local(
     return heads_first(out)
 
 
-def _mesh_axes(logical: str, size: int, mesh: jax.sharding.AbstractMesh) -> str | tuple[str, ...] | None:
+def mesh_axes(logical: str, size: int, mesh: jax.sharding.AbstractMesh) -> str | tuple[str, ...] | None:
     """The mesh axes the current logical-axis rules give ``logical``, if they divide ``size``."""
     axes = nn.logical_to_mesh_axes((logical,))[0]
     names = (axes,) if isinstance(axes, str) else tuple(axes or ())
@@ -206,7 +206,7 @@ AxisNames = str | tuple[str, ...] | None
 
 def _shard_axes(q: Array, mesh: jax.sharding.AbstractMesh) -> tuple[AxisNames, AxisNames]:
     """The mesh axes of the batch and head axes of [B, S, N, D] under the logical rules."""
-    return _mesh_axes("activation_batch", q.shape[0], mesh), _mesh_axes("activation_heads", q.shape[2], mesh)
+    return mesh_axes("activation_batch", q.shape[0], mesh), mesh_axes("activation_heads", q.shape[2], mesh)
 
 
 def _sharded(
@@ -223,7 +223,7 @@ def _sharded(
     return jax.shard_map(fn, mesh=mesh, in_specs=specs, out_specs=qkv, check_vma=False)
 
 
-def _in_context_mesh() -> jax.sharding.AbstractMesh | None:
+def in_context_mesh() -> jax.sharding.AbstractMesh | None:
     """The context mesh where a Pallas kernel needs a `shard_map` (none inside one)."""
     mesh = jax.sharding.get_abstract_mesh()
     return None if mesh.empty or mesh.manual_axes else mesh
@@ -245,13 +245,13 @@ def splash_attention(
         block=block or splash_block(q.shape[1]),
         interpret=interpret,
     )
-    mesh = _in_context_mesh()
+    mesh = in_context_mesh()
     if mesh is not None:
         fn = _sharded(fn, _shard_axes(q, mesh), mesh)
     return fn(_scaled(q), k, v, seg)[:, :s]
 
 
-def _shard_start(axes: AxisNames, size: int) -> Array | int:
+def shard_start(axes: AxisNames, size: int) -> Array | int:
     """The global index of this shard's first element along an axis of local ``size``."""
     return 0 if axes is None else jax.lax.axis_index(axes) * size
 
@@ -276,11 +276,11 @@ def _with_seeds(
     if dropout_rate and dropout_seeds is None:
         raise ValueError(f"attention_kernel={kernel} with attention dropout needs the layer's dropout seeds")
     seeds = jnp.zeros((2,), jnp.uint32) if dropout_seeds is None else dropout_seeds
-    mesh = _in_context_mesh()
+    mesh = in_context_mesh()
     axes = (None, None) if mesh is None else _shard_axes(q, mesh)
 
     def on_shard(q: Array, k: Array, v: Array, seg: Array, seeds: Array) -> Array:
-        offsets = (_shard_start(axes[0], q.shape[0]), _shard_start(axes[1], q.shape[2]))
+        offsets = (shard_start(axes[0], q.shape[0]), shard_start(axes[1], q.shape[2]))
         return local(q, k, v, seg, seeds, offsets)
 
     fn = on_shard if mesh is None else _sharded(on_shard, axes, mesh, replicated=1)

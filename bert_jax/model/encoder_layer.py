@@ -18,6 +18,7 @@ import flax.linen as nn
 import jax
 from jax.ad_checkpoint import checkpoint_name
 
+from bert_jax.model import attention, residual_norm
 from bert_jax.model.attention import AttentionMask
 from bert_jax.model.config import BertConfig
 from bert_jax.model.layers import activation, dense, dropout, layer_norm
@@ -49,6 +50,8 @@ class BertLayer(nn.Module):
         if self.window is not None:
             mask = mask.replace(window=self.window)
         attention = BertSelfAttention(c, num, name="attention")
+        if self._norm_kernel(x, deterministic):
+            return self._post_norm_kernels(attention, x, mask, deterministic, rope)
         output_norm = layer_norm(c, num, "output_LayerNorm")
         if c.pre_layer_norm:  # x + f(LN(x)): the residual stream is never normalised
             h = layer_norm(c, num, "attention_LayerNorm")(x) if self.attention_norm else x
@@ -64,7 +67,36 @@ class BertLayer(nn.Module):
             x = output_norm(checkpoint_name(x + h, "norm_input"))
         return nn.with_logical_constraint(x, ("activation_batch", "activation_length", "activation_embed"))
 
-    def feed_forward(self, x: Array) -> Array:
+    def _norm_kernel(self, x: Array, deterministic: bool) -> bool:
+        """Whether the post-LN blocks' ends run in `residual_norm`'s kernels (``norm_kernel``;
+        one warning line where it asks for them and they cannot run)."""
+        if self.numerics.norm_kernel == "xla" or self.is_initializing():
+            return False
+        why = residual_norm.kernel_refusal(self.config, self.numerics, x.shape, not deterministic)
+        if why:
+            attention.warn_once(f"norm_kernel=triton: {why}; using XLA's LayerNorm")
+        return why is None
+
+    def _post_norm_kernels(
+        self, attention: BertSelfAttention, x: Array, mask: AttentionMask, deterministic: bool, rope
+    ) -> Array:
+        """The post-LN layer, LN(x + f(x)), with each block's end (the bias of f's last dense
+        layer, hidden dropout, residual add, LayerNorm) in `residual_norm`'s kernels. The
+        parameters and dropout layers are the XLA path's, created in the same order, so the
+        kernels draw the XLA path's masks."""
+        c, num = self.config, self.numerics
+        rate = 0.0 if deterministic else c.hidden_dropout_prob
+
+        def seeds() -> Array | None:
+            return dropout(num, rate).seeds() if rate else None
+
+        attn, bias = attention(x, mask, deterministic, rope, defer_bias=True)
+        x = residual_norm.ResidualLayerNorm(c, num, name="attention_LayerNorm")(attn, bias, x, rate, seeds())
+        h, bias = self.feed_forward(x, defer_bias=True)
+        x = residual_norm.ResidualLayerNorm(c, num, name="output_LayerNorm")(h, bias, x, rate, seeds())
+        return nn.with_logical_constraint(x, ("activation_batch", "activation_length", "activation_embed"))
+
+    def feed_forward(self, x: Array, defer_bias: bool = False) -> Array | tuple[Array, Array | None]:
         """[B, S, H] → [B, S, H]: act(x W_in) W_out, or act(x W_gate) * (x W_in) W_out
         (`gated_ffn`: GeGLU with gelu). The two GeGLU halves are separate kernels, so
         which half of a fused matrix is activated (ModernBERT's ``Wi``: the first) is a
@@ -83,5 +115,7 @@ class BertLayer(nn.Module):
         else:
             h = activation(c.hidden_act)(h)
         h = checkpoint_name(h, "ffn_activated")
-        out = dense(c, num, c.hidden_size, ("mlp", "embed"), "output", "copy_g", c.use_bias, init="out")
+        out = dense(
+            c, num, c.hidden_size, ("mlp", "embed"), "output", "copy_g", c.use_bias, "out", defer_bias
+        )
         return out(h)

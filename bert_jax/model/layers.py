@@ -107,9 +107,12 @@ class Dense(nn.Module):
     # The kernel's initialisation kind (`initialization.KINDS`): "in", "out" (into the
     # residual stream, or a prediction head's dense) or "final_out" (a task classifier).
     init: str = "in"
+    # True: returns (the product without the bias, the bias parameter or None), for a kernel
+    # that adds it (`residual_norm`).
+    defer_bias: bool = False
 
     @nn.compact
-    def __call__(self, inputs: Array) -> Array:
+    def __call__(self, inputs: Array) -> Array | tuple[Array, Array | None]:
         c, num = self.config, self.numerics
         dt = num.dtype
         shape = (inputs.shape[-1], self.features)
@@ -117,10 +120,11 @@ class Dense(nn.Module):
         bias = None
         if self.use_bias:
             bias = self.param("bias", zeros_init(self.axes[1:]), (self.features,), num.params).astype(dt)
+        deferred, bias = (bias, None) if self.defer_bias else (None, bias)
         x2 = inputs.reshape(-1, inputs.shape[-1]).astype(dt)
         how = num.weight_grad(*shape, self.copy)
-        y = ops.dense(x2, kernel.astype(dt), bias, how)
-        return y.reshape(*inputs.shape[:-1], self.features)
+        y = ops.dense(x2, kernel.astype(dt), bias, how).reshape(*inputs.shape[:-1], self.features)
+        return (y, deferred) if self.defer_bias else y
 
 
 def dense(
@@ -132,10 +136,12 @@ def dense(
     copy: str = "copy_x",
     use_bias: bool = True,
     init: str = "in",
+    defer_bias: bool = False,
 ) -> Dense:
     """A `Dense` layer; ``use_bias=False`` leaves out its bias (`BertConfig.use_bias`);
-    `init` is its kernel's initialisation kind (`initialization.init_std`)."""
-    return Dense(config, numerics, features, axes, copy, use_bias, init, name=name)
+    `init` is its kernel's initialisation kind (`initialization.init_std`); ``defer_bias``:
+    see `Dense`."""
+    return Dense(config, numerics, features, axes, copy, use_bias, init, defer_bias, name=name)
 
 
 def rotary_tables(position_ids: Array, head_dim: int, base: float) -> tuple[Array, Array]:

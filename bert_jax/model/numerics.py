@@ -30,6 +30,7 @@ KERNEL_DROPOUT_RNGS = ("hash", "hash16")
 # The attention kernels `model.attention` implements (listed here, where settings are
 # checked, so that reading a config does not import the Pallas kernels).
 ATTENTION_KERNELS = ("auto", "xla", "splash", "cudnn", "triton", "mosaic")
+NORM_KERNELS = ("xla", "triton")
 LAYER_LOOPS = ("auto", "scan", "unroll")
 # The keys older `bert_config.json` files carried for these choices: read and ignored.
 LEGACY_MODEL_KEYS = ("dtype", "remat_policy", "weight_grad_matmul", "dropout_rng", "scan_layers")
@@ -84,6 +85,11 @@ class Numerics:
     # or attention dropout. "triton" (GPUs) and "mosaic" (TPUs) apply attention dropout
     # inside the kernel with the "hash" masks.
     attention_kernel: str = setting("auto", choices=ATTENTION_KERNELS)
+    # The post-LayerNorm blocks' ends, LN(x + dropout(f(x) + b)) (BERT's layers): "xla", or
+    # "triton", one Triton kernel for the bias, hidden dropout ("hash" masks, the XLA path's),
+    # residual add and LayerNorm and one for their gradients, the dense bias's included
+    # (`model.triton_norm`; NVIDIA GPUs; pre-LN models and other platforms keep XLA's).
+    norm_kernel: str = setting("xla", choices=NORM_KERNELS)
 
     def __post_init__(self) -> None:
         for name, allowed in (
@@ -93,6 +99,7 @@ class Numerics:
             ("weight_grad_matmul", WEIGHT_GRAD_MATMULS),
             ("dropout_rng", DROPOUT_RNGS),
             ("attention_kernel", ATTENTION_KERNELS),
+            ("norm_kernel", NORM_KERNELS),
             ("layer_loop", LAYER_LOOPS),
         ):
             if getattr(self, name) not in allowed:

@@ -41,9 +41,12 @@ class _HeadsDense(nn.Module):
     # no output and no gradient (its own is zero in exact arithmetic) and saves a pass over
     # the keys. Rotating the keys makes the added score depend on the key's position: kept.
     add_bias: bool = True
+    # True: returns (the product without the bias, the bias parameter or None), for a kernel
+    # that adds it (`residual_norm`).
+    defer_bias: bool = False
 
     @nn.compact
-    def __call__(self, x: Array) -> Array:
+    def __call__(self, x: Array) -> Array | tuple[Array, Array | None]:
         c, num = self.config, self.numerics
         n, d, h = c.num_attention_heads, c.head_dim, c.hidden_size
         dt = num.dtype
@@ -57,8 +60,9 @@ class _HeadsDense(nn.Module):
         bias = None
         if c.use_bias:
             bias_shape = shape[1:] if self.to_heads else (h,)
-            bias = self.param("bias", zeros_init(bias_axes), bias_shape, num.params).reshape(-1).astype(dt)
-            bias = bias if self.add_bias else None
+            bias = self.param("bias", zeros_init(bias_axes), bias_shape, num.params).reshape(-1)
+            bias = bias.astype(dt) if self.add_bias else None
+        deferred, bias = (bias, None) if self.defer_bias else (None, bias)
         # The product as a plain 2-D matmul on reshaped views (free bitcasts): written as
         # a 3-D einsum, XLA's CPU backend copies every kernel into transposed layouts for
         # the backward pass (~4% of a BERT-Base step).
@@ -68,7 +72,8 @@ class _HeadsDense(nn.Module):
         # The bias too is added to the 2-D product: its gradient is then a mat-vec on the
         # 2-D gradient the kernel gradient uses, not on one more transposed copy.
         y = ops.dense(x2, k2, bias, num.weight_grad(*k2.shape))
-        return y.reshape(*lead, n, d) if self.to_heads else y.reshape(*lead, h)
+        y = y.reshape(*lead, n, d) if self.to_heads else y.reshape(*lead, h)
+        return (y, deferred) if self.defer_bias else y
 
 
 def as_mask(mask: AttentionMask | Array, x: Array) -> AttentionMask:
@@ -95,7 +100,10 @@ class BertSelfAttention(nn.Module):
         mask: AttentionMask | Array,
         deterministic: bool,
         rope: tuple[Array, Array] | None = None,
-    ) -> Array:
+        defer_bias: bool = False,
+    ) -> Array | tuple[Array, Array | None]:
+        """[B, S, H] → [B, S, H]; ``defer_bias``: (the output projection without its bias,
+        that bias), for `residual_norm` to add."""
         c, num = self.config, self.numerics
         q = _HeadsDense(c, num, to_heads=True, name="query")(x)  # [B, S, N, D]
         k = _HeadsDense(c, num, to_heads=True, name="key", add_bias=rope is not None)(x)
@@ -124,4 +132,4 @@ class BertSelfAttention(nn.Module):
             dtype=num.dtype,
         )  # [B, S, N, D]
         ctx = checkpoint_name(ctx, "attention_context")
-        return _HeadsDense(c, num, to_heads=False, name="output")(ctx)  # [B, S, H]
+        return _HeadsDense(c, num, to_heads=False, defer_bias=defer_bias, name="output")(ctx)  # [B, S, H]
