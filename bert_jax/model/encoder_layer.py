@@ -75,6 +75,8 @@ class BertLayer(nn.Module):
         why = residual_norm.kernel_refusal(self.config, self.numerics, x.shape, not deterministic)
         if why:
             attention.warn_once(f"norm_kernel=triton: {why}; using XLA's LayerNorm")
+        elif attention.target_platform() == "cpu":
+            attention.warn_once("norm_kernel=triton on cpu: Pallas interpret mode (slow; for tests)")
         return why is None
 
     def _post_norm_kernels(

@@ -107,8 +107,8 @@ class Dense(nn.Module):
     # The kernel's initialisation kind (`initialization.KINDS`): "in", "out" (into the
     # residual stream, or a prediction head's dense) or "final_out" (a task classifier).
     init: str = "in"
-    # True: returns (the product without the bias, the bias parameter or None), for a kernel
-    # that adds it (`residual_norm`).
+    # True: returns (the product without the bias, the bias in the compute dtype or None),
+    # for a kernel that adds it (`residual_norm`).
     defer_bias: bool = False
 
     @nn.compact

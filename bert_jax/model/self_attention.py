@@ -41,8 +41,8 @@ class _HeadsDense(nn.Module):
     # no output and no gradient (its own is zero in exact arithmetic) and saves a pass over
     # the keys. Rotating the keys makes the added score depend on the key's position: kept.
     add_bias: bool = True
-    # True: returns (the product without the bias, the bias parameter or None), for a kernel
-    # that adds it (`residual_norm`).
+    # True: returns (the product without the bias, the bias in the compute dtype or None),
+    # for a kernel that adds it (`residual_norm`).
     defer_bias: bool = False
 
     @nn.compact

@@ -30,6 +30,17 @@ def out_and_grads(fn, q, k, v, input_mask):
     return out, jax.jit(jax.grad(loss, argnums=(0, 1, 2)))(q, k, v)
 
 
+def small_config(**changes):
+    """A one-layer BERT of width 64 (2 heads, feed-forward 128, vocabulary 64) with
+    ``changes``: the encoder-level kernel tests' model."""
+    from bert_jax.model.config import BertConfig
+
+    sizes = dict(
+        vocab_size=64, hidden_size=64, num_hidden_layers=1, num_attention_heads=2, intermediate_size=128
+    )
+    return BertConfig(**{**sizes, **changes})
+
+
 def has_gpu() -> bool:
     try:
         return bool(jax.devices("gpu"))

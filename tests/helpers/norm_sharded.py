@@ -20,22 +20,14 @@ import jax.numpy as jnp
 import numpy as np
 
 from bert_jax.model.attention import AttentionMask
-from bert_jax.model.config import BertConfig
 from bert_jax.model.encoder_layer import BertLayer
 from bert_jax.model.numerics import Numerics
 from bert_jax.training import sharding
+from tests.helpers import attention_cases
 
 
 def main() -> None:
-    config = BertConfig(
-        vocab_size=64,
-        hidden_size=64,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        intermediate_size=128,
-        hidden_dropout_prob=0.1,
-        attention_probs_dropout_prob=0.0,
-    )
+    config = attention_cases.small_config(hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.0)
     x = jnp.asarray(np.random.default_rng(0).normal(size=(4, 32, 64)), jnp.float32)
     mask = AttentionMask(jnp.ones((4, 32), jnp.int32))
     params = BertLayer(config).init(jax.random.key(1), x, mask, True)

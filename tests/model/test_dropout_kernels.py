@@ -19,7 +19,6 @@ import pytest
 
 from bert_jax.model import attention, ops
 from bert_jax.model.attention import AttentionMask
-from bert_jax.model.config import BertConfig
 from bert_jax.model.numerics import Numerics
 from bert_jax.model.self_attention import BertSelfAttention
 from tests.conftest import ROOT
@@ -97,14 +96,7 @@ def test_the_encoders_attention_draws_the_same_masks_on_either_path(kernel, rng,
     path's output under the same dropout key (the layer's `Dropout.seeds`) and generator
     (``dropout_rng``), another key's differs; with ``dropout_rng=threefry`` it falls back
     to XLA, one line."""
-    config = BertConfig(
-        vocab_size=64,
-        hidden_size=64,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        intermediate_size=128,
-        attention_probs_dropout_prob=0.1,
-    )
+    config = attention_cases.small_config(attention_probs_dropout_prob=0.1)
     x = jax.random.normal(jax.random.key(0), (2, 128, 64))
     m = np.ones((2, 128), np.int32)
     m[0, 90:] = 0
