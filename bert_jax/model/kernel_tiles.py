@@ -32,6 +32,15 @@ def pad_sequence(
     return q, k, v, jnp.pad(seg, ((0, 0), (0, pad)), constant_values=PADDING)
 
 
+def fit_block(size: int, length: int, least: int = 1) -> int:
+    """The largest power of two <= ``size`` (itself one) that divides ``length``, at least
+    ``least``: a kernel's block along an axis of ``length``."""
+    block = size
+    while block > least and length % block:
+        block //= 2
+    return block
+
+
 def first_index(row: Array, head: Array, heads: int, seq_len: int) -> tuple[Array, Array]:
     """The 64-bit flat index (low, high uint32 words) of element (``row``, ``head``, 0, 0)
     of the [B, ``heads``, S, S] probabilities: where that (row, head)'s masks start."""

@@ -80,14 +80,6 @@ class Options:
     paired: bool = False
 
 
-def fit_block(size: int, seq_len: int) -> int:
-    """The largest power of two <= ``size`` that divides ``seq_len`` (at least 16)."""
-    block = size
-    while block > MIN_BLOCK and seq_len % block:
-        block //= 2
-    return block
-
-
 def refusal(seq_len: int, head_dim: int) -> str | None:
     """Why these kernels cannot take the shape, or None."""
     if seq_len % MIN_BLOCK or seq_len > MAX_SEQ:
@@ -280,7 +272,7 @@ def _params(opts: Options) -> plgpu.CompilerParams:
 
 def _forward(q: Array, k: Array, v: Array, seg: Array, words: Array, opts: Options) -> tuple[Array, Array]:
     b, s, n, d = q.shape
-    bq, bk = fit_block(opts.blocks.q, s), fit_block(opts.blocks.k, s)
+    bq, bk = (kernel_tiles.fit_block(x, s, MIN_BLOCK) for x in (opts.blocks.q, opts.blocks.k))
     spec = functools.partial(_specs, seq_len=s, head_dim=d)
     seg_spec, words_spec = _common_specs(s)
     return pl.pallas_call(
@@ -303,7 +295,7 @@ def _forward(q: Array, k: Array, v: Array, seg: Array, words: Array, opts: Optio
 
 def _backward(q, k, v, seg, words, out, lse, do, opts: Options) -> tuple[Array, Array, Array]:
     b, s, n, d = q.shape
-    bq, bk = fit_block(opts.blocks.q_bwd, s), fit_block(opts.blocks.k_bwd, s)
+    bq, bk = (kernel_tiles.fit_block(x, s, MIN_BLOCK) for x in (opts.blocks.q_bwd, opts.blocks.k_bwd))
     # D_i = dO_i . O_i: one fused XLA reduction, [B, N, S] like the log-sum-exp.
     delta = jnp.einsum("bsnd,bsnd->bns", out.astype(jnp.float32), do.astype(jnp.float32))
     seg_spec, words_spec = _common_specs(s)

@@ -75,13 +75,6 @@ def refusal(rows: int, width: int) -> str | None:
     return None
 
 
-def _fit_rows(size: int, rows: int) -> int:
-    block = size
-    while block > 1 and rows % block:
-        block //= 2
-    return block
-
-
 def _keep(words_ref, start: Array, rows: int, col0: int, width: int, cols: int, opts: Options) -> Array:
     """The keep mask of ``rows`` rows from the global row ``start`` x the columns
     [col0, col0 + cols)."""
@@ -199,7 +192,7 @@ def _compiler(opts: Options) -> dict:
 
 def _forward(h, b, r, g, beta, words, opts: Options) -> tuple[Array, Array, Array]:
     n, width = h.shape
-    block = _fit_rows(opts.rows, n)
+    block = kernel_tiles.fit_block(opts.rows, n)
     rows, vector, words_spec, stats, _ = _specs(block, width)
     return pl.pallas_call(
         functools.partial(_forward_kernel, opts=opts, width=width),
@@ -218,7 +211,7 @@ def _forward(h, b, r, g, beta, words, opts: Options) -> tuple[Array, Array, Arra
 
 def _backward(h, b, r, g, words, mean, rstd, dy, opts: Options) -> tuple[Array, ...]:
     n, width = h.shape
-    block = _fit_rows(opts.block, n)
+    block = kernel_tiles.fit_block(opts.block, n)
     rows, vector, words_spec, stats, partial = _specs(block, width)
     programs = n // block
     grads = [jax.ShapeDtypeStruct(h.shape, h.dtype)]
