@@ -14,7 +14,6 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from bert_jax.model import ops
 from bert_jax.model.config import BertConfig
 from bert_jax.model.layers import dropout, layer_norm, normal_init, sinusoid_table
 from bert_jax.model.numerics import DEFAULT, Numerics
@@ -87,8 +86,6 @@ class BertEmbeddings(nn.Module):
         x = self.dropout(x, deterministic=deterministic)
         return nn.with_logical_constraint(x, ("activation_batch", "activation_length", "activation_embed"))
 
-    def attend(self, x: Array, bias: Array) -> Array:
-        """Float32 logits against the word-embedding table (the MLM decoder is tied to it)
-        plus `bias`, through `ops.tied_logits` (its gradient is cheaper than autodiff's)."""
-        table = self.word_embeddings.embedding
-        return ops.tied_logits(x, table.astype(x.dtype), bias, self.numerics.weight_grad(*table.shape))
+    def word_table(self) -> Array:
+        """The word-embedding table [V, H] as stored (the MLM decoder is tied to it)."""
+        return self.word_embeddings.embedding

@@ -166,5 +166,5 @@ class BertModel(nn.Module):
             pooled = self.pooler(sequence_output, cls_positions, input_mask)
         return sequence_output, pooled, hidden_states
 
-    def attend(self, x: Array, bias: Array) -> Array:
-        return self.embeddings.attend(x, bias)
+    def word_table(self) -> Array:
+        return self.embeddings.word_table()

@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import flax.linen as nn
 import jax
+import jax.numpy as jnp
 from jax.ad_checkpoint import checkpoint_name
 
 from bert_jax.model import attention, residual_norm
 from bert_jax.model.attention import AttentionMask
 from bert_jax.model.config import BertConfig
-from bert_jax.model.layers import activation, dense, dropout, layer_norm
+from bert_jax.model.layers import Dense, activation, dense, dropout, layer_norm
 from bert_jax.model.numerics import DEFAULT, Numerics
 from bert_jax.model.self_attention import BertSelfAttention, as_mask
 
@@ -102,22 +103,35 @@ class BertLayer(nn.Module):
         """[B, S, H] → [B, S, H]: act(x W_in) W_out, or act(x W_gate) * (x W_in) W_out
         (`gated_ffn`: GeGLU with gelu). The two GeGLU halves are separate kernels, so
         which half of a fused matrix is activated (ModernBERT's ``Wi``: the first) is a
-        matter of conversion (`convert.modernbert_names`), not of the model."""
+        matter of conversion (`convert.modernbert_names`), not of the model; they are
+        multiplied as one (`_gated_hidden`)."""
         c, num = self.config, self.numerics
-        h = dense(c, num, c.intermediate_size, ("embed", "mlp"), "intermediate", use_bias=c.use_bias)(
-            x
-        )  # [B, S, F]
-        h = nn.with_logical_constraint(h, ("activation_batch", "activation_length", "activation_mlp"))
-        h = checkpoint_name(h, "ffn_hidden")
+        up = dense(c, num, c.intermediate_size, ("embed", "mlp"), "intermediate", use_bias=c.use_bias)
         if c.gated_ffn:
             gate = dense(
                 c, num, c.intermediate_size, ("embed", "mlp"), "intermediate_gate", use_bias=c.use_bias
             )
-            h = activation(c.hidden_act)(checkpoint_name(gate(x), "ffn_hidden")) * h
+            h = _gated_hidden(c, num, x, gate, up)
         else:
-            h = activation(c.hidden_act)(h)
+            h = nn.with_logical_constraint(up(x), ("activation_batch", "activation_length", "activation_mlp"))
+            h = activation(c.hidden_act)(checkpoint_name(h, "ffn_hidden"))  # [B, S, F]
         h = checkpoint_name(h, "ffn_activated")
         out = dense(
             c, num, c.hidden_size, ("mlp", "embed"), "output", "copy_g", c.use_bias, "out", defer_bias
         )
         return out(h)
+
+
+def _gated_hidden(c: BertConfig, num: Numerics, x: Array, gate: Dense, up: Dense) -> Array:
+    """act(x W_gate) * (x W_in), [B, S, F], with both products in one matmul: the kernels
+    stacked, ``[H, 2, F]``, the product ``[B, S, 2, F]`` (each row's gate values, then its
+    input values). One matmul forward and two backward instead of two and four, one
+    elementwise pass each way reading (and writing) both halves, one input gradient (no sum
+    of two); sharded over F (``mlp``) as the two kernels are."""
+    (ku, bu), (kg, bg) = up.weights(x.shape[-1]), gate.weights(x.shape[-1])
+    y = jnp.einsum("...h,hkf->...kf", x.astype(num.dtype), jnp.stack([kg, ku], axis=1))
+    if bg is not None:
+        y = y + jnp.stack([bg, bu])
+    y = nn.with_logical_constraint(y, ("activation_batch", "activation_length", None, "activation_mlp"))
+    y = checkpoint_name(y, "ffn_hidden")
+    return activation(c.hidden_act)(y[..., 0, :]) * y[..., 1, :]

@@ -31,31 +31,41 @@ def gather_positions(sequence_output: Array, positions: Array) -> Array:
 class MaskedLMHead(nn.Module):
     """Dense + GELU + LayerNorm transform, decoder tied to the word embeddings, own bias
     (ModernBERT's ``head`` + ``decoder`` too). With ``tie_word_embeddings=False`` the
-    decoder is its own [V, H] matrix, ``mlm/decoder``."""
+    decoder is its own [V, H] matrix, ``mlm/decoder``.
+
+    Returns float32 logits [..., V]; given ``labels`` [...], the per-prediction
+    cross-entropy and "label is the arg-max" instead, through
+    `ops.masked_lm_cross_entropy` (the logits never leave it: pre-training's loss)."""
 
     config: BertConfig
     numerics: Numerics = DEFAULT
 
     @nn.compact
-    def __call__(self, hidden: Array, bert: BertModel) -> Array:
+    def __call__(
+        self, hidden: Array, bert: BertModel, labels: Array | None = None
+    ) -> Array | tuple[Array, Array]:
         c, num = self.config, self.numerics
         transform = dense(
             c, num, c.hidden_size, ("embed", "dense_out"), "transform", "copy_x", c.use_bias, "out"
         )
         h = transform(hidden)
         h = activation(c.hidden_act)(h)
-        h = layer_norm(c, num, "transform_LayerNorm")(h)
+        h = layer_norm(c, num, "transform_LayerNorm")(h).astype(num.dtype)
         bias = self.param("bias", zeros_init(("vocab",)), (c.padded_vocab_size,), num.params)
         if c.tie_word_embeddings:
-            logits = bert.attend(h.astype(num.dtype), bias)  # [..., V] float32
+            table = bert.word_table()
         else:
             shape = (c.padded_vocab_size, c.hidden_size)
             table = self.param("decoder", normal_init(c, ("vocab", "embed"), "out"), shape, num.params)
-            how = num.weight_grad(*table.shape)
-            logits = ops.tied_logits(h.astype(num.dtype), table.astype(num.dtype), bias, how)
-        return nn.with_logical_constraint(
-            mask_padded_vocab(logits, c), ("activation_batch", "activation_length", "activation_vocab")
-        )
+        how = num.weight_grad(*table.shape)
+        table = table.astype(num.dtype)
+        if labels is not None:
+            return ops.masked_lm_cross_entropy(h, table, bias, labels, c.vocab_size, how, _vocab_sharded)
+        return _vocab_sharded(mask_padded_vocab(ops.tied_logits(h, table, bias, how), c))
+
+
+def _vocab_sharded(logits: Array) -> Array:
+    return nn.with_logical_constraint(logits, ("activation_batch", "activation_length", "activation_vocab"))
 
 
 def mask_padded_vocab(logits: Array, config: BertConfig) -> Array:
@@ -72,7 +82,9 @@ class BertForPreTraining(nn.Module):
 
     Returns ``(mlm_logits [B, P, V], nsp_logits [B, 2])``, V the padded vocabulary
     (`BertConfig.padded_vocab_size`; padding logits masked). With ``masked_lm_positions``
-    omitted the MLM logits cover every position (for inspection, not for training).
+    omitted the MLM logits cover every position (for inspection, not for training). Given
+    ``masked_lm_ids`` [B, P] (training), ``mlm_logits`` is replaced by the per-prediction
+    cross-entropy and "label is the arg-max", each [B, P] (`MaskedLMHead`).
     """
 
     config: BertConfig
@@ -90,14 +102,16 @@ class BertForPreTraining(nn.Module):
         segment_ids: Array,
         masked_lm_positions: Array | None = None,
         *,
+        masked_lm_ids: Array | None = None,
         deterministic: bool = True,
-    ) -> tuple[Array, Array]:
+    ) -> tuple[Array | tuple[Array, Array], Array]:
         sequence_output, pooled, _ = self.bert(
             input_ids, input_mask, segment_ids, deterministic=deterministic
         )
         if masked_lm_positions is not None:
             sequence_output = gather_positions(sequence_output, masked_lm_positions)
-        return self.mlm(sequence_output, self.bert), self.nsp(pooled).astype(jnp.float32)
+        mlm = self.mlm(sequence_output, self.bert, masked_lm_ids)
+        return mlm, self.nsp(pooled).astype(jnp.float32)
 
 
 class BertForMaskedLM(nn.Module):

@@ -111,20 +111,27 @@ class Dense(nn.Module):
     # for a kernel that adds it (`residual_norm`).
     defer_bias: bool = False
 
-    @nn.compact
     def __call__(self, inputs: Array) -> Array | tuple[Array, Array | None]:
+        kernel, bias = self.weights(inputs.shape[-1])
+        deferred, bias = (bias, None) if self.defer_bias else (None, bias)
+        x2 = inputs.reshape(-1, inputs.shape[-1]).astype(self.numerics.dtype)
+        y = ops.dense(x2, kernel, bias, self.numerics.weight_grad(*kernel.shape, self.copy))
+        y = y.reshape(*inputs.shape[:-1], self.features)
+        return (y, deferred) if self.defer_bias else y
+
+    @nn.compact
+    def weights(self, in_features: int) -> tuple[Array, Array | None]:
+        """(kernel [in, out], bias [out] or None), in the compute dtype: for a caller that
+        multiplies by several layers' kernels at once (`BertLayer`'s GeGLU)."""
         c, num = self.config, self.numerics
-        dt = num.dtype
-        shape = (inputs.shape[-1], self.features)
+        shape = (in_features, self.features)
         kernel = self.param("kernel", normal_init(c, self.axes, self.init), shape, num.params)
         bias = None
         if self.use_bias:
-            bias = self.param("bias", zeros_init(self.axes[1:]), (self.features,), num.params).astype(dt)
-        deferred, bias = (bias, None) if self.defer_bias else (None, bias)
-        x2 = inputs.reshape(-1, inputs.shape[-1]).astype(dt)
-        how = num.weight_grad(*shape, self.copy)
-        y = ops.dense(x2, kernel.astype(dt), bias, how).reshape(*inputs.shape[:-1], self.features)
-        return (y, deferred) if self.defer_bias else y
+            bias = self.param("bias", zeros_init(self.axes[1:]), (self.features,), num.params).astype(
+                num.dtype
+            )
+        return kernel.astype(num.dtype), bias
 
 
 def dense(

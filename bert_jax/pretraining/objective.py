@@ -19,7 +19,6 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from bert_jax.model import ops
 from bert_jax.model.heads import BertForPreTraining
 
 Batch = dict[str, jax.Array]
@@ -35,7 +34,7 @@ BATCH_KEYS = (
 
 
 def pretraining_loss(
-    mlm_logits: jax.Array,
+    mlm: tuple[jax.Array, jax.Array],
     nsp_logits: jax.Array,
     batch: Batch,
     *,
@@ -46,13 +45,14 @@ def pretraining_loss(
 ) -> tuple[jax.Array, dict[str, jax.Array]]:
     """Loss normalised by whole-batch totals, so micro-batch losses and grads simply add.
 
+    ``mlm``: the per-prediction cross-entropy and "label is the arg-max", each [B, P]
+    (`BertForPreTraining` given ``masked_lm_ids``; `ops.softmax_cross_entropy` of logits).
     Returns the loss and *sums* (not means) of the metrics; `finalize_metrics` divides.
     ``causal``: a left-to-right model predicts the next token, which it never sees, so
     every prediction counts as changed.
     """
     weights = batch["masked_lm_weights"].astype(jnp.float32)
-    # Loss and "label is the top logit" in one pass, with a one-pass gradient (`ops`).
-    mlm_ce, mlm_top = ops.softmax_cross_entropy(mlm_logits, batch["masked_lm_ids"])
+    mlm_ce, mlm_top = mlm
     mlm_correct = mlm_top * weights
     nsp_ce = optax.softmax_cross_entropy_with_integer_labels(nsp_logits, batch["next_sentence_labels"])
     nsp_correct = jnp.argmax(nsp_logits, -1) == batch["next_sentence_labels"]
@@ -114,16 +114,17 @@ class PretrainingObjective:
         }
 
     def _loss(self, params: Any, batch: Batch, totals: Any, **kw: Any) -> tuple[jax.Array, dict]:
-        mlm_logits, nsp_logits = self.model.apply(
+        mlm, nsp_logits = self.model.apply(
             {"params": params},
             batch["input_ids"],
             batch["input_mask"],
             batch["segment_ids"],
             batch["masked_lm_positions"],
+            masked_lm_ids=batch["masked_lm_ids"],
             **kw,
         )
         return pretraining_loss(
-            mlm_logits,
+            mlm,
             nsp_logits,
             batch,
             total_mlm_weight=totals["mlm_weight"],

@@ -37,22 +37,24 @@ def test_dense_gradients_match_autodiff(weight_grad: str) -> None:
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("weight_grad", ops.WEIGHT_GRADS)
-def test_tied_logits_and_cross_entropy_match_autodiff(weight_grad: str) -> None:
-    k = jax.random.split(jax.random.key(0), 4)
+def _check_against_autodiff(loss_and_top, words: int) -> None:
+    """`loss_and_top(h, table, bias, labels)` (per-row loss, label is the arg-max) against
+    autodiff of the plain formulas over 50 columns of which the first `words` are words:
+    the padding columns get no probability, are never the arg-max and pass no gradient."""
+    k = jax.random.split(jax.random.key(words), 4)
     h = jax.random.normal(k[0], (4, 5, 16))
     table = jax.random.normal(k[1], (50, 16)) * 0.3
-    bias = jax.random.normal(k[2], (50,)) * 0.1
-    labels = jax.random.randint(k[3], (4, 5), 0, 50)
+    bias = jax.random.normal(k[2], (50,)) * 0.1 + jnp.where(jnp.arange(50) >= words, 9.0, 0.0)
+    labels = jax.random.randint(k[3], (4, 5), 0, words)
     weights = jnp.linspace(0.0, 1.0, 20).reshape(4, 5)
 
     def ours(h, table, bias):
-        logits = ops.tied_logits(h, table, bias, weight_grad)
-        loss, top = ops.softmax_cross_entropy(logits, labels)
+        loss, top = loss_and_top(h, table, bias, labels)
         return jnp.sum(loss * weights), top
 
     def plain(h, table, bias):
         logits = jnp.einsum("bph,vh->bpv", h, table) + bias
+        logits = jnp.where(jnp.arange(50) < words, logits, jnp.finfo(jnp.float32).min)
         loss = optax.softmax_cross_entropy_with_integer_labels(logits, labels)
         return jnp.sum(loss * weights), jnp.argmax(logits, -1) == labels
 
@@ -62,10 +64,46 @@ def test_tied_logits_and_cross_entropy_match_autodiff(weight_grad: str) -> None:
     np.testing.assert_array_equal(top1, top2)
     for a, b in zip(g1, g2, strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    assert float(jnp.abs(g1[2][words:]).max(initial=0.0)) == 0.0
     # Labels equal to the arg-max are counted as correct.
-    logits = ops.tied_logits(h, table, bias)
-    _, top = ops.softmax_cross_entropy(logits, jnp.argmax(logits, -1))
-    assert bool(top.all())
+    best = jnp.argmax(jnp.einsum("bph,vh->bpv", h, table)[..., :words] + bias[:words], -1)
+    assert bool(loss_and_top(h, table, bias, best)[1].all())
+
+
+@pytest.mark.parametrize("weight_grad", ops.WEIGHT_GRADS)
+def test_tied_logits_and_cross_entropy_match_autodiff(weight_grad: str) -> None:
+    def loss_and_top(h, table, bias, labels):
+        return ops.softmax_cross_entropy(ops.tied_logits(h, table, bias, weight_grad), labels)
+
+    _check_against_autodiff(loss_and_top, 50)
+
+
+@pytest.mark.parametrize("weight_grad", ops.WEIGHT_GRADS)
+def test_masked_lm_cross_entropy_matches_autodiff_of_masked_logits(weight_grad: str) -> None:
+    def loss_and_top(h, table, bias, labels):
+        return ops.masked_lm_cross_entropy(h, table, bias, labels, 43, weight_grad)
+
+    _check_against_autodiff(loss_and_top, 43)
+
+
+def test_masked_lm_cross_entropy_in_bfloat16_is_float32_within_rounding() -> None:
+    # bfloat16 inputs (the logit gradient then bfloat16 too): the gradients within
+    # bfloat16's rounding of the float32 reference, each in its input's dtype.
+    k = jax.random.split(jax.random.key(2), 4)
+    h = jax.random.normal(k[0], (64, 32))
+    table = jax.random.normal(k[1], (256, 32)) * 0.3
+    bias = jax.random.normal(k[2], (256,)) * 0.1
+    labels = jax.random.randint(k[3], (64,), 0, 256)
+
+    def loss(h, table, bias):
+        return jnp.mean(ops.masked_lm_cross_entropy(h, table, bias, labels, 256)[0])
+
+    bf = jnp.bfloat16
+    grad = jax.jit(jax.grad(loss, argnums=(0, 1, 2)))
+    ours, want = grad(h.astype(bf), table.astype(bf), bias), grad(h, table, bias)
+    for a, b in zip(ours, want, strict=True):
+        np.testing.assert_allclose(np.asarray(a, np.float32), b, atol=0.02 * float(jnp.abs(b).max()))
+    assert [a.dtype for a in ours] == [bf, bf, jnp.float32]
 
 
 def test_gelu_matches_the_exact_erf_form_and_its_gradient() -> None:

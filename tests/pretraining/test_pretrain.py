@@ -9,10 +9,12 @@ import sys
 import time
 from pathlib import Path
 
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from bert_jax.commands import run_settings
+from bert_jax.model import ops
 from bert_jax.pretraining import objective
 from bert_jax.training import checkpoints, exit_codes, loop
 from bert_jax.training.results import JobResult
@@ -42,8 +44,9 @@ def test_mlm_accuracy_on_changed_tokens_leaves_out_the_kept_originals() -> None:
     }
     logits = np.full((1, 4, 10), -5.0, np.float32)
     logits[0, 0, 5] = logits[0, 1, 6] = logits[0, 2, 1] = logits[0, 3, 0] = 5.0
+    mlm = ops.softmax_cross_entropy(jnp.asarray(logits), jnp.asarray(batch["masked_lm_ids"]))
     _, sums = objective.pretraining_loss(
-        logits, np.zeros((1, 2), np.float32), batch, total_mlm_weight=3.0, batch_size=1, nsp=True
+        mlm, np.zeros((1, 2), np.float32), batch, total_mlm_weight=3.0, batch_size=1, nsp=True
     )
     metrics = objective.finalize_metrics(sums, nsp=True)
     assert float(metrics["mlm_accuracy"]) == pytest.approx(2 / 3)
@@ -54,7 +57,7 @@ def test_mlm_accuracy_on_changed_tokens_leaves_out_the_kept_originals() -> None:
     assert float(metrics["mlm_loss_changed"]) == pytest.approx((ce[0] + ce[2]) / 2, rel=1e-5)
     assert float(metrics["mlm_loss"]) == pytest.approx(ce[:3].mean(), rel=1e-5)
     _, sums = objective.pretraining_loss(
-        logits, np.zeros((1, 2), np.float32), batch, total_mlm_weight=3.0, batch_size=1, nsp=True, causal=True
+        mlm, np.zeros((1, 2), np.float32), batch, total_mlm_weight=3.0, batch_size=1, nsp=True, causal=True
     )
     assert float(sums["mlm_changed_weight"]) == 3.0  # left-to-right: the next token is never seen
 
