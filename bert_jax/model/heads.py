@@ -70,11 +70,8 @@ def _vocab_sharded(logits: Array) -> Array:
 
 def mask_padded_vocab(logits: Array, config: BertConfig) -> Array:
     """The logits of padding rows (ids >= vocab_size) set to the float32 minimum: they get
-    no probability, are never the argmax and pass no gradient. A no-op without padding."""
-    if config.padded_vocab_size == config.vocab_size:
-        return logits
-    real = jnp.arange(config.padded_vocab_size) < config.vocab_size
-    return jnp.where(real, logits, jnp.finfo(logits.dtype).min)
+    no probability, are never the arg-max and pass no gradient. A no-op without padding."""
+    return ops.mask_padding_columns(logits, config.vocab_size)
 
 
 class BertForPreTraining(nn.Module):

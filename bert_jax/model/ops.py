@@ -360,14 +360,18 @@ def _identity(x: Array) -> Array:
     return x
 
 
-def _vocab_logits(z: Array, bias: Array, vocab_size: int) -> Array:
-    """Float32 logits from the matmul's output: bias added, padding columns (ids >=
-    `vocab_size`) at the float32 minimum (no probability, never the arg-max)."""
-    logits = z + bias.astype(jnp.float32)
-    if vocab_size >= z.shape[-1]:
+def mask_padding_columns(logits: Array, vocab_size: int) -> Array:
+    """The logits of padding columns (ids >= `vocab_size`) set to the dtype's minimum: they
+    get no probability, are never the arg-max and pass no gradient. A no-op without them."""
+    if vocab_size >= logits.shape[-1]:
         return logits
-    real = jax.lax.broadcasted_iota(jnp.int32, z.shape, z.ndim - 1) < vocab_size
-    return jnp.where(real, logits, jnp.finfo(jnp.float32).min)
+    real = jax.lax.broadcasted_iota(jnp.int32, logits.shape, logits.ndim - 1) < vocab_size
+    return jnp.where(real, logits, jnp.finfo(logits.dtype).min)
+
+
+def _vocab_logits(z: Array, bias: Array, vocab_size: int) -> Array:
+    """Float32 logits from the matmul's output: bias added, padding columns masked."""
+    return mask_padding_columns(z + bias.astype(jnp.float32), vocab_size)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5, 6))
