@@ -14,8 +14,9 @@ before a GPU is rented. Nothing runs, so nothing here is a time. Per shape and c
   trip count), which compares scanned and unrolled layers.
 
 Bytes are a model of the memory traffic from the HLO's shapes: every operand and result
-once (no cache reuse), a slice of a stacked buffer (read through a dynamic slice, or
-updated in place) as the slice. For comparing variants, not a measurement.
+once (no cache reuse), an operand a kernel reads only through slices (a layer's slot of
+a stacked buffer, one of several products of one matmul) or updates in place as the
+slices. For comparing variants, not a measurement.
 Without autotuning (it needs the GPU) XLA takes default matmul tilings, so kernel counts
 and bytes hold but matmul speed is not modelled.
 
@@ -97,13 +98,15 @@ def computations(hlo: str) -> dict[str, list[str]]:
 
 
 def _fused_access(lines: list[str]) -> tuple[dict[int, int], int | None]:
-    """What a fused computation touches of a stacked buffer (one layer's slot of saved
-    activations): (parameter index -> bytes read, for parameters read through a dynamic
-    slice or only updated in place; bytes written, when its result is updated in place)."""
-    params: dict[str, int] = {}
+    """What a fused computation touches of its larger operands: (parameter index -> bytes
+    read, for parameters read only through slices (static, or dynamic: one layer's slot of
+    saved activations; bitcasts followed) or only updated in place; bytes written, when its
+    result is updated in place)."""
+    aliases: dict[str, int] = {}  # parameter, or a bitcast of one -> parameter index
     sizes: dict[str, int] = {}
     updates: dict[str, int] = {}  # in-place update -> bytes it writes
     read: dict[int, int] = {}
+    whole: set[int] = set()  # parameters some instruction reads in full
     written = None
     for line in lines:
         m = _INSTRUCTION.match(line)
@@ -113,20 +116,26 @@ def _fused_access(lines: list[str]) -> tuple[dict[int, int], int | None]:
         operands = _OPERAND.findall(args)
         sizes[name] = _bytes(result)
         if op == "parameter":
-            params[name] = int(args)
-        elif op == "dynamic-slice" and operands[0] in params:
-            index = params[operands[0]]
+            aliases[name] = int(args)
+        elif op == "bitcast" and operands[0] in aliases:
+            aliases[name] = aliases[operands[0]]
+        elif op in ("slice", "dynamic-slice") and operands[0] in aliases:
+            index = aliases[operands[0]]
             read[index] = read.get(index, 0) + sizes[name]
+            whole.update(aliases[o] for o in operands[1:] if o in aliases)
         elif op == "dynamic-update-slice":
             updates[name] = sizes.get(operands[1], 0)
-            if operands[0] in params:
-                read.setdefault(params[operands[0]], 0)  # updated in place, not read
+            if operands[0] in aliases:
+                read.setdefault(aliases[operands[0]], 0)  # updated in place, not read
+            whole.update(aliases[o] for o in operands[1:] if o in aliases)
+        else:
+            whole.update(aliases[o] for o in operands if o in aliases)
         if line.lstrip().startswith("ROOT "):
             if op == "dynamic-update-slice":
                 written = updates[name]
             elif op == "tuple":
                 written = sum(updates.get(o, sizes.get(o, 0)) for o in operands)
-    return read, written
+    return {i: n for i, n in read.items() if i not in whole}, written
 
 
 def _kernel_bytes(lines: list[str], bodies: dict[str, list[str]]) -> Iterator[tuple[int, str]]:

@@ -46,10 +46,12 @@ class _HeadsDense(nn.Module):
     defer_bias: bool = False
 
     @nn.compact
-    def __call__(self, x: Array) -> Array | tuple[Array, Array | None]:
+    def weights(self) -> tuple[Array, Array | None]:
+        """(kernel as a 2-D matrix, [H, N*D] or [N*D, H], bias as a vector or None: not
+        added), in the compute dtype: for a caller that multiplies by several projections'
+        kernels at once (`BertSelfAttention`'s stacked query, key and value)."""
         c, num = self.config, self.numerics
         n, d, h = c.num_attention_heads, c.head_dim, c.hidden_size
-        dt = num.dtype
         if self.to_heads:
             shape, axes, bias_axes = (h, n, d), ("embed", "heads", "kv"), ("heads", "kv")
         else:
@@ -61,19 +63,53 @@ class _HeadsDense(nn.Module):
         if c.use_bias:
             bias_shape = shape[1:] if self.to_heads else (h,)
             bias = self.param("bias", zeros_init(bias_axes), bias_shape, num.params).reshape(-1)
-            bias = bias.astype(dt) if self.add_bias else None
+            bias = bias.astype(num.dtype) if self.add_bias else None
+        matrix = kernel.reshape((h, n * d) if self.to_heads else (n * d, h)).astype(num.dtype)
+        return matrix, bias
+
+    def __call__(self, x: Array) -> Array | tuple[Array, Array | None]:
+        c, num = self.config, self.numerics
+        n, d, h = c.num_attention_heads, c.head_dim, c.hidden_size
+        k2, bias = self.weights()
         deferred, bias = (bias, None) if self.defer_bias else (None, bias)
         # The product as a plain 2-D matmul on reshaped views (free bitcasts): written as
         # a 3-D einsum, XLA's CPU backend copies every kernel into transposed layouts for
         # the backward pass (~4% of a BERT-Base step).
         lead = x.shape[: x.ndim - (1 if self.to_heads else 2)]
-        x2 = x.reshape(-1, h if self.to_heads else n * d).astype(dt)
-        k2 = kernel.reshape((h, n * d) if self.to_heads else (n * d, h)).astype(dt)
+        x2 = x.reshape(-1, h if self.to_heads else n * d).astype(num.dtype)
         # The bias too is added to the 2-D product: its gradient is then a mat-vec on the
         # 2-D gradient the kernel gradient uses, not on one more transposed copy.
         y = ops.dense(x2, k2, bias, num.weight_grad(*k2.shape))
         y = y.reshape(*lead, n, d) if self.to_heads else y.reshape(*lead, h)
         return (y, deferred) if self.defer_bias else y
+
+
+def _stacked_qkv(c: BertConfig, num: Numerics, x: Array, projections: list[_HeadsDense]) -> list[Array]:
+    """The query, key and value projections of [B, S, H] ``x`` as one product: the kernels
+    stacked within each head, ``[H, N, 3, D]``, multiplied as one ``[H, 3 N D]`` matrix (the
+    heads its major axis, so it shards over them as the three kernels do), the product read
+    as ``[B, S, N, 3, D]``. Used where queries and keys are rotated: the rotation reads them
+    out of the product and writes their gradients into its gradient in passes it makes
+    anyway, so one matmul forward and two backward replace three and six, and the three
+    input gradients come as one (not summed by whatever reads them: a pre-LN LayerNorm's
+    backward, twice). Without rotation the slices and the gathered gradient are copies of
+    their own, costing what the shared matmul saves (bench/RESULTS.md)."""
+    n, d = c.num_attention_heads, c.head_dim
+    weights = [p.weights() for p in projections]
+    kernel = jnp.stack([w.reshape(-1, n, d) for w, _ in weights], axis=2)  # [H, N, 3, D]
+    h = kernel.shape[0]
+    bias = None
+    if any(b is not None for _, b in weights):
+        zeros = jnp.zeros((n * d,), num.dtype)
+        bias = jnp.stack([(zeros if b is None else b).reshape(n, d) for _, b in weights], axis=1)
+        bias = bias.reshape(-1)
+    x2 = x.reshape(-1, h).astype(num.dtype)
+    y = ops.dense(x2, kernel.reshape(h, -1), bias, num.weight_grad(h, 3 * n * d))
+    y = y.reshape(*x.shape[:-1], n, 3, d)
+    y = nn.with_logical_constraint(
+        y, ("activation_batch", "activation_length", "activation_heads", None, "activation_kv")
+    )
+    return [y[..., i, :] for i in range(3)]
 
 
 def as_mask(mask: AttentionMask | Array, x: Array) -> AttentionMask:
@@ -105,11 +141,16 @@ class BertSelfAttention(nn.Module):
         """[B, S, H] → [B, S, H]; ``defer_bias``: (the output projection without its bias,
         that bias), for `residual_norm` to add."""
         c, num = self.config, self.numerics
-        q = _HeadsDense(c, num, to_heads=True, name="query")(x)  # [B, S, N, D]
-        k = _HeadsDense(c, num, to_heads=True, name="key", add_bias=rope is not None)(x)
-        v = _HeadsDense(c, num, to_heads=True, name="value")(x)
+        projections = [
+            _HeadsDense(c, num, to_heads=True, name="query"),
+            _HeadsDense(c, num, to_heads=True, name="key", add_bias=rope is not None),
+            _HeadsDense(c, num, to_heads=True, name="value"),
+        ]
         if rope is not None:
+            q, k, v = _stacked_qkv(c, num, x, projections)  # [B, S, N, D] each
             q, k = apply_rotary(q, *rope), apply_rotary(k, *rope)
+        else:
+            q, k, v = (p(x) for p in projections)
         q = nn.with_logical_constraint(
             q, ("activation_batch", "activation_length", "activation_heads", "activation_kv")
         )

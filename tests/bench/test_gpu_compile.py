@@ -1,6 +1,7 @@
 """`bench/gpu_compile.py`'s model of the bytes a compiled step moves, on a hand-written HLO
 module: a loop over 4 layers whose body reads one layer's slot of a stacked buffer and
-writes another slot in place (what a scanned layer does with its saved activations)."""
+writes another slot in place (what a scanned layer does with its saved activations), and
+kernels reading parts of one product through static slices."""
 
 from bench import gpu_compile
 
@@ -60,4 +61,43 @@ def test_a_loop_body_moves_its_slots_not_its_stacks_and_the_step_counts_every_pa
     assert gpu_compile.source_bytes(_HLO) == {
         "fwd encoder/layer_#/read": 4 * (512 + 4 + 512),
         "bwd encoder/layer_#/tanh": 4 * (512 + 4 + 512),
+    }
+
+
+# One matmul's product f32[8,48] (1,536 bytes) holding three [8,16] products side by side:
+# a kernel reading two of them through static slices of a bitcast, and one that reads the
+# whole product beside a slice of it.
+_SLICES = """HloModule sliced
+
+%two_thirds (param_0: f32[8,48]) -> f32[8,16] {
+  %param_0 = f32[8,48]{1,0} parameter(0)
+  %view = f32[8,3,16]{2,1,0} bitcast(%param_0)
+  %q = f32[8,1,16]{2,1,0} slice(%view), slice={[0:8], [0:1], [0:16]}
+  %k = f32[8,1,16]{2,1,0} slice(%view), slice={[0:8], [1:2], [0:16]}
+  %sum = f32[8,1,16]{2,1,0} add(%q, %k)
+  ROOT %out = f32[8,16]{1,0} bitcast(%sum)
+}
+
+%whole (param_0: f32[8,48]) -> f32[8,48] {
+  %param_0 = f32[8,48]{1,0} parameter(0)
+  %head = f32[8,16]{1,0} slice(%param_0), slice={[0:8], [0:16]}
+  %scale = f32[8,48]{1,0} exponential(%param_0)
+  ROOT %out = f32[8,48]{1,0} copy(%scale)
+}
+
+ENTRY %main (y: f32[8,48]) -> (f32[8,16], f32[8,48]) {
+  %y = f32[8,48]{1,0} parameter(0)
+  %a = f32[8,16]{1,0} fusion(%y), kind=kLoop, calls=%two_thirds, metadata={op_name="jit(step)/jvp(model)/attention/slice"}
+  %b = f32[8,48]{1,0} fusion(%y), kind=kLoop, calls=%whole, metadata={op_name="jit(step)/jvp(model)/attention/exp"}
+  ROOT %out = (f32[8,16]{1,0}, f32[8,48]{1,0}) tuple(%a, %b)
+}
+"""  # noqa: E501 (an HLO instruction is one line)
+
+
+def test_an_operand_read_only_through_slices_moves_the_slices() -> None:
+    assert gpu_compile.source_bytes(_SLICES) == {
+        # Two [8,16] slices of the product read (2 x 512), one [8,16] written (512).
+        "fwd jvp(model)/attention/slice": 2 * 512 + 512,
+        # The whole product read beside its slice: read in full (1,536), written (1,536).
+        "fwd jvp(model)/attention/exp": 1536 + 1536,
     }

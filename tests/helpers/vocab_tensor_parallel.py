@@ -1,10 +1,10 @@
 """Subprocess body of the vocabulary tensor-parallelism tests: 8 virtual CPU devices.
 
 BERT's 30522-word vocabulary padded to a multiple of 128 (`BertConfig.vocab_pad_multiple`)
-on meshes with tensor=4 and tensor=8 (with a GeGLU feed-forward block): initialised in
-its shards, one forward/backward compared with the data-parallel (8,1,1) mesh; an unpadded
-checkpoint restored onto the tensor=4 mesh; the bundled MiniLM loaded padded and stepped as
-a classifier on tensor=4.
+on meshes with tensor=4 and tensor=8 (with a GeGLU feed-forward block and rotary positions):
+initialised in its shards, one forward/backward compared with the data-parallel (8,1,1)
+mesh; an unpadded checkpoint restored onto the tensor=4 mesh; the bundled MiniLM loaded
+padded and stepped as a classifier on tensor=4.
 Prints one line ``RESULT {json}``.
 """
 
@@ -40,6 +40,7 @@ CONFIG = BertConfig(
     max_position_embeddings=64,
     vocab_pad_multiple=128,
     gated_ffn=True,  # GeGLU's stacked [H, 2, F] product sharded over F, too
+    position_embedding_type="rotary",  # and the stacked query/key/value product over the heads
 )
 RULES = sharding.LOGICAL_AXIS_RULES
 
