@@ -94,15 +94,11 @@ def _stacked_qkv(c: BertConfig, num: Numerics, x: Array, projections: list[_Head
     input gradients come as one (not summed by whatever reads them: a pre-LN LayerNorm's
     backward, twice). Without rotation the slices and the gathered gradient are copies of
     their own, costing what the shared matmul saves (bench/RESULTS.md)."""
-    n, d = c.num_attention_heads, c.head_dim
-    weights = [p.weights() for p in projections]
-    kernel = jnp.stack([w.reshape(-1, n, d) for w, _ in weights], axis=2)  # [H, N, 3, D]
-    h = kernel.shape[0]
-    bias = None
-    if any(b is not None for _, b in weights):
-        zeros = jnp.zeros((n * d,), num.dtype)
-        bias = jnp.stack([(zeros if b is None else b).reshape(n, d) for _, b in weights], axis=1)
-        bias = bias.reshape(-1)
+    h, n, d = c.hidden_size, c.num_attention_heads, c.head_dim
+    kernels, biases = zip(*(p.weights() for p in projections), strict=True)
+    kernel = jnp.stack([w.reshape(h, n, d) for w in kernels], axis=2)  # [H, N, 3, D]
+    # The key keeps its bias under rotation, so the three are all present or all absent.
+    bias = None if biases[0] is None else jnp.stack([b.reshape(n, d) for b in biases], axis=1).reshape(-1)
     x2 = x.reshape(-1, h).astype(num.dtype)
     y = ops.dense(x2, kernel.reshape(h, -1), bias, num.weight_grad(h, 3 * n * d))
     y = y.reshape(*x.shape[:-1], n, 3, d)
