@@ -150,12 +150,30 @@ def _kernel_bytes(lines: list[str], bodies: dict[str, list[str]]) -> Iterator[tu
         sizes[name] = _bytes(result)
         if op not in _KERNELS:
             continue
-        operands = [sizes.get(a, 0) for a in _OPERAND.findall(args)]
+        names = _OPERAND.findall(args)
+        operands = [sizes.get(a, 0) for a in names]
         fused = re.search(r"calls=%([^,\s]+)", line)
         read, written = _fused_access(bodies.get(fused.group(1), []) if fused else [])
         for index, size in read.items():
             operands[index] = min(operands[index], size)
+        if op == "custom-call":
+            operands = _custom_call_reads(line, names, operands)
         yield (sizes[name] if written is None else written) + sum(operands), source(line)
+
+
+def _custom_call_reads(line: str, names: list[str], operands: list[int]) -> list[int]:
+    """A custom call's operand bytes read: a buffer passed several times once (a kernel
+    reading slots of one stacked array through its block specs), a buffer the call
+    writes into (``output_to_operand_aliasing``) not at all. The result is counted whole,
+    though a kernel may write only part of an aliased buffer (an over-count)."""
+    aliasing = re.search(r"output_to_operand_aliasing=\{(.*?)\}, \w+=", line)
+    aliased = {int(i) for i in re.findall(r": \((\d+), ", aliasing.group(1))} if aliasing else set()
+    seen: set[str] = set()
+    out = []
+    for index, (name, size) in enumerate(zip(names, operands, strict=True)):
+        out.append(0 if index in aliased or name in seen else size)
+        seen.add(name)
+    return out
 
 
 def source(line: str) -> str:

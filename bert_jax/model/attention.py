@@ -269,6 +269,22 @@ def _with_seeds(
     """A dropout kernel's attention: ``local(q, k, v, seg, seeds, offsets)`` on the whole
     arrays, or on each shard in a `jax.shard_map` under the context mesh (``offsets``: the
     shard's first batch row and head, where its part of the global masks starts)."""
+    layout = ("batch", None, "heads", None)
+    return _on_shards(kernel, local, (_scaled(q), k, v), (layout,) * 3, mask, dropout_rate, dropout_seeds)
+
+
+def _on_shards(
+    kernel: str,
+    local: Callable[..., Array],
+    arrays: tuple[Array, ...],
+    layouts: tuple[tuple[str | None, ...], ...],
+    mask: AttentionMask,
+    dropout_rate: float,
+    dropout_seeds: Array | None,
+) -> Array:
+    """`_with_seeds` of any ``arrays``, each axis of each named in ``layouts`` ("batch",
+    "heads" or None: whole; a batch axis of 1 is not split); the first array's batch and
+    head axes are the output's: ``local(*arrays, seg, seeds, offsets)``."""
     if mask.extra_bias is not None:
         raise ValueError(
             f"attention_kernel={kernel} takes no additive bias (ALiBi): use attention_kernel=xla"
@@ -277,14 +293,41 @@ def _with_seeds(
         raise ValueError(f"attention_kernel={kernel} with attention dropout needs the layer's dropout seeds")
     seeds = jnp.zeros((2,), jnp.uint32) if dropout_seeds is None else dropout_seeds
     mesh = in_context_mesh()
-    axes = (None, None) if mesh is None else _shard_axes(q, mesh)
+    axes = (None, None) if mesh is None else _shard_axes(arrays[0], mesh)
 
-    def on_shard(q: Array, k: Array, v: Array, seg: Array, seeds: Array) -> Array:
-        offsets = (shard_start(axes[0], q.shape[0]), shard_start(axes[1], q.shape[2]))
-        return local(q, k, v, seg, seeds, offsets)
+    def on_shard(*args: Array) -> Array:
+        *arrays, seg, seeds = args
+        offsets = (shard_start(axes[0], seg.shape[0]), shard_start(axes[1], arrays[0].shape[2]))
+        return local(*arrays, seg, seeds, offsets)
 
-    fn = on_shard if mesh is None else _sharded(on_shard, axes, mesh, replicated=1)
-    return fn(_scaled(q), k, v, segment_ids(mask), seeds)
+    if mesh is None:
+        return on_shard(*arrays, segment_ids(mask), seeds)
+    named = {"batch": axes[0], "heads": axes[1], None: None}
+
+    def spec(x: Array, layout: tuple[str | None, ...]) -> PartitionSpec:
+        return PartitionSpec(
+            *(None if n == 1 else named[role] for n, role in zip(x.shape, layout, strict=True))
+        )
+
+    specs = (*map(spec, arrays, layouts), PartitionSpec(axes[0], None), PartitionSpec())
+    out = PartitionSpec(axes[0], None, axes[1], None)
+    fn = jax.shard_map(on_shard, mesh=mesh, in_specs=specs, out_specs=out, check_vma=False)
+    return fn(*arrays, segment_ids(mask), seeds)
+
+
+def _triton_options(
+    mask: AttentionMask, shape: tuple[int, ...], dropout_rate: float, **kw
+) -> triton_attention.Options:
+    """The Triton kernels' options for a [B, S, N, ...] attention under ``mask``."""
+    b, s, n = shape[:3]
+    return triton_attention.Options(
+        causal=mask.causal,
+        window=mask.window,
+        packed=mask.packed,
+        rate=float(dropout_rate),
+        narrow=kernel_tiles.narrow_index(b, n, s),
+        **kw,
+    )
 
 
 def triton_path(
@@ -304,15 +347,13 @@ def triton_path(
     (`layers.Dropout.seeds`): the masks the XLA path draws ("hash16" ones where
     ``paired_dropout``). No additive bias. ``blocks``: the kernels' tiles (default
     `triton_attention.Blocks()`)."""
-    b, s, n, _ = q.shape
-    opts = triton_attention.Options(
-        causal=mask.causal,
-        window=mask.window,
-        packed=mask.packed,
-        rate=float(dropout_rate),
+    s, n = q.shape[1:3]
+    opts = _triton_options(
+        mask,
+        q.shape,
+        dropout_rate,
         blocks=blocks or triton_attention.Blocks(),
         interpret=interpret,
-        narrow=kernel_tiles.narrow_index(b, n, s),
         paired=paired_dropout,
     )
 
@@ -321,6 +362,78 @@ def triton_path(
         return triton_attention.flash_attention(q, k, v, seg, words, opts)
 
     return _with_seeds("triton", local, q, k, v, mask, dropout_rate, dropout_seeds)
+
+
+def takes_stacked(
+    kernel: str,
+    mask: AttentionMask,
+    head_dim: int,
+    dropout_rate: float,
+    dtype: jnp.dtype,
+    hash_dropout: bool,
+    rotary: bool,
+    platform: str | None = None,
+) -> bool:
+    """Whether ``attention_kernel=kernel`` runs the Triton kernel here, which takes the
+    query/key/value product whole (`attend_stacked`), and (``rotary``) can rotate a head of
+    this size inside."""
+    platform = target_platform() if platform is None else platform
+    chosen, _ = choose_kernel(kernel, platform, mask, head_dim, dropout_rate, dtype, hash_dropout)
+    return chosen == "triton" and not (rotary and triton_attention.rotary_refusal(head_dim))
+
+
+def attend_stacked(
+    qkv: Array,
+    bias: Array | None,
+    rope: tuple[Array, Array] | None,
+    mask: AttentionMask,
+    kernel: str = "auto",
+    *,
+    dropout_rate: float = 0.0,
+    dropout_seeds: Callable[[], Array] | None = None,
+    paired_dropout: bool = False,
+    platform: str | None = None,
+) -> Array:
+    """`attend` where `takes_stacked`: the product [B, S, N, 3, D] (slots
+    `triton_attention.KEY`, ``VALUE``, ``QUERY``) plus ``bias`` [N, 3, D] (or None) →
+    [B, S, N, D] through `triton_attention.flash_attention_stacked`, which reads the three
+    in place, adds the bias as it loads them and writes their gradients into one; ``rope``
+    (sin, cos [B or 1, S, D/2]) rotates queries and keys inside. Dropout as `triton_path`
+    draws it."""
+    platform = target_platform() if platform is None else platform
+    s, n, _, d = qkv.shape[1:]
+    hashed = dropout_seeds is not None
+    if not takes_stacked(kernel, mask, d, dropout_rate, qkv.dtype, hashed, rope is not None, platform):
+        raise ValueError(f"attention_kernel={kernel} does not take the stacked product here: use `attend`")
+    _, warning = choose_kernel(kernel, platform, mask, d, dropout_rate, qkv.dtype, hashed)
+    if warning:
+        warn_once(warning)
+    opts = _triton_options(
+        mask,
+        qkv.shape,
+        dropout_rate,
+        interpret=platform != "gpu",
+        paired=paired_dropout,
+        stacked=True,
+        rotary=rope is not None,
+        bias=bias is not None,
+        scale=1.0 / float(d) ** 0.5,
+    )
+
+    def local(qkv: Array, *rest) -> Array:
+        *extras, seg, seeds, offsets = rest
+        bias = extras.pop() if opts.bias else None
+        sin, cos = extras or (None, None)
+        words = kernel_tiles.dropout_words(seeds, (qkv.shape[0], qkv.shape[2]), n, s, offsets)
+        return triton_attention.flash_attention_stacked(qkv, bias, sin, cos, seg, words, opts)
+
+    arrays = [qkv, *(rope or ())]
+    layouts = [("batch", None, "heads", None, None)] + [("batch", None, None)] * len(rope or ())
+    if bias is not None:
+        arrays.append(bias)
+        layouts.append(("heads", None, None))
+    seeds = dropout_seeds() if dropout_rate else None
+    return _on_shards("triton", local, tuple(arrays), tuple(layouts), mask, dropout_rate, seeds)
 
 
 def mosaic_path(

@@ -84,28 +84,38 @@ class _HeadsDense(nn.Module):
         return (y, deferred) if self.defer_bias else y
 
 
-def _stacked_qkv(c: BertConfig, num: Numerics, x: Array, projections: list[_HeadsDense]) -> list[Array]:
-    """The query, key and value projections of [B, S, H] ``x`` as one product: the kernels
-    stacked within each head, ``[H, N, 3, D]``, multiplied as one ``[H, 3 N D]`` matrix (the
-    heads its major axis, so it shards over them as the three kernels do), the product read
-    as ``[B, S, N, 3, D]``. Used where queries and keys are rotated: the rotation reads them
-    out of the product and writes their gradients into its gradient in passes it makes
-    anyway, so one matmul forward and two backward replace three and six, and the three
-    input gradients come as one (not summed by whatever reads them: a pre-LN LayerNorm's
-    backward, twice). Without rotation the slices and the gathered gradient are copies of
-    their own, costing what the shared matmul saves (bench/RESULTS.md)."""
+def _stacked_qkv(
+    c: BertConfig, num: Numerics, x: Array, projections: list[_HeadsDense], add_bias: bool = True
+) -> tuple[Array, Array | None]:
+    """The key, value and query projections of [B, S, H] ``x`` as one product [B, S, N, 3,
+    D] (slots `triton_attention.KEY`, ``VALUE``, ``QUERY``; ``projections`` in that order):
+    the kernels stacked within each head, ``[H, N, 3, D]``, multiplied as one ``[H, 3 N D]``
+    matrix (the heads its major axis, so it shards over them as the three kernels do).
+    One matmul forward and two backward replace three and six, and the three input
+    gradients come as one (not summed by whatever reads them: a pre-LN LayerNorm's
+    backward, twice). Used where the Triton kernel takes the product whole
+    (`attention.attend_stacked`: it reads the three in place, adds their biases, rotates
+    inside and writes their gradients into one) and where queries and keys are rotated
+    (the rotation reads them out and writes their gradients in passes it makes anyway).
+    Elsewhere the slices and the gathered gradient would be copies of their own, costing
+    what the shared matmul saves (bench/RESULTS.md). Returns (the product, with the
+    biases where ``add_bias``; the biases [N, 3, D] left for the kernel, or None). A key
+    whose bias is left out (without rotation) has zeros in its slot."""
     h, n, d = c.hidden_size, c.num_attention_heads, c.head_dim
     kernels, biases = zip(*(p.weights() for p in projections), strict=True)
     kernel = jnp.stack([w.reshape(h, n, d) for w in kernels], axis=2)  # [H, N, 3, D]
-    # The key keeps its bias under rotation, so the three are all present or all absent.
-    bias = None if biases[0] is None else jnp.stack([b.reshape(n, d) for b in biases], axis=1).reshape(-1)
+    bias = None
+    if any(b is not None for b in biases):
+        zeros = jnp.zeros((n * d,), num.dtype)
+        bias = jnp.stack([(zeros if b is None else b).reshape(n, d) for b in biases], axis=1)  # [N, 3, D]
     x2 = x.reshape(-1, h).astype(num.dtype)
-    y = ops.dense(x2, kernel.reshape(h, -1), bias, num.weight_grad(h, 3 * n * d))
+    added = None if bias is None or not add_bias else bias.reshape(-1)
+    y = ops.dense(x2, kernel.reshape(h, -1), added, num.weight_grad(h, 3 * n * d))
     y = y.reshape(*x.shape[:-1], n, 3, d)
     y = nn.with_logical_constraint(
         y, ("activation_batch", "activation_length", "activation_heads", None, "activation_kv")
     )
-    return [y[..., i, :] for i in range(3)]
+    return y, None if add_bias else bias
 
 
 def as_mask(mask: AttentionMask | Array, x: Array) -> AttentionMask:
@@ -137,36 +147,57 @@ class BertSelfAttention(nn.Module):
         """[B, S, H] → [B, S, H]; ``defer_bias``: (the output projection without its bias,
         that bias), for `residual_norm` to add."""
         c, num = self.config, self.numerics
-        projections = [
-            _HeadsDense(c, num, to_heads=True, name="query"),
-            _HeadsDense(c, num, to_heads=True, name="key", add_bias=rope is not None),
-            _HeadsDense(c, num, to_heads=True, name="value"),
-        ]
-        if rope is not None:
-            q, k, v = _stacked_qkv(c, num, x, projections)  # [B, S, N, D] each
-            q, k = apply_rotary(q, *rope), apply_rotary(k, *rope)
-        else:
-            q, k, v = (p(x) for p in projections)
-        q = nn.with_logical_constraint(
-            q, ("activation_batch", "activation_length", "activation_heads", "activation_kv")
-        )
-        q, k, v = (checkpoint_name(t, "attention_qkv") for t in (q, k, v))
+        mask = as_mask(mask, x)
         rate = c.attention_probs_dropout_prob
-        # Initialisation needs shapes only: the XLA path (no kernel choice, no warning line).
-        kernel = "xla" if self.is_initializing() else num.attention_kernel
-        ctx = attention.attend(
-            q,
-            k,
-            v,
-            as_mask(mask, x),
-            kernel,
+        common = dict(
             dropout_rate=0.0 if deterministic else rate,
-            dropout_fn=lambda p: dropout(num, rate)(p, deterministic),
             dropout_seeds=(lambda: dropout(num, rate).seeds())
             if num.dropout_rng in KERNEL_DROPOUT_RNGS
             else None,
             paired_dropout=num.dropout_rng == "hash16",
+        )
+        # Initialisation needs shapes only: the XLA path (no kernel choice, no warning line).
+        kernel = "xla" if self.is_initializing() else num.attention_kernel
+        key = _HeadsDense(c, num, to_heads=True, name="key", add_bias=rope is not None)
+        query, value = (_HeadsDense(c, num, to_heads=True, name=name) for name in ("query", "value"))
+        stacked = attention.takes_stacked(
+            kernel,
+            mask,
+            c.head_dim,
+            common["dropout_rate"],
+            num.dtype,
+            common["dropout_seeds"] is not None,
+            rotary=rope is not None,
+        )
+        if stacked:
+            qkv, bias = _stacked_qkv(c, num, x, [key, value, query], add_bias=False)
+            qkv = checkpoint_name(qkv, "attention_qkv")
+            return self._output(attention.attend_stacked(qkv, bias, rope, mask, kernel, **common), defer_bias)
+        if rope is None:
+            q, k, v = query(x), key(x), value(x)
+        else:
+            qkv, _ = _stacked_qkv(c, num, x, [key, value, query])  # [B, S, N, 3, D]
+            k, v, q = (qkv[..., i, :] for i in range(3))
+            q, k = apply_rotary(q, *rope), apply_rotary(k, *rope)
+        q = nn.with_logical_constraint(
+            q, ("activation_batch", "activation_length", "activation_heads", "activation_kv")
+        )
+        q, k, v = (checkpoint_name(t, "attention_qkv") for t in (q, k, v))
+        ctx = attention.attend(
+            q,
+            k,
+            v,
+            mask,
+            kernel,
+            dropout_fn=lambda p: dropout(num, rate)(p, deterministic),
             dtype=num.dtype,
+            **common,
         )  # [B, S, N, D]
+        return self._output(ctx, defer_bias)
+
+    def _output(self, ctx: Array, defer_bias: bool) -> Array | tuple[Array, Array | None]:
+        """The output projection of the context [B, S, N, D]."""
         ctx = checkpoint_name(ctx, "attention_context")
-        return _HeadsDense(c, num, to_heads=False, defer_bias=defer_bias, name="output")(ctx)  # [B, S, H]
+        return _HeadsDense(self.config, self.numerics, to_heads=False, defer_bias=defer_bias, name="output")(
+            ctx
+        )  # [B, S, H]

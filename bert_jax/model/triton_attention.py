@@ -20,6 +20,16 @@ the denominator counts every visible key and only the weighted sum sees the mask
 backward pass's row term ``D_i = dO_i . O_i`` holds with the mask (O is the dropped
 output).
 
+`flash_attention_stacked` takes the query/key/value product as one [B, S, N, 3, D] array
+(`self_attention`'s stacked projection), reads the three out of it through its block
+specs and writes their gradients into one [B, S, N, 3, D] gradient, the dK/dV kernel the
+key's and value's slots and the dQ kernel the query's slot of the same buffer (aliased);
+with rotary tables it rotates queries and keys inside, tile by tile as it loads them
+("rotate half" in float32, cast back: `layers.apply_rotary`'s numbers; each score the sum
+of two dots over half a head), and rotates their gradients back. So the copies of the
+product apart and of the gradients together, and the rotation, are no passes of their
+own (bench/RESULTS.md).
+
 Visibility is `attention.visible`'s rule, from segment ids (``input_mask``: 0 padding, else
 the example's number): a query sees a real key of its own example, a padding query every
 real key; ``causal`` keeps j <= i; ``window`` keeps |i - j| <= window // 2. Blocks that
@@ -34,6 +44,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import operator
 
 import jax
 import jax.numpy as jnp
@@ -78,6 +89,13 @@ class Options:
     narrow: bool = False
     # The "hash16" masks (`ops.pair_bits`) rather than "hash".
     paired: bool = False
+    # `flash_attention_stacked`: the product in one array, the scores scaled by `scale`
+    # inside; with ``rotary``, queries and keys rotated inside.
+    stacked: bool = False
+    rotary: bool = False
+    scale: float = 1.0
+    # `flash_attention_stacked`: a [N, 3, D] bias added to the product's tiles as they load.
+    bias: bool = False
 
 
 def refusal(seq_len: int, head_dim: int) -> str | None:
@@ -89,6 +107,15 @@ def refusal(seq_len: int, head_dim: int) -> str | None:
         )
     if head_dim < MIN_BLOCK or head_dim & (head_dim - 1) or head_dim > 256:
         return f"the Triton attention takes a head size that is a power of two from 16 to 256, not {head_dim}"
+    return None
+
+
+def rotary_refusal(head_dim: int) -> str | None:
+    """Why `flash_attention_stacked` cannot rotate a head of this size (its dots take half
+    a head)."""
+    if head_dim < 2 * MIN_BLOCK:
+        least = 2 * MIN_BLOCK
+        return f"rotation inside the Triton attention takes a head size of at least {least}, not {head_dim}"
     return None
 
 
@@ -132,27 +159,78 @@ def _blocks_in_reach(
     return lo, hi
 
 
-def _scores(q: Array, k: Array, seg_q, seg_k, rows, cols, opts: Options) -> Array:
-    """Base-2 scores [bq, bk] of a tile, hidden keys at `MASKED`."""
-    s = plgpu.dot(q, k, trans_b=True) * LOG2E
+def _load(ref, lines, columns, bias_ref) -> Array:
+    """``ref[lines, columns]`` plus the bias's ``columns`` (added in float32 and rounded
+    once, as XLA adds two bfloat16 arrays), in the ref's dtype."""
+    x = ref[lines, columns]
+    if bias_ref is None:
+        return x
+    return (x.astype(jnp.float32) + bias_ref[columns].astype(jnp.float32)[None, :]).astype(ref.dtype)
+
+
+def _operand(ref, lines, tables, table_lines, opts: Options, bias_ref=None) -> list[Array]:
+    """Rows ``lines`` of a [rows, D] query or key ref (plus its bias) as a dot's operands:
+    the tile whole, or (``rotary``) its two halves rotated by the angles of the tables'
+    rows ``table_lines`` ("rotate half": `layers.apply_rotary`, in float32, cast back)."""
+    if not opts.rotary:
+        return [_load(ref, lines, slice(None), bias_ref)]
+    half = ref.shape[-1] // 2
+    x1, x2 = (_load(ref, lines, pl.ds(i * half, half), bias_ref).astype(jnp.float32) for i in range(2))
+    sin, cos = (t[table_lines, :] for t in tables)
+    return [(x1 * cos - x2 * sin).astype(ref.dtype), (x2 * cos + x1 * sin).astype(ref.dtype)]
+
+
+def _inputs(refs: tuple, opts: Options) -> tuple[tuple, tuple, tuple]:
+    """A kernel's refs after (q, k, v, seg, words): (rotary tables or (), the query's,
+    key's and value's biases or Nones, the rest)."""
+    tables, refs = (refs[:2], refs[2:]) if opts.rotary else ((), refs)
+    biases, refs = (refs[:3], refs[3:]) if opts.bias else ((None,) * 3, refs)
+    return tables, biases, refs
+
+
+def _gradient(parts: list[Array], tables, table_lines, opts: Options) -> list[Array]:
+    """The gradient of a query or key tile from the gradient of its `_operand` parts: the
+    scale, and (``rotary``) the rotation's transpose."""
+    parts = [p * opts.scale for p in parts] if opts.scale != 1.0 else parts
+    if not opts.rotary:
+        return parts
+    (g1, g2), (sin, cos) = parts, (t[table_lines, :] for t in tables)
+    return [g1 * cos + g2 * sin, g2 * cos - g1 * sin]
+
+
+def _store(ref, parts: list[Array], *index) -> None:
+    """Writes a tile given as `_operand` parts (whole, or two halves) at ``ref[:, *index]``."""
+    if len(parts) == 1:
+        ref[(slice(None), *index, slice(None))] = parts[0].astype(ref.dtype)
+        return
+    half = parts[0].shape[-1]
+    for i, p in enumerate(parts):
+        ref[(slice(None), *index, pl.ds(i * half, half))] = p.astype(ref.dtype)
+
+
+def _scores(q: list[Array], k: list[Array], seg_q, seg_k, rows, cols, opts: Options) -> Array:
+    """Base-2 scores [bq, bk] of a tile (``q`` and ``k`` as `_operand` parts), hidden keys
+    at `MASKED`."""
+    s = functools.reduce(operator.add, [plgpu.dot(a, b, trans_b=True) for a, b in zip(q, k, strict=True)])
+    s = s * (LOG2E * opts.scale)
     return jnp.where(_visible(seg_q, seg_k, rows, cols, opts), s, MASKED)
 
 
-def _forward_kernel(
-    q_ref, k_ref, v_ref, seg_ref, words_ref, o_ref, lse_ref, *, opts: Options, bq: int, bk: int
-):
+def _forward_kernel(q_ref, k_ref, v_ref, seg_ref, words_ref, *refs, opts: Options, bq: int, bk: int):
+    tables, (bq_ref, bk_ref, bv_ref), (o_ref, lse_ref) = _inputs(refs, opts)
     seq_len = k_ref.shape[0]
     first = pl.program_id(0) * bq
     rows = first + jnp.arange(bq)
-    q = q_ref[...]
+    q = _operand(q_ref, slice(None), tables, pl.ds(first, bq), opts, bq_ref)
     seg_q = seg_ref[pl.ds(first, bq)]
 
     def body(j, carry):
         m, total, acc = carry
         keys = pl.ds(j * bk, bk)
         cols = j * bk + jnp.arange(bk)
-        v = v_ref[keys, :]
-        s = _scores(q, k_ref[keys, :], seg_q, seg_ref[keys], rows, cols, opts)
+        v = _load(v_ref, keys, slice(None), bv_ref)
+        k = _operand(k_ref, keys, tables, keys, opts, bk_ref)
+        s = _scores(q, k, seg_q, seg_ref[keys], rows, cols, opts)
         m_new = jnp.maximum(m, jnp.max(s, axis=1))
         scale = jnp.exp2(m - m_new)
         p = jnp.exp2(s - m_new[:, None])
@@ -166,7 +244,7 @@ def _forward_kernel(
     init = (
         jnp.full((bq,), -jnp.inf, jnp.float32),
         jnp.zeros((bq,), jnp.float32),
-        jnp.zeros((bq, q.shape[-1]), jnp.float32),
+        jnp.zeros((bq, v_ref.shape[-1]), jnp.float32),
     )
     m, total, acc = lax.fori_loop(lo, hi, body, init)
     o_ref[...] = (acc * (1.0 / ((1.0 - opts.rate) * total))[:, None]).astype(o_ref.dtype)
@@ -175,8 +253,8 @@ def _forward_kernel(
 
 def _tile_grads(q, k, v, do, lse, delta, seg_q, seg_k, rows, col0, words_ref, seq_len, opts: Options):
     """(dropped probabilities, score gradient) of the tile of keys from ``col0``, both
-    [bq, bk] float32."""
-    bk = k.shape[0]
+    [bq, bk] float32 (``q`` and ``k`` as `_operand` parts)."""
+    bk = v.shape[0]
     p = jnp.exp2(_scores(q, k, seg_q, seg_k, rows, col0 + jnp.arange(bk), opts) - lse[:, None])
     dp = plgpu.dot(do, v, trans_b=True)
     if opts.rate:
@@ -189,19 +267,30 @@ def _tile_grads(q, k, v, do, lse, delta, seg_q, seg_k, rows, col0, words_ref, se
     return dropped, p * (dp - delta[:, None])
 
 
-def _dkv_kernel(
-    q_ref, k_ref, v_ref, seg_ref, words_ref, do_ref, lse_ref, delta_ref, dk_ref, dv_ref, *, opts, bq, bk
-):
+def _backward_refs(refs: tuple, opts: Options, aliased: bool = False) -> tuple:
+    """A backward kernel's refs after (q, k, v, seg, words): (tables, biases, dO, lse,
+    delta, outputs); ``aliased``: an input before the outputs that is the output (unread)."""
+    tables, biases, refs = _inputs(refs, opts)
+    do_ref, lse_ref, delta_ref, *outs = refs
+    return tables, biases, do_ref, lse_ref, delta_ref, outs[1:] if aliased else outs
+
+
+def _dkv_kernel(q_ref, k_ref, v_ref, seg_ref, words_ref, *refs, opts: Options, bq: int, bk: int):
+    tables, (bq_ref, bk_ref, bv_ref), do_ref, lse_ref, delta_ref, outs = _backward_refs(refs, opts)
     seq_len = q_ref.shape[0]
     first = pl.program_id(0) * bk
-    k, v = k_ref[...], v_ref[...]
-    seg_k = seg_ref[pl.ds(first, bk)]
+    keys = pl.ds(first, bk)
+    k, v = (
+        _operand(k_ref, slice(None), tables, keys, opts, bk_ref),
+        _load(v_ref, slice(None), slice(None), bv_ref),
+    )
+    seg_k = seg_ref[keys]
 
     def body(i, carry):
         dk, dv = carry
         queries = pl.ds(i * bq, bq)
         rows = i * bq + jnp.arange(bq)
-        q, do = q_ref[queries, :], do_ref[queries, :]
+        q, do = _operand(q_ref, queries, tables, queries, opts, bq_ref), do_ref[queries, :]
         dropped, ds = _tile_grads(
             q,
             k,
@@ -218,46 +307,56 @@ def _dkv_kernel(
             opts,
         )
         dv = dv + plgpu.dot(dropped.astype(do.dtype), do, trans_a=True)
-        dk = dk + plgpu.dot(ds.astype(q.dtype), q, trans_a=True)
+        dk = [g + plgpu.dot(ds.astype(p.dtype), p, trans_a=True) for g, p in zip(dk, q, strict=True)]
         return dk, dv
 
     lo, hi = _blocks_in_reach(first, bk, bq, seq_len // bq, opts, of_keys=False)
-    zeros = jnp.zeros(k.shape, jnp.float32)
-    dk, dv = lax.fori_loop(lo, hi, body, (zeros, zeros))
-    dk_ref[...] = dk.astype(dk_ref.dtype)
-    dv_ref[...] = dv.astype(dv_ref.dtype)
+    init = ([jnp.zeros(p.shape, jnp.float32) for p in k], jnp.zeros(v.shape, jnp.float32))
+    dk, dv = lax.fori_loop(lo, hi, body, init)
+    dk = _gradient(dk, tables, keys, opts)
+    if opts.stacked:  # one [bk, 2, D] block of the stacked gradient: the key's slot, the value's
+        _store(outs[0], dk, 0)
+        _store(outs[0], [dv], 1)
+    else:
+        _store(outs[0], dk)
+        _store(outs[1], [dv])
 
 
-def _dq_kernel(q_ref, k_ref, v_ref, seg_ref, words_ref, do_ref, lse_ref, delta_ref, dq_ref, *, opts, bq, bk):
+def _dq_kernel(q_ref, k_ref, v_ref, seg_ref, words_ref, *refs, opts: Options, bq: int, bk: int):
+    refs = _backward_refs(refs, opts, aliased=opts.stacked)
+    tables, (bq_ref, bk_ref, bv_ref), do_ref, lse_ref, delta_ref, (dq_ref,) = refs
     seq_len = k_ref.shape[0]
     first = pl.program_id(0) * bq
     rows = first + jnp.arange(bq)
-    q, do = q_ref[...], do_ref[...]
+    queries = pl.ds(first, bq)
+    q, do = _operand(q_ref, slice(None), tables, queries, opts, bq_ref), do_ref[...]
     lse, delta = lse_ref[...], delta_ref[...]
-    seg_q = seg_ref[pl.ds(first, bq)]
+    seg_q = seg_ref[queries]
 
     def body(j, dq):
         keys = pl.ds(j * bk, bk)
-        k = k_ref[keys, :]
+        k, v = _operand(k_ref, keys, tables, keys, opts, bk_ref), _load(v_ref, keys, slice(None), bv_ref)
         _, ds = _tile_grads(
-            q, k, v_ref[keys, :], do, lse, delta, seg_q, seg_ref[keys], rows, j * bk, words_ref, seq_len, opts
+            q, k, v, do, lse, delta, seg_q, seg_ref[keys], rows, j * bk, words_ref, seq_len, opts
         )
-        return dq + plgpu.dot(ds.astype(k.dtype), k)
+        return [g + plgpu.dot(ds.astype(p.dtype), p) for g, p in zip(dq, k, strict=True)]
 
     lo, hi = _blocks_in_reach(first, bq, bk, seq_len // bk, opts, of_keys=True)
-    dq = lax.fori_loop(lo, hi, body, jnp.zeros(q.shape, jnp.float32))
-    dq_ref[...] = dq.astype(dq_ref.dtype)
+    dq = lax.fori_loop(lo, hi, body, [jnp.zeros(p.shape, jnp.float32) for p in q])
+    _store(dq_ref, _gradient(dq, tables, queries, opts))
 
 
-def _specs(block: int, seq_len: int, head_dim: int, tiled: str):
+def _specs(block: int, seq_len: int, head_dim: int, tiled: str, slot: int | None = None):
     """A block spec over grid (tile, batch, head): ``tile``, a tile of ``block`` positions
-    of [B, S, N, D]; ``whole``, the head's whole sequence; ``row_tile``/``row_whole``, the
-    same of a [B, N, S] row statistic."""
-    tile = pl.BlockSpec((None, block, None, head_dim), lambda t, b, n: (b, t, n, 0))
-    whole = pl.BlockSpec((None, seq_len, None, head_dim), lambda t, b, n: (b, 0, n, 0))
-    row_tile = pl.BlockSpec((None, None, block), lambda t, b, n: (b, n, t))
-    row_whole = pl.BlockSpec((None, None, seq_len), lambda t, b, n: (b, n, 0))
-    return {"tile": tile, "whole": whole, "row_tile": row_tile, "row_whole": row_whole}[tiled]
+    of [B, S, N, D] (of slot ``slot`` of a stacked [B, S, N, 3, D]); ``whole``, the head's
+    whole sequence; ``row_tile``/``row_whole``, the same of a [B, N, S] row statistic."""
+    if tiled.startswith("row_"):
+        size, at = (block, lambda t: t) if tiled == "row_tile" else (seq_len, lambda t: 0)
+        return pl.BlockSpec((None, None, size), lambda t, b, n: (b, n, at(t)))
+    size, at = (block, lambda t: t) if tiled == "tile" else (seq_len, lambda t: 0)
+    if slot is None:
+        return pl.BlockSpec((None, size, None, head_dim), lambda t, b, n: (b, at(t), n, 0))
+    return pl.BlockSpec((None, size, None, None, head_dim), lambda t, b, n: (b, at(t), n, slot, 0))
 
 
 def _common_specs(seq_len: int):
@@ -266,89 +365,208 @@ def _common_specs(seq_len: int):
     return seg, words
 
 
+def _table_specs(tables: tuple) -> list:
+    """The rotation's (sin, cos) [B or 1, S, D/2], whole per batch row."""
+    if not tables:
+        return []
+    rows, s, half = tables[0].shape
+    index = (lambda t, b, n: (b, 0, 0)) if rows > 1 else (lambda t, b, n: (0, 0, 0))
+    return [pl.BlockSpec((None, s, half), index)] * 2
+
+
+def _extras(tables: tuple, bias: Array | None) -> tuple[list, list]:
+    """(arrays, block specs) of the inputs after (q, k, v, seg, words): the rotation's
+    (sin, cos) [B or 1, S, D/2], whole per batch row, and the [N, 3, D] bias, the query's,
+    key's and value's slots of the head."""
+    arrays, specs = list(tables), _table_specs(tables)
+    if bias is not None:
+        d = bias.shape[-1]
+        for slot in (QUERY, KEY, VALUE):
+            arrays.append(bias)
+            specs.append(pl.BlockSpec((None, None, d), lambda t, b, n, slot=slot: (n, slot, 0)))
+    return arrays, specs
+
+
 def _params(opts: Options) -> plgpu.CompilerParams:
     return plgpu.CompilerParams(num_warps=opts.blocks.warps, num_stages=opts.blocks.stages)
 
 
-def _forward(q: Array, k: Array, v: Array, seg: Array, words: Array, opts: Options) -> tuple[Array, Array]:
-    b, s, n, d = q.shape
+# Slots of `flash_attention_stacked`'s product: the key's and the value's first, so
+# that one [2, D] block of its gradient is the dK/dV kernel's; then the query's.
+KEY, VALUE, QUERY = 0, 1, 2
+
+
+def _operands(qkv: tuple[Array, ...], opts: Options) -> tuple[tuple[Array, ...], tuple[int | None, ...]]:
+    """(q, k, v arrays, their slots): three [B, S, N, D], or the stacked product three times."""
+    if opts.stacked:
+        return (qkv[0],) * 3, (QUERY, KEY, VALUE)
+    return qkv, (None, None, None)
+
+
+def _forward(
+    qkv: tuple, tables: tuple, bias: Array | None, seg: Array, words: Array, opts: Options
+) -> tuple[Array, Array]:
+    arrays, slots = _operands(qkv, opts)
+    extras, extra_specs = _extras(tables, bias)
+    b, s, n = arrays[0].shape[:3]
+    d = arrays[0].shape[-1]
     bq, bk = (kernel_tiles.fit_block(x, s, MIN_BLOCK) for x in (opts.blocks.q, opts.blocks.k))
-    spec = functools.partial(_specs, seq_len=s, head_dim=d)
     seg_spec, words_spec = _common_specs(s)
     return pl.pallas_call(
         functools.partial(_forward_kernel, opts=opts, bq=bq, bk=bk),
         grid=(s // bq, b, n),
         in_specs=[
-            spec(bq, tiled="tile"),
-            spec(bq, tiled="whole"),
-            spec(bq, tiled="whole"),
+            _specs(bq, s, d, "tile", slots[0]),
+            _specs(bq, s, d, "whole", slots[1]),
+            _specs(bq, s, d, "whole", slots[2]),
             seg_spec,
             words_spec,
+            *extra_specs,
         ],
-        out_specs=[spec(bq, tiled="tile"), spec(bq, tiled="row_tile")],
-        out_shape=[jax.ShapeDtypeStruct(q.shape, q.dtype), jax.ShapeDtypeStruct((b, n, s), jnp.float32)],
+        out_specs=[_specs(bq, s, d, "tile"), _specs(bq, s, d, "row_tile")],
+        out_shape=[
+            jax.ShapeDtypeStruct((b, s, n, d), arrays[0].dtype),
+            jax.ShapeDtypeStruct((b, n, s), jnp.float32),
+        ],
         compiler_params=_params(opts),
         interpret=opts.interpret,
-        name="attention_dropout_forward",
-    )(q, k, v, seg, words)
+        name=f"{_name(opts)}_forward",
+    )(*arrays, seg, words, *extras)
 
 
-def _backward(q, k, v, seg, words, out, lse, do, opts: Options) -> tuple[Array, Array, Array]:
-    b, s, n, d = q.shape
+def _backward(qkv: tuple, tables: tuple, bias, seg, words, out, lse, do, opts: Options) -> tuple[Array, ...]:
+    """(dq, dk, dv), or (``stacked``) the product's gradient alone."""
+    arrays, slots = _operands(qkv, opts)
+    extras, extra_specs = _extras(tables, bias)
+    b, s, n = arrays[0].shape[:3]
+    d = arrays[0].shape[-1]
     bq, bk = (kernel_tiles.fit_block(x, s, MIN_BLOCK) for x in (opts.blocks.q_bwd, opts.blocks.k_bwd))
     # D_i = dO_i . O_i: one fused XLA reduction, [B, N, S] like the log-sum-exp.
     delta = jnp.einsum("bsnd,bsnd->bns", out.astype(jnp.float32), do.astype(jnp.float32))
     seg_spec, words_spec = _common_specs(s)
     common = dict(compiler_params=_params(opts), interpret=opts.interpret)
-    args = (q, k, v, seg, words, do, lse, delta)
-
-    def spec(block: int, tiled: str):
-        return _specs(block, s, d, tiled)
+    args = (*arrays, seg, words, *extras, do, lse, delta)
 
     def in_specs(block: int, query_tiles: bool) -> list:
-        """q, k, v, seg, words, dO, lse, delta: the queries' side in tiles and the keys
-        whole (``query_tiles``, the dQ kernel) or the other way round (dK/dV)."""
+        """q, k, v, seg, words, (sin, cos), dO, lse, delta: the queries' side in tiles and
+        the keys whole (``query_tiles``, the dQ kernel) or the other way round (dK/dV)."""
         ours, theirs = ("tile", "whole") if query_tiles else ("whole", "tile")
-        q_side = [spec(block, ours), spec(block, theirs), spec(block, theirs), seg_spec, words_spec]
-        return [*q_side, spec(block, ours), spec(block, f"row_{ours}"), spec(block, f"row_{ours}")]
+        q_side = [_specs(block, s, d, ours, slots[0])]
+        k_side = [_specs(block, s, d, theirs, slot) for slot in slots[1:]]
+        rows = [_specs(block, s, d, f"row_{ours}")] * 2
+        return [
+            *q_side,
+            *k_side,
+            seg_spec,
+            words_spec,
+            *extra_specs,
+            _specs(block, s, d, ours),
+            *rows,
+        ]
 
-    dk, dv = pl.pallas_call(
+    if opts.stacked:  # the key's and value's slots of the gradient, one [2, D] block
+        dkv_specs = pl.BlockSpec((None, bk, None, 2, d), lambda t, b, n: (b, t, n, 0, 0))
+        dkv_shapes = jax.ShapeDtypeStruct(arrays[0].shape, arrays[0].dtype)
+    else:
+        dkv_specs = [_specs(bk, s, d, "tile")] * 2
+        dkv_shapes = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in arrays[1:]]
+    dkv = pl.pallas_call(
         functools.partial(_dkv_kernel, opts=opts, bq=bq, bk=bk),
         grid=(s // bk, b, n),
         in_specs=in_specs(bk, query_tiles=False),
-        out_specs=[spec(bk, "tile"), spec(bk, "tile")],
-        out_shape=[jax.ShapeDtypeStruct(k.shape, k.dtype), jax.ShapeDtypeStruct(v.shape, v.dtype)],
-        name="attention_dropout_dkv",
+        out_specs=dkv_specs,
+        out_shape=dkv_shapes,
+        name=f"{_name(opts)}_dkv",
         **common,
     )(*args)
+    dq_spec = _specs(bq, s, d, "tile", slots[0])
+    if opts.stacked:  # the query's slot written into the same buffer
+        return pl.pallas_call(
+            functools.partial(_dq_kernel, opts=opts, bq=bq, bk=bk),
+            grid=(s // bq, b, n),
+            in_specs=[*in_specs(bq, query_tiles=True), dq_spec],
+            out_specs=dq_spec,
+            out_shape=dkv_shapes,
+            input_output_aliases={len(args): 0},
+            name=f"{_name(opts)}_dq",
+            **common,
+        )(*args, dkv)
     dq = pl.pallas_call(
         functools.partial(_dq_kernel, opts=opts, bq=bq, bk=bk),
         grid=(s // bq, b, n),
         in_specs=in_specs(bq, query_tiles=True),
-        out_specs=spec(bq, "tile"),
-        out_shape=jax.ShapeDtypeStruct(q.shape, q.dtype),
-        name="attention_dropout_dq",
+        out_specs=dq_spec,
+        out_shape=jax.ShapeDtypeStruct(arrays[0].shape, arrays[0].dtype),
+        name=f"{_name(opts)}_dq",
         **common,
     )(*args)
-    return dq, dk, dv
+    return (dq, *dkv)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(5,))
 def flash_attention(q: Array, k: Array, v: Array, seg: Array, words: Array, opts: Options) -> Array:
     """[B, S, N, D] ×3 (q already scaled by 1/sqrt(D)), segment ids [B, S] int32 and
     `dropout_words` [B, N, 4] → [B, S, N, D]: softmax(q k^T) with dropout, times v."""
-    return _forward(q, k, v, seg, words, opts)[0]
+    return _forward((q, k, v), (), None, seg, words, opts)[0]
 
 
 def _flash_fwd(q, k, v, seg, words, opts):
-    out, lse = _forward(q, k, v, seg, words, opts)
+    out, lse = _forward((q, k, v), (), None, seg, words, opts)
     return out, (q, k, v, seg, words, out, lse)
 
 
 def _flash_bwd(opts, residuals, do):
     q, k, v, seg, words, out, lse = residuals
-    dq, dk, dv = _backward(q, k, v, seg, words, out, lse, do, opts)
+    dq, dk, dv = _backward((q, k, v), (), None, seg, words, out, lse, do, opts)
     return dq, dk, dv, None, None
 
 
 flash_attention.defvjp(_flash_fwd, _flash_bwd)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(6,))
+def flash_attention_stacked(
+    qkv: Array,
+    bias: Array | None,
+    sin: Array | None,
+    cos: Array | None,
+    seg: Array,
+    words: Array,
+    opts: Options,
+) -> Array:
+    """`flash_attention` of a stacked product [B, S, N, 3, D] (slots `KEY`, `VALUE`,
+    `QUERY`; ``opts.stacked`` set) plus ``bias`` [N, 3, D] (``opts.bias``; else None), its
+    scores scaled by ``opts.scale`` inside; with ``opts.rotary``, queries and keys rotated
+    inside by the angles of ``sin`` and ``cos`` [B or 1, S, D/2] (float32;
+    `layers.rotary_tables`; else None). The product's gradient comes as one [B, S, N, 3, D]
+    array; the bias's, its sums over the batch and positions, slot by slot."""
+    return _forward((qkv,), _tables(sin, cos), bias, seg, words, opts)[0]
+
+
+def _tables(sin: Array | None, cos: Array | None) -> tuple:
+    return () if sin is None else (sin, cos)
+
+
+def _stacked_fwd(qkv, bias, sin, cos, seg, words, opts):
+    out, lse = _forward((qkv,), _tables(sin, cos), bias, seg, words, opts)
+    return out, (qkv, bias, sin, cos, seg, words, out, lse)
+
+
+def _stacked_bwd(opts, residuals, do):
+    qkv, bias, sin, cos, seg, words, out, lse = residuals
+    dqkv = _backward((qkv,), _tables(sin, cos), bias, seg, words, out, lse, do, opts)
+    dbias = None
+    if bias is not None:  # a sum per slot: one nothing reads (a bias left out) is dropped
+        slots = [dqkv[:, :, :, i, :].astype(jnp.float32).sum((0, 1)) for i in range(3)]
+        dbias = jnp.stack(slots, axis=1).astype(bias.dtype)
+    return dqkv, dbias, None, None, None, None
+
+
+flash_attention_stacked.defvjp(_stacked_fwd, _stacked_bwd)
+
+
+def _name(opts: Options) -> str:
+    """The kernels' name prefix (in profiles and HLO)."""
+    if opts.stacked:
+        return "attention_rotary" if opts.rotary else "attention_stacked"
+    return "attention_dropout"

@@ -101,3 +101,26 @@ def test_an_operand_read_only_through_slices_moves_the_slices() -> None:
         # The whole product read beside its slice: read in full (1,536), written (1,536).
         "fwd jvp(model)/attention/exp": 1536 + 1536,
     }
+
+
+# A stacked product f32[8,3,16] (1,536 bytes) passed three times to a kernel that reads
+# its slots through block specs, and a second kernel that writes into the first one's
+# result (aliased) while reading the product (three times) and a f32[8,16] (512).
+_KERNELS = """HloModule stacked
+
+ENTRY %main (y: f32[8,3,16], g: f32[8,16]) -> f32[8,3,16] {
+  %y = f32[8,3,16]{2,1,0} parameter(0)
+  %g = f32[8,16]{1,0} parameter(1)
+  %a = f32[8,3,16]{2,1,0} custom-call(%y, %y, %y, %g), custom_call_target="__gpu$xla.gpu.triton", api_version=API_VERSION_TYPED_FFI, metadata={op_name="jit(step)/transpose(jvp(model))/attention/dkv"}
+  ROOT %b = f32[8,3,16]{2,1,0} custom-call(%y, %y, %y, %g, %a), custom_call_target="__gpu$xla.gpu.triton", output_to_operand_aliasing={{}: (4, {})}, api_version=API_VERSION_TYPED_FFI, metadata={op_name="jit(step)/transpose(jvp(model))/attention/dq"}
+}
+"""  # noqa: E501 (an HLO instruction is one line)
+
+
+def test_a_kernel_reads_a_buffer_passed_several_times_once_and_not_the_one_it_writes_into() -> None:
+    assert gpu_compile.source_bytes(_KERNELS) == {
+        # The product read once (1,536) and g (512); the result written (1,536).
+        "bwd transpose(jvp(model))/attention/dkv": 1536 + 512 + 1536,
+        # The same reads; the aliased result not read, written (counted whole: 1,536).
+        "bwd transpose(jvp(model))/attention/dq": 1536 + 512 + 1536,
+    }

@@ -123,11 +123,53 @@ def test_the_encoders_attention_draws_the_same_masks_on_either_path(kernel, rng,
     np.testing.assert_array_equal(threefry, run(Numerics(attention_kernel="xla", dropout_rng="threefry"), 5))
 
 
-@pytest.mark.parametrize("kernel", KERNELS)
+@pytest.mark.parametrize(("rotary", "window"), [(True, None), (True, 64), (False, None)])
+def test_the_encoders_attention_hands_the_triton_kernel_the_stacked_product(rotary, window) -> None:
+    """`BertSelfAttention` with attention dropout under ``attention_kernel=triton``
+    (interpreted) hands the kernel the query/key/value product whole
+    (`attention.attend_stacked`), which rotates queries and keys inside where the layer
+    is rotary: the output and the gradients of the input and of every parameter are the
+    XLA path's (three products, rotated outside, same masks)."""
+    from bert_jax.model import layers
+
+    positions = "rotary" if rotary else "absolute"
+    config = attention_cases.small_config(attention_probs_dropout_prob=0.1, position_embedding_type=positions)
+    x = jax.random.normal(jax.random.key(0), (2, 128, 64))
+    m = np.ones((2, 128), np.int32)
+    m[0, 90:] = 0
+    mask = AttentionMask(jnp.asarray(m), window=window)
+    rope = layers.rotary_tables(jnp.arange(128)[None], config.head_dim, 10_000.0) if rotary else None
+    params = BertSelfAttention(config).init(jax.random.key(1), x, mask, True, rope)
+    real = jnp.asarray(m > 0, jnp.float32)[:, :, None]
+    cotangent = jax.random.normal(jax.random.key(2), x.shape) * real
+
+    def loss(params, x, kernel: str):
+        out = BertSelfAttention(config, Numerics(attention_kernel=kernel, dropout_rng="hash")).apply(
+            params, x, mask, False, rope, rngs={"dropout": jax.random.key(5)}
+        )
+        return jnp.sum(out * cotangent), out * real
+
+    fns = {
+        k: jax.jit(jax.value_and_grad(lambda p, x, k=k: loss(p, x, k), argnums=(0, 1), has_aux=True))
+        for k in ("triton", "xla")
+    }
+    text = str(jax.make_jaxpr(lambda p, x: loss(p, x, "triton"))(params, x))
+    assert f"attention_{'rotary' if rotary else 'stacked'}_forward" in text
+    assert "attention_dropout_forward" not in text
+    (_, got), got_grads = fns["triton"](params, x)
+    (_, want), want_grads = fns["xla"](params, x)
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-5)
+    for g, w in zip(jax.tree.leaves(got_grads), jax.tree.leaves(want_grads), strict=True):
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("kernel", [*KERNELS, "triton-stacked", "triton-rotary"])
 def test_sharded_over_a_mesh_each_shard_draws_its_part_of_the_global_masks(kernel) -> None:
     """Under a (data 2, tensor 2) mesh of CPU devices the kernel runs per shard in a
     `shard_map`; each shard's masks are its slice of the global ones (the shard's first
-    batch row and head enter the index), so the result is the XLA path's."""
+    batch row and head enter the index), so the result is the XLA path's. ``triton-stacked``:
+    the product whole; ``triton-rotary``: rotated inside, the rotary tables of each row's
+    own positions split with the batch."""
     env = dict(os.environ, JAX_PLATFORMS="cpu")
     helper = ROOT / "tests" / "helpers" / "kernel_sharded.py"
     done = subprocess.run(

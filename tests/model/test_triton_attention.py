@@ -47,6 +47,40 @@ def test_forward_and_backward_lower_to_triton_for_a_cuda_target() -> None:
         assert text.count("__gpu$xla.gpu.triton") == 3
 
 
+@pytest.mark.parametrize("rotary", [True, False])
+def test_the_stacked_kernels_lower_to_triton_writing_one_gradient(rotary) -> None:
+    """No GPU here: `flash_attention_stacked` of ModernBERT-base's local layers (1,024
+    positions, a window of 128, 12 heads of 64, rotated inside) and of BERT-Base's at 512
+    with dropout and biases lowers to three Triton kernels that read the stacked product in
+    place (no slice of it outside them, no pass adding the biases) and write one gradient,
+    the dQ kernel into the dK/dV kernel's output (aliased)."""
+    s, opts = 1024, triton_attention.Options(window=128, stacked=True, rotary=True, scale=0.125)
+    if not rotary:
+        s, opts = (
+            512,
+            triton_attention.Options(
+                rate=0.1, narrow=True, packed=False, stacked=True, scale=0.125, bias=True
+            ),
+        )
+    qkv = jax.ShapeDtypeStruct((4, s, 12, 3, 64), jnp.bfloat16)
+    table = jax.ShapeDtypeStruct((1, s, 32), jnp.float32) if rotary else None
+    bias = None if rotary else jax.ShapeDtypeStruct((12, 3, 64), jnp.bfloat16)
+    seg = jax.ShapeDtypeStruct((4, s), jnp.int32)
+    words = jax.ShapeDtypeStruct((4, 12, 4), jnp.uint32)
+
+    def loss(qkv, bias, sin, cos, seg, words):
+        out = triton_attention.flash_attention_stacked(qkv, bias, sin, cos, seg, words, opts)
+        return out.astype(jnp.float32).sum()
+
+    grad = jax.jit(jax.grad(loss, argnums=(0, 1)))
+    text = grad.trace(qkv, bias, table, table, seg, words).lower(lowering_platforms=("cuda",))
+    text = text.as_text()
+    assert text.count("__gpu$xla.gpu.triton") == 3
+    assert text.count("output_operand_aliases") == 1
+    assert "stablehlo.slice %arg0 " not in text  # the product (the gradient's slots: the biases' sums)
+    assert " = stablehlo.add " not in text  # no bias added outside the kernels
+
+
 @pytest.mark.parametrize(
     ("requested", "platform", "mask", "head_dim", "rate", "hashed", "kernel", "warning"),
     [
@@ -97,6 +131,34 @@ def test_choose_kernel_for_triton(requested, platform, mask, head_dim, rate, has
         assert line is not None and warning in line and "\n" not in line
 
 
+@pytest.mark.parametrize(
+    ("requested", "platform", "window", "rate", "head_dim", "inside"),
+    [
+        ("auto", "gpu", 128, 0.0, 64, True),  # ModernBERT's local layers
+        ("auto", "gpu", None, 0.0, 64, False),  # its global ones: cuDNN
+        ("auto", "gpu", None, 0.1, 64, True),  # attention dropout: Triton
+        ("triton", "cpu", None, 0.0, 32, True),  # interpreted
+        ("triton", "gpu", None, 0.0, 16, False),  # half a head under Triton's smallest dot (unrotated: taken)
+        ("auto", "tpu", 128, 0.0, 64, False),  # splash
+    ],
+)
+def test_which_attentions_take_the_stacked_product(
+    requested, platform, window, rate, head_dim, inside
+) -> None:
+    """`attention.takes_stacked`: where the chosen kernel is Triton (and, to rotate inside,
+    half a head is a Triton dot); the self-attention layer then hands it the product."""
+    from bert_jax.model import attention
+
+    mask = AttentionMask(jnp.ones((2, 1024), jnp.int32), window=window)
+    got = attention.takes_stacked(
+        requested, mask, head_dim, rate, jnp.bfloat16, True, True, platform=platform
+    )
+    assert got is inside
+    assert (triton_attention.rotary_refusal(head_dim) is None) is (head_dim >= 32)
+    unrotated = attention.takes_stacked(requested, mask, head_dim, rate, jnp.bfloat16, True, False, platform)
+    assert unrotated is (inside or (head_dim == 16 and platform == "gpu"))
+
+
 @pytest.mark.skipif(not attention_cases.has_gpu(), reason="needs an NVIDIA GPU (Triton)")
 @pytest.mark.parametrize(
     ("s", "packed", "causal", "window", "rate"),
@@ -120,3 +182,46 @@ def test_compiled_on_a_gpu_equals_the_xla_path(s, packed, causal, window, rate) 
     text = jax.jit(ours).lower(q, k, v).compile().as_text()
     assert "triton" in text.lower()  # the Pallas kernels ran, not a fallback
     attention_cases.assert_close_in_bfloat16(got, want, got_grads, want_grads)
+
+
+@pytest.mark.skipif(not attention_cases.has_gpu(), reason="needs an NVIDIA GPU (Triton)")
+@pytest.mark.parametrize(("s", "window", "rate"), [(1024, 128, 0.0), (512, None, 0.1)])
+def test_the_stacked_kernels_compiled_on_a_gpu_equal_the_xla_path(s, window, rate) -> None:
+    """`attention.attend_stacked` compiled on the GPU (ModernBERT's local layers rotated
+    inside; a global one with the paper's dropout and biases, unrotated) against the XLA
+    path (biases added and rotated outside), in bfloat16 with the same masks: forward
+    within 2e-2, gradients within 2% of their largest."""
+    from bert_jax.model import attention, layers
+
+    q, k, v, m = _inputs(s, False, dtype=jnp.bfloat16, d=64)
+    mask = AttentionMask(m, window=window)
+    rope = layers.rotary_tables(jnp.arange(s)[None], 64, 10_000.0) if window else None
+    bias = None if window else jax.random.normal(jax.random.key(4), (q.shape[2], 3, 64), jnp.bfloat16)
+    key = jax.random.key(3)
+    _, xla = attention_cases.dropout_pair("triton", mask, rate, key, interpret=False)
+
+    def stack(q, k, v):
+        parts = {triton_attention.KEY: k, triton_attention.VALUE: v, triton_attention.QUERY: q}
+        return jnp.stack([parts[i] for i in range(3)], axis=3)
+
+    def ours(q, k, v):
+        seeds = lambda: ops.hash_seeds(key)
+        return attention.attend_stacked(
+            stack(q, k, v), bias, rope, mask, "triton", dropout_rate=rate, dropout_seeds=seeds
+        )
+
+    def want(q, k, v):
+        if rope is None:
+            biased = stack(q, k, v) + bias
+            return xla(
+                *(
+                    biased[..., i, :]
+                    for i in (triton_attention.QUERY, triton_attention.KEY, triton_attention.VALUE)
+                )
+            )
+        return xla(layers.apply_rotary(q, *rope), layers.apply_rotary(k, *rope), v)
+
+    got, got_grads = attention_cases.out_and_grads(ours, q, k, v, m)
+    ref, ref_grads = attention_cases.out_and_grads(want, q, k, v, m)
+    assert "triton" in jax.jit(ours).lower(q, k, v).compile().as_text().lower()
+    attention_cases.assert_close_in_bfloat16(got, ref, got_grads, ref_grads)
