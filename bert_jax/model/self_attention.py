@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 from jax.ad_checkpoint import checkpoint_name
 
-from bert_jax.model import attention, ops
+from bert_jax.model import attention, ops, triton_attention
 from bert_jax.model.attention import AttentionMask
 from bert_jax.model.config import BertConfig
 from bert_jax.model.layers import apply_rotary, dropout, normal_init, zeros_init
@@ -177,7 +177,8 @@ class BertSelfAttention(nn.Module):
             q, k, v = query(x), key(x), value(x)
         else:
             qkv, _ = _stacked_qkv(c, num, x, [key, value, query])  # [B, S, N, 3, D]
-            k, v, q = (qkv[..., i, :] for i in range(3))
+            slots = (triton_attention.KEY, triton_attention.VALUE, triton_attention.QUERY)
+            k, v, q = (qkv[..., i, :] for i in slots)
             q, k = apply_rotary(q, *rope), apply_rotary(k, *rope)
         q = nn.with_logical_constraint(
             q, ("activation_batch", "activation_length", "activation_heads", "activation_kv")
