@@ -213,13 +213,12 @@ def _sharded(
     fn: Callable[..., Array],
     axes: tuple[AxisNames, AxisNames],
     mesh: jax.sharding.AbstractMesh,
-    replicated: int = 0,
 ) -> Callable[..., Array]:
-    """``fn(q, k, v, seg, *replicated)`` in a `jax.shard_map` over the batch and head
-    ``axes`` of the context mesh; the last ``replicated`` arguments whole on every device."""
+    """``fn(q, k, v, seg)`` in a `jax.shard_map` over the batch and head ``axes`` of the
+    context mesh."""
     batch, heads = axes
     qkv = PartitionSpec(batch, None, heads, None)
-    specs = (qkv, qkv, qkv, PartitionSpec(batch, None)) + (PartitionSpec(),) * replicated
+    specs = (qkv, qkv, qkv, PartitionSpec(batch, None))
     return jax.shard_map(fn, mesh=mesh, in_specs=specs, out_specs=qkv, check_vma=False)
 
 
@@ -379,6 +378,11 @@ def takes_stacked(
     this size inside."""
     platform = target_platform() if platform is None else platform
     chosen, _ = choose_kernel(kernel, platform, mask, head_dim, dropout_rate, dtype, hash_dropout)
+    return _is_stacked(chosen, head_dim, rotary)
+
+
+def _is_stacked(chosen: str, head_dim: int, rotary: bool) -> bool:
+    """Whether the kernel `choose_kernel` chose takes the stacked product (`takes_stacked`)."""
     return chosen == "triton" and not (rotary and triton_attention.rotary_refusal(head_dim))
 
 
@@ -402,10 +406,10 @@ def attend_stacked(
     draws it."""
     platform = target_platform() if platform is None else platform
     s, n, _, d = qkv.shape[1:]
-    hashed = dropout_seeds is not None
-    if not takes_stacked(kernel, mask, d, dropout_rate, qkv.dtype, hashed, rope is not None, platform):
+    hashed, rotary = dropout_seeds is not None, rope is not None
+    chosen, warning = choose_kernel(kernel, platform, mask, d, dropout_rate, qkv.dtype, hashed)
+    if not _is_stacked(chosen, d, rotary):
         raise ValueError(f"attention_kernel={kernel} does not take the stacked product here: use `attend`")
-    _, warning = choose_kernel(kernel, platform, mask, d, dropout_rate, qkv.dtype, hashed)
     if warning:
         warn_once(warning)
     opts = _triton_options(
@@ -415,7 +419,7 @@ def attend_stacked(
         interpret=platform != "gpu",
         paired=paired_dropout,
         stacked=True,
-        rotary=rope is not None,
+        rotary=rotary,
         bias=bias is not None,
         scale=1.0 / float(d) ** 0.5,
     )
