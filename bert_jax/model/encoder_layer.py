@@ -9,7 +9,8 @@ positions (ModernBERT's local layers). The feed-forward block is ``act(x W_in) W
 with ``gated_ffn``, GeGLU ``(act(x W_gate) * x W_in) W_out`` (Shazeer, 2020).
 
 Parameter names are the same in both LayerNorm placements (each LayerNorm named by the
-sub-layer it belongs to).
+sub-layer it belongs to) and whether XLA or `residual_norm`'s kernels compute the blocks'
+ends (``norm_kernel``).
 """
 
 from __future__ import annotations
@@ -45,14 +46,24 @@ class BertLayer(nn.Module):
         mask: AttentionMask | Array,
         deterministic: bool,
         rope: tuple[Array, Array] | None = None,
-    ) -> Array:
+        pending: Array | None = None,
+        defer: bool = False,
+    ) -> Array | tuple[Array, Array]:
+        """The layer's output, [B, S, H]. Pre-LN layers in the LayerNorm kernels
+        (`residual_norm.defers_residual`) may take their input as ``x + pending`` (the
+        previous layer's last residual add, left to this layer's attention LayerNorm
+        kernel) and, with ``defer``, return (x, h) for x + h, leaving theirs to the next."""
         c, num = self.config, self.numerics
         mask = as_mask(mask, x)
         if self.window is not None:
             mask = mask.replace(window=self.window)
         attention = BertSelfAttention(c, num, name="attention")
         if self._norm_kernel(x, deterministic):
+            if c.pre_layer_norm:
+                return self._pre_norm_kernels(attention, x, mask, deterministic, rope, pending, defer)
             return self._post_norm_kernels(attention, x, mask, deterministic, rope)
+        if pending is not None or defer:
+            raise ValueError("a layer outside the LayerNorm kernels takes and returns whole outputs")
         output_norm = layer_norm(c, num, "output_LayerNorm")
         if c.pre_layer_norm:  # x + f(LN(x)): the residual stream is never normalised
             h = layer_norm(c, num, "attention_LayerNorm")(x) if self.attention_norm else x
@@ -69,7 +80,7 @@ class BertLayer(nn.Module):
         return nn.with_logical_constraint(x, ("activation_batch", "activation_length", "activation_embed"))
 
     def _norm_kernel(self, x: Array, deterministic: bool) -> bool:
-        """Whether the post-LN blocks' ends run in `residual_norm`'s kernels (``norm_kernel``;
+        """Whether the blocks' ends run in `residual_norm`'s kernels (``norm_kernel``;
         one warning line where it asks for them and they cannot run)."""
         if self.numerics.norm_kernel == "xla" or self.is_initializing():
             return False
@@ -97,6 +108,42 @@ class BertLayer(nn.Module):
         x = residual_norm.ResidualLayerNorm(c, num, name="attention_LayerNorm")(attn, bias, x, rate, seeds())
         h, bias = self.feed_forward(x, defer_bias=True)
         x = residual_norm.ResidualLayerNorm(c, num, name="output_LayerNorm")(h, bias, x, rate, seeds())
+        return nn.with_logical_constraint(x, ("activation_batch", "activation_length", "activation_embed"))
+
+    def _pre_norm_kernels(
+        self,
+        attention: BertSelfAttention,
+        x: Array,
+        mask: AttentionMask,
+        deterministic: bool,
+        rope,
+        pending: Array | None,
+        defer: bool,
+    ) -> Array | tuple[Array, Array]:
+        """The pre-LN layer, x + f(LN(x)), with the attention block's end (its output
+        layer's bias, hidden dropout, the residual add) and the feed-forward block's
+        LayerNorm in one `residual_norm` kernel pair, which writes the stream and the
+        normalised input; with ``pending`` the attention LayerNorm too (the previous
+        layer's residual add in it); the rest as on the XLA path, with its parameters and
+        dropout layers in the same order."""
+        c, num = self.config, self.numerics
+        rate = 0.0 if deterministic else c.hidden_dropout_prob
+        if pending is not None:
+            if not self.attention_norm:
+                raise ValueError("a layer without an attention LayerNorm takes its input whole")
+            norm = residual_norm.ResidualLayerNorm(c, num, stream=True, name="attention_LayerNorm")
+            x, h = norm(pending, None, x, 0.0, None)
+        else:
+            h = layer_norm(c, num, "attention_LayerNorm")(x) if self.attention_norm else x
+        attn, bias = attention(h, mask, deterministic, rope, defer_bias=True)
+        seeds = dropout(num, rate).seeds() if rate else None
+        norm = residual_norm.ResidualLayerNorm(c, num, stream=True, name="output_LayerNorm")
+        x, h = norm(attn, bias, x, rate, seeds)
+        x = checkpoint_name(x, "norm_input")
+        h = dropout(num, c.hidden_dropout_prob)(self.feed_forward(h), deterministic)
+        if defer:
+            return x, h
+        x = x + h
         return nn.with_logical_constraint(x, ("activation_batch", "activation_length", "activation_embed"))
 
     def feed_forward(self, x: Array, defer_bias: bool = False) -> Array | tuple[Array, Array | None]:

@@ -108,13 +108,16 @@ def run_layer(
     mask: AttentionMask | Array,
     deterministic: bool,
     ropes: Ropes,
-) -> Array:
-    """Layer `index` (its window, attention norm and rotary tables) applied to `x`."""
+    **deferred: Any,
+) -> Any:
+    """Layer `index` (its window, attention norm and rotary tables) applied to `x`;
+    ``deferred``: `BertLayer`'s ``pending`` and ``defer`` (its residual add left to the
+    next LayerNorm's kernel)."""
     window = layer_window(config, index)
     norm = index > 0 or config.first_layer_attention_norm
     layer = _remat(numerics.remat_policy)(BertLayer)(config, numerics, window, norm, name=name)
     rope = None if ropes is None else ropes[0 if window is None else 1]
-    return layer(x, mask, deterministic, rope)
+    return layer(x, mask, deterministic, rope, **deferred)
 
 
 class _ScannedGroup(nn.Module):
@@ -146,11 +149,22 @@ def encoder_layers(
     deterministic: bool,
     output_hidden_states: bool,
     ropes: Ropes,
-) -> tuple[Array, list[Array]]:
+    defer: bool = False,
+) -> tuple[Array, list[Array], Array | None]:
     """Every layer of the encoder, in order (scanned as `scan_plan` says when
     ``numerics.scanned``), built in the calling module's scope (call it from the encoder's
-    compact ``__call__``); returns the last output and each layer's output."""
+    compact ``__call__``); returns the last output, each layer's output and, with ``defer``
+    (`residual_norm.defers_residual`: unrolled, no hidden states), the last layer's
+    residual add left undone (the output is x + that)."""
     c, num = config, numerics
+    if defer:
+        pending = None
+        for i in range(c.num_hidden_layers):
+            name = f"layer_{i}"
+            x, pending = run_layer(
+                c, num, i, name, x, mask, deterministic, ropes, pending=pending, defer=True
+            )
+        return x, [], pending
     head, period, groups = scan_plan(c) if num.scanned else (c.num_hidden_layers, 1, 0)
     outputs = []
     for i in range(head):
@@ -173,7 +187,7 @@ def encoder_layers(
     for i in range(head + groups * period, c.num_hidden_layers):
         x = run_layer(c, num, i, f"layer_{i}", x, mask, deterministic, ropes)
         outputs.append(x)
-    return x, outputs
+    return x, outputs, None
 
 
 def _scanned_names(scanned: dict) -> list[str]:

@@ -85,10 +85,11 @@ class Numerics:
     # or attention dropout. "triton" (GPUs) and "mosaic" (TPUs) apply attention dropout
     # inside the kernel with the "hash" masks.
     attention_kernel: str = setting("auto", choices=ATTENTION_KERNELS)
-    # The post-LayerNorm blocks' ends, LN(x + dropout(f(x) + b)) (BERT's layers): "xla", or
-    # "triton", one Triton kernel for the bias, hidden dropout ("hash" masks, the XLA path's),
-    # residual add and LayerNorm and one for their gradients, the dense bias's included
-    # (`model.triton_norm`; NVIDIA GPUs; pre-LN models and other platforms keep XLA's).
+    # The residual blocks' ends, LN(x + dropout(f(x) + b)) (BERT's layers; pre-LN layers: the
+    # stream x + dropout(f(x) + b) and its LayerNorm): "xla", or "triton", one Triton kernel
+    # for the bias, hidden dropout ("hash" masks, the XLA path's), residual add and LayerNorm
+    # and one for their gradients, the dense bias's included (`model.triton_norm`; NVIDIA
+    # GPUs; other platforms keep XLA's).
     norm_kernel: str = setting("xla", choices=NORM_KERNELS)
 
     def __post_init__(self) -> None:

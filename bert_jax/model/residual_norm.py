@@ -1,6 +1,8 @@
 """``LN(r + dropout(h + b))``, the end of a post-LayerNorm residual block, through the Triton
-kernel pair of `triton_norm` (``norm_kernel=triton``; NVIDIA GPUs, interpreted on CPU).
-The XLA path (`encoder_layer`: `layers.layer_norm` of the sum) computes the same.
+kernel pair of `triton_norm` (``norm_kernel=triton``; NVIDIA GPUs, interpreted on CPU);
+with ``stream`` the pre-LayerNorm form, the residual stream ``s = r + dropout(h + b)`` and
+the next sub-layer's input ``LN(s)`` both. The XLA path (`encoder_layer`:
+`layers.layer_norm` of the sum) computes the same.
 
 The module holds the LayerNorm's parameters under its own name (``scale``, ``bias``: the
 names and shapes of `layers.layer_norm`'s, so checkpoints do not see which ran). ``h`` is
@@ -28,8 +30,6 @@ def kernel_refusal(
     config: BertConfig, numerics: Numerics, shape: tuple[int, ...], training: bool
 ) -> str | None:
     """Why ``norm_kernel=triton`` falls back to XLA for [B, S, H] activations, or None."""
-    if config.pre_layer_norm:
-        return "pre-LN layers (x + f(LN(x))) have no LN(x + dropout(f(x))) to fuse"
     if numerics.remat_policy != "none":
         return f"remat_policy={numerics.remat_policy} keeps or recomputes the XLA LayerNorm's inputs"
     if training and config.hidden_dropout_prob and numerics.dropout_rng not in KERNEL_DROPOUT_RNGS:
@@ -40,12 +40,30 @@ def kernel_refusal(
     return triton_norm.refusal(shape[0] * shape[1], shape[2])
 
 
+def defers_residual(
+    config: BertConfig, numerics: Numerics, shape: tuple[int, ...], training: bool, *, plain_loop: bool
+) -> bool:
+    """Whether a pre-LN encoder's layers hand their last residual add to the next
+    LayerNorm's kernel (the next layer's attention LayerNorm, the final one after the last
+    layer): the kernels run (`kernel_refusal` None, ``norm_kernel=triton``) and the layers
+    are called one after another with nothing reading their outputs in between
+    (``plain_loop``: unrolled, no hidden states asked for, not initialising)."""
+    return (
+        plain_loop
+        and config.pre_layer_norm
+        and numerics.norm_kernel == "triton"
+        and kernel_refusal(config, numerics, shape, training) is None
+    )
+
+
 class ResidualLayerNorm(nn.Module):
     """``LN(r + drop(h + b))`` for [B, S, H] ``h`` and ``r`` in the kernels (`kernel_refusal`
-    None), in the compute dtype."""
+    None), in the compute dtype; with ``stream`` (s, LN(s)), ``s = r + drop(h + b)`` in the
+    dtype the XLA path's sum has."""
 
     config: BertConfig
     numerics: Numerics
+    stream: bool = False
 
     @nn.compact
     def __call__(self, h: Array, b: Array | None, r: Array, rate: float, seeds: Array | None) -> Array:
@@ -61,20 +79,26 @@ class ResidualLayerNorm(nn.Module):
             interpret=attention.target_platform() == "cpu",
         )
         vectors = (zeros if b is None else b, scale, zeros if shift is None else shift)
-        return _kernel_path(h.astype(num.dtype), r.astype(num.dtype), vectors, seeds, opts)
+        h = h.astype(num.dtype)
+        r = r.astype(jnp.result_type(h, r) if self.stream else num.dtype)
+        return _kernel_path(h, r, vectors, seeds, opts, self.stream)
 
 
-def _kernel_path(h: Array, r: Array, vectors: tuple, seeds: Array | None, opts: triton_norm.Options) -> Array:
-    """`triton_norm.residual_layer_norm` of [B, S, H] arrays, on each shard of the batch in a
-    `jax.shard_map` under the context mesh (the shard's first row: its part of the masks)."""
+def _kernel_path(
+    h: Array, r: Array, vectors: tuple, seeds: Array | None, opts: triton_norm.Options, stream: bool
+) -> Array | tuple[Array, Array]:
+    """`triton_norm.residual_layer_norm` (``stream``: `triton_norm.stream_layer_norm`) of
+    [B, S, H] arrays, on each shard of the batch in a `jax.shard_map` under the context mesh
+    (the shard's first row: its part of the masks)."""
 
     def local(h: Array, r: Array, b: Array, g: Array, beta: Array, seeds: Array) -> Array:
         batch, length, width = h.shape
         first = attention.shard_start(axes, batch) * length
         words = triton_norm.words(first, seeds)
         h, r = (x.reshape(batch * length, width) for x in (h, r))
-        y = triton_norm.residual_layer_norm(h, b, r, g, beta, words, opts)
-        return y.reshape(batch, length, width)
+        kernel = triton_norm.stream_layer_norm if stream else triton_norm.residual_layer_norm
+        out = kernel(h, b, r, g, beta, words, opts)
+        return jax.tree.map(lambda y: y.reshape(batch, length, width), out)
 
     seeds = jnp.zeros((2,), jnp.uint32) if seeds is None else seeds
     mesh = attention.in_context_mesh()
@@ -84,5 +108,6 @@ def _kernel_path(h: Array, r: Array, vectors: tuple, seeds: Array | None, opts: 
         rows = jax.sharding.PartitionSpec(axes, None, None)
         whole = jax.sharding.PartitionSpec()
         specs = (rows, rows) + (whole,) * 4
-        fn = jax.shard_map(local, mesh=mesh, in_specs=specs, out_specs=rows, check_vma=False)
+        out = (rows, rows) if stream else rows
+        fn = jax.shard_map(local, mesh=mesh, in_specs=specs, out_specs=out, check_vma=False)
     return fn(h, r, *vectors, seeds)

@@ -103,9 +103,8 @@ def _sums(
     return out
 
 
-def _forward_kernel(
-    h_ref, b_ref, r_ref, g_ref, beta_ref, words_ref, y_ref, mean_ref, rstd_ref, *, opts, width
-):
+def _forward_kernel(h_ref, b_ref, r_ref, g_ref, beta_ref, words_ref, *out_refs, opts, width):
+    y_ref, *s_ref, mean_ref, rstd_ref = out_refs  # s_ref: the stream's sum (`stream_layer_norm`)
     step = _step(opts, y_ref.shape[0])
     base = _first_row(words_ref, y_ref.shape[0])
 
@@ -113,6 +112,10 @@ def _forward_kernel(
         first = pl.multiple_of(i * step, step)
         lines = pl.ds(first, step)
         parts = _sums(h_ref, b_ref, r_ref, words_ref, base, first, step, width, opts)
+        if s_ref:  # the sum as the stream holds it, normalised as the XLA path does
+            for cols, _, s in parts:
+                s_ref[0][lines, cols] = s.astype(s_ref[0].dtype)
+            parts = [(cols, keep, s.astype(s_ref[0].dtype).astype(jnp.float32)) for cols, keep, s in parts]
         mean = sum(jnp.sum(s, axis=1) for _, _, s in parts) / width
         var = sum(jnp.sum(jnp.square(s - mean[:, None]), axis=1) for _, _, s in parts) / width
         rstd = lax.rsqrt(var + opts.eps)
@@ -127,9 +130,13 @@ def _forward_kernel(
     lax.fori_loop(0, y_ref.shape[0] // step, rows, None)
 
 
-def _backward_kernel(
-    h_ref, b_ref, r_ref, g_ref, words_ref, mean_ref, rstd_ref, dy_ref, *out_refs, opts, width
-):
+def _backward_kernel(*refs, opts, width, stream):
+    """The gradients of `_forward_kernel`'s sum: from h, b and r (``stream`` False) or from
+    the stream's sum as the forward wrote it plus the stream's own incoming gradient."""
+    if stream:
+        s_ref, g_ref, words_ref, mean_ref, rstd_ref, dy_ref, ds_ref, *out_refs = refs
+    else:
+        h_ref, b_ref, r_ref, g_ref, words_ref, mean_ref, rstd_ref, dy_ref, *out_refs = refs
     dh_ref, *dr_ref, sums_ref = out_refs
     step, size = _step(opts, dh_ref.shape[0]), chunk(width)
     base = _first_row(words_ref, dh_ref.shape[0])
@@ -137,7 +144,10 @@ def _backward_kernel(
     def rows(i: Array, sums: tuple) -> tuple:
         first = pl.multiple_of(i * step, step)
         lines = pl.ds(first, step)
-        parts = _sums(h_ref, b_ref, r_ref, words_ref, base, first, step, width, opts)
+        if stream:
+            parts = _stream_parts(s_ref, words_ref, base, first, step, width, opts)
+        else:
+            parts = _sums(h_ref, b_ref, r_ref, words_ref, base, first, step, width, opts)
         mean, rstd = mean_ref[lines][:, None], rstd_ref[lines][:, None]
         pieces = []
         for cols, keep, s in parts:
@@ -149,6 +159,8 @@ def _backward_kernel(
         out = []
         for (cols, keep, xhat, dy, gdy), (dg, dbeta, db) in zip(pieces, sums, strict=True):
             ds = rstd * (gdy - xhat * c1 - c2)  # the gradient of the sum: of r and of dropout's output
+            if stream:  # and the stream's own, from the layers after
+                ds = ds + ds_ref[lines, cols].astype(jnp.float32)
             dh = ds if keep is None else jnp.where(keep, ds * (1.0 / (1.0 - opts.rate)), 0.0)
             dh_ref[lines, cols] = dh.astype(dh_ref.dtype)
             if dr_ref:
@@ -163,6 +175,21 @@ def _backward_kernel(
     for c, column_sums in enumerate(sums):
         for k, total in enumerate(column_sums):  # the scale's, the shift's, the bias's
             sums_ref[0, k, pl.ds(c * size, size)] = total
+
+
+def _stream_parts(s_ref, words_ref, base: Array, first: Array, rows: int, width: int, opts: Options) -> list:
+    """`_sums`' chunks read back from the stream's sum: (columns, keep mask or None, the sum
+    in float32)."""
+    size = chunk(width)
+    lines = pl.ds(first, rows)
+    out = []
+    for c in range(width // size):
+        cols = pl.ds(c * size, size)
+        keep = None
+        if opts.rate:
+            keep = _keep(words_ref, base + first.astype(jnp.uint32), rows, c * size, width, size, opts)
+        out.append((cols, keep, s_ref[lines, cols].astype(jnp.float32)))
+    return out
 
 
 def _first_row(words_ref, block: int) -> Array:
@@ -190,46 +217,60 @@ def _compiler(opts: Options) -> dict:
     )
 
 
-def _forward(h, b, r, g, beta, words, opts: Options) -> tuple[Array, Array, Array]:
+def _forward(h, b, r, g, beta, words, opts: Options, stream: bool = False) -> tuple[Array, ...]:
+    """(y, [the stream's sum,] mean, 1/std)."""
     n, width = h.shape
     block = kernel_tiles.fit_block(opts.rows, n)
     rows, vector, words_spec, stats, _ = _specs(block, width)
+    sums = [jax.ShapeDtypeStruct(r.shape, r.dtype)] if stream else []
     return pl.pallas_call(
         functools.partial(_forward_kernel, opts=opts, width=width),
         grid=(n // block,),
         in_specs=[rows, vector, rows, vector, vector, words_spec],
-        out_specs=[rows, stats, stats],
+        out_specs=[rows] * (1 + len(sums)) + [stats, stats],
         out_shape=[
             jax.ShapeDtypeStruct(h.shape, h.dtype),
+            *sums,
             jax.ShapeDtypeStruct((n,), jnp.float32),
             jax.ShapeDtypeStruct((n,), jnp.float32),
         ],
-        name="residual_layer_norm_forward",
+        name="stream_layer_norm_forward" if stream else "residual_layer_norm_forward",
         **_compiler(opts),
     )(h, b, r, g, beta, words)
 
 
-def _backward(h, b, r, g, words, mean, rstd, dy, opts: Options) -> tuple[Array, ...]:
-    n, width = h.shape
+def _backward(inputs: tuple, dy: Array, opts: Options, stream: bool = False) -> tuple[Array, ...]:
+    """``inputs``: (h, b, r, g, words, mean, rstd), or with ``stream`` (s, g, words, mean,
+    rstd, ds), s the stream's sum and ds its incoming gradient. Returns (dh, dr, dg, dbeta,
+    db)."""
+    n, width = dy.shape
+    dtype, stream_dtype = (dy.dtype, inputs[0].dtype) if stream else (inputs[0].dtype, inputs[2].dtype)
     block = kernel_tiles.fit_block(opts.block, n)
     rows, vector, words_spec, stats, partial = _specs(block, width)
     programs = n // block
-    grads = [jax.ShapeDtypeStruct(h.shape, h.dtype)]
+    grads = [jax.ShapeDtypeStruct((n, width), dtype)]
     if opts.rate:  # dropout: the gradient of r differs from that of h
-        grads.append(jax.ShapeDtypeStruct(r.shape, r.dtype))
+        grads.append(jax.ShapeDtypeStruct((n, width), stream_dtype))
     # Per program the column sums of the scale's, the shift's and the bias's gradient,
     # added up by one XLA reduction.
     sums = jax.ShapeDtypeStruct((programs, 3, width), jnp.float32)
+    if stream:
+        in_specs = [rows, vector, words_spec, stats, stats, rows, rows]
+        operands = (*inputs[:5], dy, inputs[5])
+    else:
+        in_specs = [rows, vector, rows, vector, words_spec, stats, stats, rows]
+        operands = (*inputs, dy)
     out = pl.pallas_call(
-        functools.partial(_backward_kernel, opts=opts, width=width),
+        functools.partial(_backward_kernel, opts=opts, width=width, stream=stream),
         grid=(programs,),
-        in_specs=[rows, vector, rows, vector, words_spec, stats, stats, rows],
+        in_specs=in_specs,
         out_specs=[rows] * len(grads) + [partial],
         out_shape=[*grads, sums],
-        name="residual_layer_norm_backward",
+        name="stream_layer_norm_backward" if stream else "residual_layer_norm_backward",
         **_compiler(opts),
-    )(h, b, r, g, words, mean, rstd, dy)
-    dh, dr = out[0], out[1] if opts.rate else out[0]
+    )(*operands)
+    dh = out[0]
+    dr = out[1] if opts.rate else dh.astype(stream_dtype)
     dg, dbeta, db = out[-1].sum(axis=0)
     return dh, dr, dg, dbeta, db
 
@@ -251,11 +292,39 @@ def _fwd(h, b, r, g, beta, words, opts):
 
 def _bwd(opts, residuals, dy):
     h, b, r, g, beta, words, mean, rstd = residuals
-    dh, dr, dg, dbeta, db = _backward(h, b, r, g, words, mean, rstd, dy, opts)
+    dh, dr, dg, dbeta, db = _backward((h, b, r, g, words, mean, rstd), dy, opts)
     return dh, db.astype(b.dtype), dr, dg.astype(g.dtype), dbeta.astype(beta.dtype), None
 
 
 residual_layer_norm.defvjp(_fwd, _bwd)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(6,))
+def stream_layer_norm(
+    h: Array, b: Array, r: Array, g: Array, beta: Array, words: Array, opts: Options
+) -> tuple[Array, Array]:
+    """The pre-LayerNorm block's residual add and the next LayerNorm: (s, LN(s)) with
+    ``s = r + dropout(h + b)`` in ``r``'s dtype (the residual stream) and LN(s) in ``h``'s,
+    of [rows, H] arrays; the arguments are `residual_layer_norm`'s. The forward kernel
+    writes both, the backward kernel reads s back (not h and r) and adds the stream's own
+    incoming gradient to the LayerNorm's."""
+    y, s, _, _ = _forward(h, b, r, g, beta, words, opts, stream=True)
+    return s, y
+
+
+def _stream_fwd(h, b, r, g, beta, words, opts):
+    y, s, mean, rstd = _forward(h, b, r, g, beta, words, opts, stream=True)
+    return (s, y), (s, b, g, beta, words, mean, rstd)
+
+
+def _stream_bwd(opts, residuals, grads):
+    s, b, g, beta, words, mean, rstd = residuals
+    ds, dy = grads  # in the dtypes of s and of y (h's)
+    dh, dr, dg, dbeta, db = _backward((s, g, words, mean, rstd, ds), dy, opts, stream=True)
+    return dh, db.astype(b.dtype), dr, dg.astype(g.dtype), dbeta.astype(beta.dtype), None
+
+
+stream_layer_norm.defvjp(_stream_fwd, _stream_bwd)
 
 
 def words(first_row: Array | int, seeds: Array | None) -> Array:

@@ -1,11 +1,13 @@
 """Subprocess body of the Triton LayerNorm's sharded test: runs with 4 virtual CPU devices.
 
-A post-LN `BertLayer` with hidden dropout, ``norm_kernel=triton`` (interpreted) against
+A post-LN and a pre-LN `BertLayer` with hidden dropout, ``norm_kernel=triton`` (interpreted) against
 ``norm_kernel=xla`` with the same parameters and dropout key, jitted over a (data 2, fsdp 1,
 tensor 2) mesh under the project's logical-axis rules. Prints one JSON object: the largest
-difference of the outputs, and of them when the XLA path draws with another key.
+difference of the outputs (of both layers), and of them when the XLA path draws with
+another key.
 """
 
+import functools
 import json
 import os
 import sys
@@ -27,15 +29,23 @@ from tests.helpers import attention_cases
 
 
 def main() -> None:
-    config = attention_cases.small_config(hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.0)
     x = jnp.asarray(np.random.default_rng(0).normal(size=(4, 32, 64)), jnp.float32)
     mask = AttentionMask(jnp.ones((4, 32), jnp.int32))
-    params = BertLayer(config).init(jax.random.key(1), x, mask, True)
+    configs = [
+        attention_cases.small_config(
+            hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.0, pre_layer_norm=pre_ln
+        )
+        for pre_ln in (False, True)
+    ]
+    params = [BertLayer(c).init(jax.random.key(1), x, mask, True) for c in configs]
 
     def run(kernel: str, key: int) -> np.ndarray:
-        layer = BertLayer(config, Numerics(norm_kernel=kernel))
-        fn = jax.jit(lambda p, x: layer.apply(p, x, mask, False, rngs={"dropout": jax.random.key(key)}))
-        return np.asarray(fn(params, x))
+        outputs = []
+        for config, p in zip(configs, params, strict=True):
+            layer = BertLayer(config, Numerics(norm_kernel=kernel))
+            fn = functools.partial(layer.apply, rngs={"dropout": jax.random.key(key)})
+            outputs.append(np.asarray(jax.jit(lambda p, x, fn=fn: fn(p, x, mask, False))(p, x)))
+        return np.stack(outputs)
 
     mesh = sharding.make_mesh((2, 1, 2), jax.devices()[:4])
     with jax.set_mesh(mesh), nn.logical_axis_rules(sharding.LOGICAL_AXIS_RULES):
