@@ -58,8 +58,8 @@ def defers_residual(
 
 class ResidualLayerNorm(nn.Module):
     """``LN(r + drop(h + b))`` for [B, S, H] ``h`` and ``r`` in the kernels (`kernel_refusal`
-    None), in the compute dtype; with ``stream`` (s, LN(s)), ``s = r + drop(h + b)`` in the
-    dtype the XLA path's sum has."""
+    None), in the compute dtype; with ``stream`` (s, LN(s)), ``s = r + drop(h + b)``. ``r``
+    is read in the dtype the XLA path's sum has (a float32 stream stays float32)."""
 
     config: BertConfig
     numerics: Numerics
@@ -80,7 +80,7 @@ class ResidualLayerNorm(nn.Module):
         )
         vectors = (zeros if b is None else b, scale, zeros if shift is None else shift)
         h = h.astype(num.dtype)
-        r = r.astype(jnp.result_type(h, r) if self.stream else num.dtype)
+        r = r.astype(jnp.result_type(h, r))
         return _kernel_path(h, r, vectors, seeds, opts, self.stream)
 
 
