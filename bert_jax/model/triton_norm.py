@@ -13,6 +13,11 @@ h and r, and writes the gradient of h and of r (the same array without dropout) 
 block of rows, partial column sums for the LayerNorm's scale and shift and the dense
 layer's bias (XLA adds the blocks' partials up).
 
+Pre-LayerNorm blocks (`stream_layer_norm`) keep the sum: it is the residual stream, and
+its LayerNorm the next sub-layer's input. The forward kernel writes both; the backward
+kernel reads the sum back instead of h and r and adds the stream's own incoming gradient
+(from the layers after) to the LayerNorm's.
+
 Dropout draws `ops.dropout_keep_mask`'s masks (``"hash"``, or ``"hash16"`` with
 ``paired``) of the [rows, H] array, the masks `layers.Dropout` draws on the XLA path: the
 flat index of element (i, j) is ``i H + j`` (the global row i under a `shard_map`: the
