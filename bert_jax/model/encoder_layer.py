@@ -139,7 +139,6 @@ class BertLayer(nn.Module):
         seeds = dropout(num, rate).seeds() if rate else None
         norm = residual_norm.ResidualLayerNorm(c, num, stream=True, name="output_LayerNorm")
         x, h = norm(attn, bias, x, rate, seeds)
-        x = checkpoint_name(x, "norm_input")
         h = dropout(num, c.hidden_dropout_prob)(self.feed_forward(h), deterministic)
         if defer:
             return x, h

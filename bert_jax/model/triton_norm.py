@@ -89,20 +89,28 @@ def _keep(words_ref, start: Array, rows: int, col0: int, width: int, cols: int, 
     return kernel_tiles.keep(words, row, columns, width, opts.rate, narrow=True, paired=opts.paired)
 
 
-def _sums(
-    h_ref, b_ref, r_ref, words_ref, base: Array, first: Array, rows: int, width: int, opts: Options
-) -> list:
+def _chunks(words_ref, base: Array, first: Array, rows: int, width: int, opts: Options) -> list:
     """Per column chunk of ``rows`` rows from the block's row ``first`` (global row ``base``
-    + ``first``): (columns, keep mask or None, r + dropout(h + b) in float32)."""
+    + ``first``): (row slice, columns, keep mask or None)."""
     size = chunk(width)
     lines = pl.ds(first, rows)
     out = []
     for c in range(width // size):
-        cols = pl.ds(c * size, size)
-        u = h_ref[lines, cols].astype(jnp.float32) + b_ref[cols].astype(jnp.float32)[None, :]
         keep = None
         if opts.rate:
             keep = _keep(words_ref, base + first.astype(jnp.uint32), rows, c * size, width, size, opts)
+        out.append((lines, pl.ds(c * size, size), keep))
+    return out
+
+
+def _sums(
+    h_ref, b_ref, r_ref, words_ref, base: Array, first: Array, rows: int, width: int, opts: Options
+) -> list:
+    """`_chunks` with r + dropout(h + b) in float32: (columns, keep mask or None, sum)."""
+    out = []
+    for lines, cols, keep in _chunks(words_ref, base, first, rows, width, opts):
+        u = h_ref[lines, cols].astype(jnp.float32) + b_ref[cols].astype(jnp.float32)[None, :]
+        if keep is not None:
             u = jnp.where(keep, u * (1.0 / (1.0 - opts.rate)), 0.0)
         out.append((cols, keep, u + r_ref[lines, cols].astype(jnp.float32)))
     return out
@@ -118,9 +126,10 @@ def _forward_kernel(h_ref, b_ref, r_ref, g_ref, beta_ref, words_ref, *out_refs, 
         lines = pl.ds(first, step)
         parts = _sums(h_ref, b_ref, r_ref, words_ref, base, first, step, width, opts)
         if s_ref:  # the sum as the stream holds it, normalised as the XLA path does
-            for cols, _, s in parts:
-                s_ref[0][lines, cols] = s.astype(s_ref[0].dtype)
-            parts = [(cols, keep, s.astype(s_ref[0].dtype).astype(jnp.float32)) for cols, keep, s in parts]
+            rounded = [(cols, keep, s.astype(s_ref[0].dtype)) for cols, keep, s in parts]
+            for cols, _, s in rounded:
+                s_ref[0][lines, cols] = s
+            parts = [(cols, keep, s.astype(jnp.float32)) for cols, keep, s in rounded]
         mean = sum(jnp.sum(s, axis=1) for _, _, s in parts) / width
         var = sum(jnp.sum(jnp.square(s - mean[:, None]), axis=1) for _, _, s in parts) / width
         rstd = lax.rsqrt(var + opts.eps)
@@ -185,16 +194,8 @@ def _backward_kernel(*refs, opts, width, stream):
 def _stream_parts(s_ref, words_ref, base: Array, first: Array, rows: int, width: int, opts: Options) -> list:
     """`_sums`' chunks read back from the stream's sum: (columns, keep mask or None, the sum
     in float32)."""
-    size = chunk(width)
-    lines = pl.ds(first, rows)
-    out = []
-    for c in range(width // size):
-        cols = pl.ds(c * size, size)
-        keep = None
-        if opts.rate:
-            keep = _keep(words_ref, base + first.astype(jnp.uint32), rows, c * size, width, size, opts)
-        out.append((cols, keep, s_ref[lines, cols].astype(jnp.float32)))
-    return out
+    chunks = _chunks(words_ref, base, first, rows, width, opts)
+    return [(cols, keep, s_ref[lines, cols].astype(jnp.float32)) for lines, cols, keep in chunks]
 
 
 def _first_row(words_ref, block: int) -> Array:
