@@ -26,9 +26,12 @@ specs and writes their gradients into one [B, S, N, 3, D] gradient, the dK/dV ke
 key's and value's slots and the dQ kernel the query's slot of the same buffer (aliased);
 with rotary tables it rotates queries and keys inside, tile by tile as it loads them
 ("rotate half" in float32, cast back: `layers.apply_rotary`'s numbers; each score the sum
-of two dots over half a head), and rotates their gradients back. So the copies of the
-product apart and of the gradients together, and the rotation, are no passes of their
-own (bench/RESULTS.md).
+of two dots over half a head), and rotates their gradients back. With a bias, each
+backward program also writes its tile's column sums of the gradient it stores (as
+stored, in float32), and the bias's gradient is the sum of those [S / block, B, N, D]
+partial sums. So the copies of the product apart and of the gradients together, the
+rotation, and the bias gradient's read of the whole product gradient, are no passes of
+their own (bench/RESULTS.md).
 
 Visibility is `attention.visible`'s rule, from segment ids (``input_mask``: 0 padding, else
 the example's number): a query sees a real key of its own example, a padding query every
@@ -198,14 +201,17 @@ def _gradient(parts: list[Array], tables, table_lines, opts: Options) -> list[Ar
     return [g1 * cos + g2 * sin, g2 * cos - g1 * sin]
 
 
-def _store(ref, parts: list[Array], *index) -> None:
-    """Writes a tile given as `_operand` parts (whole, or two halves) at ``ref[:, *index]``."""
-    if len(parts) == 1:
-        ref[(slice(None), *index, slice(None))] = parts[0].astype(ref.dtype)
-        return
+def _store(ref, parts: list[Array], *index, sums_ref=None) -> None:
+    """Writes a tile given as `_operand` parts (whole, or two halves) at ``ref[:, *index]``;
+    with ``sums_ref``, its column sums as written (rounded to ``ref``'s dtype, summed in
+    float32) at ``sums_ref[*index]``."""
     half = parts[0].shape[-1]
     for i, p in enumerate(parts):
-        ref[(slice(None), *index, pl.ds(i * half, half))] = p.astype(ref.dtype)
+        columns = slice(None) if len(parts) == 1 else pl.ds(i * half, half)
+        stored = p.astype(ref.dtype)
+        ref[(slice(None), *index, columns)] = stored
+        if sums_ref is not None:
+            sums_ref[(*index, columns)] = jnp.sum(stored.astype(jnp.float32), axis=0)
 
 
 def _scores(q: list[Array], k: list[Array], seg_q, seg_k, rows, cols, opts: Options) -> Array:
@@ -315,8 +321,9 @@ def _dkv_kernel(q_ref, k_ref, v_ref, seg_ref, words_ref, *refs, opts: Options, b
     dk, dv = lax.fori_loop(lo, hi, body, init)
     dk = _gradient(dk, tables, keys, opts)
     if opts.stacked:  # one [bk, 2, D] block of the stacked gradient: the key's slot, the value's
-        _store(outs[0], dk, 0)
-        _store(outs[0], [dv], 1)
+        sums = outs[1] if opts.bias else None  # [2, D]: the bias gradient's part
+        _store(outs[0], dk, 0, sums_ref=sums)
+        _store(outs[0], [dv], 1, sums_ref=sums)
     else:
         _store(outs[0], dk)
         _store(outs[1], [dv])
@@ -324,7 +331,7 @@ def _dkv_kernel(q_ref, k_ref, v_ref, seg_ref, words_ref, *refs, opts: Options, b
 
 def _dq_kernel(q_ref, k_ref, v_ref, seg_ref, words_ref, *refs, opts: Options, bq: int, bk: int):
     refs = _backward_refs(refs, opts, aliased=opts.stacked)
-    tables, (bq_ref, bk_ref, bv_ref), do_ref, lse_ref, delta_ref, (dq_ref,) = refs
+    tables, (bq_ref, bk_ref, bv_ref), do_ref, lse_ref, delta_ref, (dq_ref, *sums) = refs
     seq_len = k_ref.shape[0]
     first = pl.program_id(0) * bq
     rows = first + jnp.arange(bq)
@@ -343,7 +350,8 @@ def _dq_kernel(q_ref, k_ref, v_ref, seg_ref, words_ref, *refs, opts: Options, bq
 
     lo, hi = _blocks_in_reach(first, bq, bk, seq_len // bk, opts, of_keys=True)
     dq = lax.fori_loop(lo, hi, body, [jnp.zeros(p.shape, jnp.float32) for p in q])
-    _store(dq_ref, _gradient(dq, tables, queries, opts))
+    # With a bias, sums [D]: the query bias gradient's part.
+    _store(dq_ref, _gradient(dq, tables, queries, opts), sums_ref=sums[0] if sums else None)
 
 
 def _specs(block: int, seq_len: int, head_dim: int, tiled: str, slot: int | None = None):
@@ -357,6 +365,16 @@ def _specs(block: int, seq_len: int, head_dim: int, tiled: str, slot: int | None
     if slot is None:
         return pl.BlockSpec((None, size, None, head_dim), lambda t, b, n: (b, at(t), n, 0))
     return pl.BlockSpec((None, size, None, None, head_dim), lambda t, b, n: (b, at(t), n, slot, 0))
+
+
+def _sums_spec(head_dim: int, *slots: int):
+    """A program's [(slots,) D] column sums in a [S / block, B, N, (slots,) D] array."""
+    zeros = (0,) * (len(slots) + 1)
+    return pl.BlockSpec((None, None, None, *slots, head_dim), lambda t, b, n: (t, b, n, *zeros))
+
+
+def _sums_shape(tiles: int, batch: int, heads: int, head_dim: int, *slots: int) -> jax.ShapeDtypeStruct:
+    return jax.ShapeDtypeStruct((tiles, batch, heads, *slots, head_dim), jnp.float32)
 
 
 def _common_specs(seq_len: int):
@@ -435,7 +453,8 @@ def _forward(
 
 
 def _backward(qkv: tuple, tables: tuple, bias, seg, words, out, lse, do, opts: Options) -> tuple[Array, ...]:
-    """(dq, dk, dv), or (``stacked``) the product's gradient alone."""
+    """(dq, dk, dv), or (``stacked``) the product's gradient and the bias's ([N, 3, D]
+    float32, from the programs' partial sums; None without a bias)."""
     arrays, slots = _operands(qkv, opts)
     extras, extra_specs = _extras(tables, bias)
     b, s, n = arrays[0].shape[:3]
@@ -464,9 +483,13 @@ def _backward(qkv: tuple, tables: tuple, bias, seg, words, out, lse, do, opts: O
             *rows,
         ]
 
+    grad_shape = jax.ShapeDtypeStruct(arrays[0].shape, arrays[0].dtype)
     if opts.stacked:  # the key's and value's slots of the gradient, one [2, D] block
         dkv_specs = pl.BlockSpec((None, bk, None, 2, d), lambda t, b, n: (b, t, n, 0, 0))
-        dkv_shapes = jax.ShapeDtypeStruct(arrays[0].shape, arrays[0].dtype)
+        dkv_shapes = grad_shape
+        if opts.bias:  # and the column sums of both, [S / bk, B, N, 2, D]
+            dkv_specs = [dkv_specs, _sums_spec(d, 2)]
+            dkv_shapes = [grad_shape, _sums_shape(s // bk, b, n, d, 2)]
     else:
         dkv_specs = [_specs(bk, s, d, "tile")] * 2
         dkv_shapes = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in arrays[1:]]
@@ -481,16 +504,21 @@ def _backward(qkv: tuple, tables: tuple, bias, seg, words, out, lse, do, opts: O
     )(*args)
     dq_spec = _specs(bq, s, d, "tile", slots[0])
     if opts.stacked:  # the query's slot written into the same buffer
-        return pl.pallas_call(
+        dkv, kv_sums = dkv if opts.bias else (dkv, None)
+        dq = pl.pallas_call(
             functools.partial(_dq_kernel, opts=opts, bq=bq, bk=bk),
             grid=(s // bq, b, n),
             in_specs=[*in_specs(bq, query_tiles=True), dq_spec],
-            out_specs=dq_spec,
-            out_shape=dkv_shapes,
+            out_specs=[dq_spec, _sums_spec(d)] if opts.bias else [dq_spec],
+            out_shape=[grad_shape, _sums_shape(s // bq, b, n, d)] if opts.bias else [grad_shape],
             input_output_aliases={len(args): 0},
             name=f"{_name(opts)}_dq",
             **common,
         )(*args, dkv)
+        if not opts.bias:
+            return dq[0], None
+        # The bias's gradient, slots in the product's order (`KEY`, `VALUE`, `QUERY`).
+        return dq[0], jnp.concatenate([kv_sums.sum((0, 1)), dq[1].sum((0, 1))[:, None]], axis=1)
     dq = pl.pallas_call(
         functools.partial(_dq_kernel, opts=opts, bq=bq, bk=bk),
         grid=(s // bq, b, n),
@@ -554,11 +582,8 @@ def _stacked_fwd(qkv, bias, sin, cos, seg, words, opts):
 
 def _stacked_bwd(opts, residuals, do):
     qkv, bias, sin, cos, seg, words, out, lse = residuals
-    dqkv = _backward((qkv,), _tables(sin, cos), bias, seg, words, out, lse, do, opts)
-    dbias = None
-    if bias is not None:  # a sum per slot: one nothing reads (a bias left out) is dropped
-        slots = [dqkv[:, :, :, i, :].astype(jnp.float32).sum((0, 1)) for i in range(3)]
-        dbias = jnp.stack(slots, axis=1).astype(bias.dtype)
+    dqkv, dbias = _backward((qkv,), _tables(sin, cos), bias, seg, words, out, lse, do, opts)
+    dbias = None if dbias is None else dbias.astype(bias.dtype)
     return dqkv, dbias, None, None, None, None
 
 

@@ -5,6 +5,8 @@ kernels against the XLA path in bfloat16."""
 
 from __future__ import annotations
 
+import re
+
 import jax
 import jax.numpy as jnp
 import pytest
@@ -53,7 +55,8 @@ def test_the_stacked_kernels_lower_to_triton_writing_one_gradient(rotary) -> Non
     positions, a window of 128, 12 heads of 64, rotated inside) and of BERT-Base's at 512
     with dropout and biases lowers to three Triton kernels that read the stacked product in
     place (no slice of it outside them, no pass adding the biases) and write one gradient,
-    the dQ kernel into the dK/dV kernel's output (aliased)."""
+    the dQ kernel into the dK/dV kernel's output (aliased); the biases' gradients come from
+    the kernels' column sums (no reduction reads the product's gradient)."""
     s, opts = 1024, triton_attention.Options(window=128, stacked=True, rotary=True, scale=0.125)
     if not rotary:
         s, opts = (
@@ -79,6 +82,7 @@ def test_the_stacked_kernels_lower_to_triton_writing_one_gradient(rotary) -> Non
     assert text.count("output_operand_aliases") == 1
     assert "stablehlo.slice %arg0 " not in text  # the product (the gradient's slots: the biases' sums)
     assert " = stablehlo.add " not in text  # no bias added outside the kernels
+    assert not re.search(rf"stablehlo\.reduce\(.*tensor<4x{s}x", text)
 
 
 @pytest.mark.parametrize(
@@ -190,7 +194,8 @@ def test_the_stacked_kernels_compiled_on_a_gpu_equal_the_xla_path(s, window, rat
     """`attention.attend_stacked` compiled on the GPU (ModernBERT's local layers rotated
     inside; a global one with the paper's dropout and biases, unrotated) against the XLA
     path (biases added and rotated outside), in bfloat16 with the same masks: forward
-    within 2e-2, gradients within 2% of their largest."""
+    within 2e-2, gradients (the biases' too, from the kernels' column sums) within 2% of
+    their largest."""
     from bert_jax.model import attention, layers
 
     q, k, v, m = _inputs(s, False, dtype=jnp.bfloat16, d=64)
@@ -204,15 +209,15 @@ def test_the_stacked_kernels_compiled_on_a_gpu_equal_the_xla_path(s, window, rat
         parts = {triton_attention.KEY: k, triton_attention.VALUE: v, triton_attention.QUERY: q}
         return jnp.stack([parts[i] for i in range(3)], axis=3)
 
-    def ours(q, k, v):
+    def ours(q, k, v, b=bias):
         seeds = lambda: ops.hash_seeds(key)
         return attention.attend_stacked(
-            stack(q, k, v), bias, rope, mask, "triton", dropout_rate=rate, dropout_seeds=seeds
+            stack(q, k, v), b, rope, mask, "triton", dropout_rate=rate, dropout_seeds=seeds
         )
 
-    def want(q, k, v):
+    def want(q, k, v, b=bias):
         if rope is None:
-            biased = stack(q, k, v) + bias
+            biased = stack(q, k, v) + b
             return xla(
                 *(
                     biased[..., i, :]
@@ -225,3 +230,11 @@ def test_the_stacked_kernels_compiled_on_a_gpu_equal_the_xla_path(s, window, rat
     ref, ref_grads = attention_cases.out_and_grads(want, q, k, v, m)
     assert "triton" in jax.jit(ours).lower(q, k, v).compile().as_text().lower()
     attention_cases.assert_close_in_bfloat16(got, ref, got_grads, ref_grads)
+    if bias is not None:
+        real = (m > 0)[:, :, None, None].astype(jnp.float32)
+        cotangent = jax.random.normal(jax.random.key(6), q.shape, jnp.float32) * real
+        got_bias, ref_bias = (
+            jax.jit(jax.grad(lambda b, f=f: jnp.sum(f(q, k, v, b).astype(jnp.float32) * cotangent)))(bias)
+            for f in (ours, want)
+        )
+        attention_cases.assert_close_in_bfloat16(got, ref, [got_bias], [ref_bias])
