@@ -367,14 +367,12 @@ def _specs(block: int, seq_len: int, head_dim: int, tiled: str, slot: int | None
     return pl.BlockSpec((None, size, None, None, head_dim), lambda t, b, n: (b, at(t), n, slot, 0))
 
 
-def _sums_spec(head_dim: int, *slots: int):
-    """A program's [(slots,) D] column sums in a [S / block, B, N, (slots,) D] array."""
-    zeros = (0,) * (len(slots) + 1)
-    return pl.BlockSpec((None, None, None, *slots, head_dim), lambda t, b, n: (t, b, n, *zeros))
-
-
-def _sums_shape(tiles: int, batch: int, heads: int, head_dim: int, *slots: int) -> jax.ShapeDtypeStruct:
-    return jax.ShapeDtypeStruct((tiles, batch, heads, *slots, head_dim), jnp.float32)
+def _sums(tiles: int, batch: int, heads: int, *block: int) -> tuple[pl.BlockSpec, jax.ShapeDtypeStruct]:
+    """(block spec, shape) of the programs' column sums, one ``block`` ([(slots,) D]) a
+    program of grid (tile, batch, head) in a float32 [tiles, B, N, *block] array."""
+    zeros = (0,) * len(block)
+    spec = pl.BlockSpec((None, None, None, *block), lambda t, b, n: (t, b, n, *zeros))
+    return spec, jax.ShapeDtypeStruct((tiles, batch, heads, *block), jnp.float32)
 
 
 def _common_specs(seq_len: int):
@@ -488,8 +486,8 @@ def _backward(qkv: tuple, tables: tuple, bias, seg, words, out, lse, do, opts: O
         dkv_specs = pl.BlockSpec((None, bk, None, 2, d), lambda t, b, n: (b, t, n, 0, 0))
         dkv_shapes = grad_shape
         if opts.bias:  # and the column sums of both, [S / bk, B, N, 2, D]
-            dkv_specs = [dkv_specs, _sums_spec(d, 2)]
-            dkv_shapes = [grad_shape, _sums_shape(s // bk, b, n, d, 2)]
+            sums_spec, sums_shape = _sums(s // bk, b, n, 2, d)
+            dkv_specs, dkv_shapes = [dkv_specs, sums_spec], [grad_shape, sums_shape]
     else:
         dkv_specs = [_specs(bk, s, d, "tile")] * 2
         dkv_shapes = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in arrays[1:]]
@@ -505,12 +503,13 @@ def _backward(qkv: tuple, tables: tuple, bias, seg, words, out, lse, do, opts: O
     dq_spec = _specs(bq, s, d, "tile", slots[0])
     if opts.stacked:  # the query's slot written into the same buffer
         dkv, kv_sums = dkv if opts.bias else (dkv, None)
+        q_sums = [_sums(s // bq, b, n, d)] if opts.bias else []  # [S / bq, B, N, D]
         dq = pl.pallas_call(
             functools.partial(_dq_kernel, opts=opts, bq=bq, bk=bk),
             grid=(s // bq, b, n),
             in_specs=[*in_specs(bq, query_tiles=True), dq_spec],
-            out_specs=[dq_spec, _sums_spec(d)] if opts.bias else [dq_spec],
-            out_shape=[grad_shape, _sums_shape(s // bq, b, n, d)] if opts.bias else [grad_shape],
+            out_specs=[dq_spec, *(spec for spec, _ in q_sums)],
+            out_shape=[grad_shape, *(shape for _, shape in q_sums)],
             input_output_aliases={len(args): 0},
             name=f"{_name(opts)}_dq",
             **common,

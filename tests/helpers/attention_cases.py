@@ -20,14 +20,15 @@ def inputs(s: int, packed: bool, dtype=jnp.float32, batch: int = 2, heads: int =
     return q, k, v, jnp.asarray(m)
 
 
-def out_and_grads(fn, q, k, v, input_mask):
-    """``fn(q, k, v)``'s output (float32) on the real (non-padding) queries, and
-    d/d(q, k, v) of a random projection of it: what any loss reads."""
+def out_and_grads(fn, q, k, v, input_mask, *extra):
+    """``fn(q, k, v, *extra)``'s output (float32) on the real (non-padding) queries, and
+    d/d(q, k, v, *extra) of a random projection of it: what any loss reads."""
     real = (input_mask > 0)[:, :, None, None].astype(jnp.float32)
     cotangent = jnp.asarray(np.random.default_rng(1).normal(size=q.shape), jnp.float32) * real
-    loss = lambda q, k, v: jnp.sum(fn(q, k, v).astype(jnp.float32) * cotangent)
-    out = jax.jit(lambda q, k, v: fn(q, k, v).astype(jnp.float32) * real)(q, k, v)
-    return out, jax.jit(jax.grad(loss, argnums=(0, 1, 2)))(q, k, v)
+    args = (q, k, v, *extra)
+    loss = lambda *a: jnp.sum(fn(*a).astype(jnp.float32) * cotangent)
+    out = jax.jit(lambda *a: fn(*a).astype(jnp.float32) * real)(*args)
+    return out, jax.jit(jax.grad(loss, argnums=tuple(range(len(args)))))(*args)
 
 
 def small_config(**changes):
