@@ -7,7 +7,9 @@ TensorFlow is shown none (`tf.config.set_visible_devices([], ...)`). Importing T
 cuInit"), logged before its logging starts, so ``TF_CPP_MIN_LOG_LEVEL`` no longer silences
 them: the import runs with the process's stderr pointed at /dev/null (Python errors still
 raise). ``BERT_JAX_DEBUG=1``, or ``TF_CPP_MIN_LOG_LEVEL=0``, keeps the lines. Importing is
-deferred to first use: TensorFlow costs ~3 s and ~0.5 GB per process.
+deferred to first use: TensorFlow 2.21 costs 5-8 s of CPU and ~0.5 GB per process, and
+~3 s more when Keras 3, which it imports, finds scikit-learn and matplotlib installed (its
+optional extras, hidden from it during the import: `_without_keras_extras`).
 """
 
 from __future__ import annotations
@@ -48,10 +50,32 @@ def _import(name: str) -> ModuleType:
         return importlib.import_module(name)
 
 
+# Imported by Keras 3 when TensorFlow is (for its scikit-learn wrappers and image plots,
+# each behind an ImportError guard) and never used by bert_jax through Keras: ~3 s of
+# TensorFlow's ~10 s import.
+_KERAS_EXTRAS = ("sklearn", "matplotlib")
+
+
+@contextlib.contextmanager
+def _without_keras_extras() -> Iterator[None]:
+    """`_KERAS_EXTRAS` not importable for the block, unless already imported: Keras takes
+    them as absent. Importable again after it (bert_jax's figures import matplotlib)."""
+    hidden = [name for name in _KERAS_EXTRAS if name not in sys.modules]
+    for name in hidden:
+        sys.modules[name] = None  # type: ignore[assignment]  # `import name` raises ImportError
+    try:
+        yield
+    finally:
+        for name in hidden:
+            if sys.modules.get(name, 0) is None:
+                del sys.modules[name]
+
+
 @functools.cache
 def tensorflow() -> ModuleType:
     """`tensorflow`, with no GPU or TPU of its own."""
-    tf = _import("tensorflow")
+    with _without_keras_extras():
+        tf = _import("tensorflow")
     for kind in ("GPU", "TPU"):
         try:
             tf.config.set_visible_devices([], kind)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 
 import jax
+import numpy as np
 
 from bert_jax.commands import run_settings
 from bert_jax.pretraining import pretrain
@@ -53,3 +54,25 @@ def test_weight_gradients_are_row_major_matmuls_on_cpu() -> None:
     assert _transposed_lhs_dots("auto", hidden=512, min_width=512) == []
     assert len(_transposed_lhs_dots("direct", hidden=512, min_width=512)) >= 12
     assert len(_transposed_lhs_dots("auto")) >= 12
+
+
+def test_the_state_compiled_for_compile_time_is_bitwise_the_default_compiles(monkeypatch) -> None:
+    """The initialisation compiles with `engine._RUN_ONCE_OPTIONS` on CPUs (LLVM -O1):
+    the same bits as without them, so a seed gives the same run either way."""
+    from bert_jax.training import engine
+
+    assert engine._RUN_ONCE_OPTIONS["cpu"] == {"xla_backend_optimization_level": 1}
+    c = pretrain_config.get_config("tiny")
+    c.data.source = "synthetic"
+    mesh = sharding.make_mesh((1, 1, 1), jax.devices("cpu")[:1])
+    setup = pretrain.Pretraining(run_settings.pretrain_settings(c), mesh)
+
+    def state() -> list[np.ndarray]:
+        return [np.asarray(x) for x in jax.tree.leaves(setup.phase_engine(1).init_state(3))]
+
+    fast = state()
+    monkeypatch.setattr(engine, "_RUN_ONCE_OPTIONS", {})
+    default = state()
+    assert len(fast) == len(default) > 10
+    for a, b in zip(fast, default, strict=True):
+        assert a.dtype == b.dtype and a.tobytes() == b.tobytes()
