@@ -43,7 +43,7 @@ from bert_jax.model.layer_scan import Ropes, encoder_layers, stack_layers, unsta
 from bert_jax.model.layers import alibi_bias, layer_norm, rotary_tables
 from bert_jax.model.numerics import DEFAULT, Numerics
 from bert_jax.model.poolers import BertPooler, HeadPooler, pooler
-from bert_jax.model.residual_norm import ResidualLayerNorm, defers_residual
+from bert_jax.model.residual_norm import ResidualLayerNorm, chains_layers
 from bert_jax.model.self_attention import BertSelfAttention
 
 __all__ = [
@@ -83,9 +83,9 @@ class BertEncoder(nn.Module):
         c, num = self.config, self.numerics
         embedded = x
         plain = not (num.scanned or output_hidden_states or self.is_initializing())
-        defer = defers_residual(c, num, x.shape, not deterministic, plain_loop=plain)
+        chained = chains_layers(c, num, x.shape, not deterministic, plain_loop=plain)
         x, outputs, pending = encoder_layers(
-            c, num, x, mask, deterministic, output_hidden_states, ropes, defer
+            c, num, x, mask, deterministic, output_hidden_states, ropes, chained
         )
         hidden_states = [embedded, *outputs] if output_hidden_states else []
         if pending is not None:  # the last layer's residual add and the final LayerNorm, one kernel pair

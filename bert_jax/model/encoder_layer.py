@@ -15,6 +15,8 @@ ends (``norm_kernel``).
 
 from __future__ import annotations
 
+import functools
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -49,10 +51,13 @@ class BertLayer(nn.Module):
         pending: Array | None = None,
         defer: bool = False,
     ) -> Array | tuple[Array, Array]:
-        """The layer's output, [B, S, H]. Pre-LN layers in the LayerNorm kernels
-        (`residual_norm.defers_residual`) may take their input as ``x + pending`` (the
-        previous layer's last residual add, left to this layer's attention LayerNorm
-        kernel) and, with ``defer``, return (x, h) for x + h, leaving theirs to the next."""
+        """The layer's output, [B, S, H]. Layers chained through the LayerNorm kernels
+        (`residual_norm.chains_layers`) take and hand on more: a pre-LN layer may take its
+        input as ``x + pending`` (the previous layer's last residual add, left to this
+        layer's attention LayerNorm kernel) and, with ``defer``, returns (x, h) for x + h,
+        leaving its own to the next; a post-LN layer may take ``pending``, a second copy of
+        ``x``, as its residual (so each use has its own gradient) and, with ``defer``,
+        returns its output twice (the next layer's attention input and residual)."""
         c, num = self.config, self.numerics
         mask = as_mask(mask, x)
         if self.window is not None:
@@ -61,7 +66,7 @@ class BertLayer(nn.Module):
         if self._norm_kernel(x, deterministic):
             if c.pre_layer_norm:
                 return self._pre_norm_kernels(attention, x, mask, deterministic, rope, pending, defer)
-            return self._post_norm_kernels(attention, x, mask, deterministic, rope)
+            return self._post_norm_kernels(attention, x, mask, deterministic, rope, pending, defer)
         if pending is not None or defer:
             raise ValueError("a layer outside the LayerNorm kernels takes and returns whole outputs")
         output_norm = layer_norm(c, num, "output_LayerNorm")
@@ -92,23 +97,40 @@ class BertLayer(nn.Module):
         return why is None
 
     def _post_norm_kernels(
-        self, attention: BertSelfAttention, x: Array, mask: AttentionMask, deterministic: bool, rope
-    ) -> Array:
+        self,
+        attention: BertSelfAttention,
+        x: Array,
+        mask: AttentionMask,
+        deterministic: bool,
+        rope,
+        pending: Array | None,
+        defer: bool,
+    ) -> Array | tuple[Array, Array]:
         """The post-LN layer, LN(x + f(x)), with each block's end (the bias of f's last dense
-        layer, hidden dropout, residual add, LayerNorm) in `residual_norm`'s kernels. The
-        parameters and dropout layers are the XLA path's, created in the same order, so the
-        kernels draw the XLA path's masks."""
+        layer, hidden dropout, residual add, LayerNorm) in `residual_norm`'s kernels. A
+        LayerNorm's output with two uses (the next block's input and its residual) is taken
+        twice, so its backward kernel adds their gradients (`triton_norm.
+        residual_layer_norm_twice`); ``pending``/``defer``: the layer's input and output
+        (`__call__`). The parameters and dropout layers are the XLA path's, created in the
+        same order, so the kernels draw the XLA path's masks."""
         c, num = self.config, self.numerics
         rate = 0.0 if deterministic else c.hidden_dropout_prob
 
         def seeds() -> Array | None:
             return dropout(num, rate).seeds() if rate else None
 
+        residual = x if pending is None else pending
         attn, bias = attention(x, mask, deterministic, rope, defer_bias=True)
-        x = residual_norm.ResidualLayerNorm(c, num, name="attention_LayerNorm")(attn, bias, x, rate, seeds())
+        norm = residual_norm.ResidualLayerNorm(c, num, twice=True, name="attention_LayerNorm")
+        x, residual = norm(attn, bias, residual, rate, seeds())
         h, bias = self.feed_forward(x, defer_bias=True)
-        x = residual_norm.ResidualLayerNorm(c, num, name="output_LayerNorm")(h, bias, x, rate, seeds())
-        return nn.with_logical_constraint(x, ("activation_batch", "activation_length", "activation_embed"))
+        norm = residual_norm.ResidualLayerNorm(c, num, twice=defer, name="output_LayerNorm")
+        out = norm(h, bias, residual, rate, seeds())
+        constrain = functools.partial(
+            nn.with_logical_constraint,
+            logical_axis_resources=("activation_batch", "activation_length", "activation_embed"),
+        )
+        return tuple(map(constrain, out)) if defer else constrain(out)
 
     def _pre_norm_kernels(
         self,

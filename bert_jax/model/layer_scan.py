@@ -111,8 +111,8 @@ def run_layer(
     **deferred: Any,
 ) -> Any:
     """Layer `index` (its window, attention norm and rotary tables) applied to `x`;
-    ``deferred``: `BertLayer`'s ``pending`` and ``defer`` (its residual add left to the
-    next LayerNorm's kernel)."""
+    ``deferred``: `BertLayer`'s ``pending`` and ``defer`` (what chained layers hand each
+    other: `encoder_layers`)."""
     window = layer_window(config, index)
     norm = index > 0 or config.first_layer_attention_norm
     layer = _remat(numerics.remat_policy)(BertLayer)(config, numerics, window, norm, name=name)
@@ -149,21 +149,23 @@ def encoder_layers(
     deterministic: bool,
     output_hidden_states: bool,
     ropes: Ropes,
-    defer: bool = False,
+    chained: bool = False,
 ) -> tuple[Array, list[Array], Array | None]:
     """Every layer of the encoder, in order (scanned as `scan_plan` says when
     ``numerics.scanned``), built in the calling module's scope (call it from the encoder's
-    compact ``__call__``); returns the last output, each layer's output and, with ``defer``
-    (`residual_norm.defers_residual`: unrolled, no hidden states), the last layer's
-    residual add left undone (the output is x + that)."""
+    compact ``__call__``); returns the last output, each layer's output and, pre-LN with
+    ``chained`` (`residual_norm.chains_layers`: unrolled, no hidden states), the last
+    layer's residual add left undone (the output is x + that). Chained, each layer hands
+    the next its ``pending`` part (`BertLayer`): pre-LN a residual add, post-LN its output's
+    second copy (the last post-LN layer returns its output once)."""
     c, num = config, numerics
-    if defer:
+    if chained:
         pending = None
         for i in range(c.num_hidden_layers):
             name = f"layer_{i}"
-            x, pending = run_layer(
-                c, num, i, name, x, mask, deterministic, ropes, pending=pending, defer=True
-            )
+            defer = c.pre_layer_norm or i < c.num_hidden_layers - 1
+            out = run_layer(c, num, i, name, x, mask, deterministic, ropes, pending=pending, defer=defer)
+            x, pending = out if defer else (out, None)
         return x, [], pending
     head, period, groups = scan_plan(c) if num.scanned else (c.num_hidden_layers, 1, 0)
     outputs = []

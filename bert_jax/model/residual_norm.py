@@ -40,17 +40,19 @@ def kernel_refusal(
     return triton_norm.refusal(shape[0] * shape[1], shape[2])
 
 
-def defers_residual(
+def chains_layers(
     config: BertConfig, numerics: Numerics, shape: tuple[int, ...], training: bool, *, plain_loop: bool
 ) -> bool:
-    """Whether a pre-LN encoder's layers hand their last residual add to the next
-    LayerNorm's kernel (the next layer's attention LayerNorm, the final one after the last
-    layer): the kernels run (`kernel_refusal` None, ``norm_kernel=triton``) and the layers
-    are called one after another with nothing reading their outputs in between
-    (``plain_loop``: unrolled, no hidden states asked for, not initialising)."""
+    """Whether the encoder's layers hand each other more than their output, for the
+    LayerNorm kernels: a pre-LN layer its last residual add (done in the next LayerNorm's
+    kernel: the next layer's attention LayerNorm, the final one after the last layer), a
+    post-LN layer its output twice (the next layer's attention input and its residual, so
+    that the kernel adds their gradients). So when the kernels run (`kernel_refusal` None,
+    ``norm_kernel=triton``) and the layers are called one after another with nothing
+    reading their outputs in between (``plain_loop``: unrolled, no hidden states asked
+    for, not initialising)."""
     return (
         plain_loop
-        and config.pre_layer_norm
         and numerics.norm_kernel == "triton"
         and kernel_refusal(config, numerics, shape, training) is None
     )
@@ -58,12 +60,15 @@ def defers_residual(
 
 class ResidualLayerNorm(nn.Module):
     """``LN(r + drop(h + b))`` for [B, S, H] ``h`` and ``r`` in the kernels (`kernel_refusal`
-    None), in the compute dtype; with ``stream`` (s, LN(s)), ``s = r + drop(h + b)``. ``r``
-    is read in the dtype the XLA path's sum has (a float32 stream stays float32)."""
+    None), in the compute dtype; with ``stream`` (s, LN(s)), ``s = r + drop(h + b)``; with
+    ``twice`` the output twice, for two consumers whose gradients the backward kernel adds
+    (`triton_norm.residual_layer_norm_twice`). ``r`` is read in the dtype the XLA path's sum
+    has (a float32 stream stays float32)."""
 
     config: BertConfig
     numerics: Numerics
     stream: bool = False
+    twice: bool = False
 
     @nn.compact
     def __call__(self, h: Array, b: Array | None, r: Array, rate: float, seeds: Array | None) -> Array:
@@ -81,13 +86,17 @@ class ResidualLayerNorm(nn.Module):
         vectors = (zeros if b is None else b, scale, zeros if shift is None else shift)
         h = h.astype(num.dtype)
         r = r.astype(jnp.result_type(h, r))
-        return _kernel_path(h, r, vectors, seeds, opts, self.stream)
+        if self.stream:
+            kernel = triton_norm.stream_layer_norm
+        else:
+            kernel = triton_norm.residual_layer_norm_twice if self.twice else triton_norm.residual_layer_norm
+        return _kernel_path(h, r, vectors, seeds, opts, kernel, pair=self.stream or self.twice)
 
 
 def _kernel_path(
-    h: Array, r: Array, vectors: tuple, seeds: Array | None, opts: triton_norm.Options, stream: bool
+    h: Array, r: Array, vectors: tuple, seeds: Array | None, opts: triton_norm.Options, kernel, pair: bool
 ) -> Array | tuple[Array, Array]:
-    """`triton_norm.residual_layer_norm` (``stream``: `triton_norm.stream_layer_norm`) of
+    """``kernel`` (one of `triton_norm`'s LayerNorms; ``pair``: returning two arrays) of
     [B, S, H] arrays, on each shard of the batch in a `jax.shard_map` under the context mesh
     (the shard's first row: its part of the masks)."""
 
@@ -96,7 +105,6 @@ def _kernel_path(
         first = attention.shard_start(axes, batch) * length
         words = triton_norm.words(first, seeds)
         h, r = (x.reshape(batch * length, width) for x in (h, r))
-        kernel = triton_norm.stream_layer_norm if stream else triton_norm.residual_layer_norm
         out = kernel(h, b, r, g, beta, words, opts)
         return jax.tree.map(lambda y: y.reshape(batch, length, width), out)
 
@@ -108,6 +116,6 @@ def _kernel_path(
         rows = jax.sharding.PartitionSpec(axes, None, None)
         whole = jax.sharding.PartitionSpec()
         specs = (rows, rows) + (whole,) * 4
-        out = (rows, rows) if stream else rows
+        out = (rows, rows) if pair else rows
         fn = jax.shard_map(local, mesh=mesh, in_specs=specs, out_specs=out, check_vma=False)
     return fn(h, r, *vectors, seeds)

@@ -144,13 +144,16 @@ def _forward_kernel(h_ref, b_ref, r_ref, g_ref, beta_ref, words_ref, *out_refs, 
     lax.fori_loop(0, y_ref.shape[0] // step, rows, None)
 
 
-def _backward_kernel(*refs, opts, width, stream):
+def _backward_kernel(*refs, opts, width, stream, twice=False):
     """The gradients of `_forward_kernel`'s sum: from h, b and r (``stream`` False) or from
-    the stream's sum as the forward wrote it plus the stream's own incoming gradient."""
+    the stream's sum as the forward wrote it plus the stream's own incoming gradient.
+    ``twice``: the output's gradient comes in two parts (`residual_layer_norm_twice`),
+    added here."""
     if stream:
         s_ref, g_ref, words_ref, mean_ref, rstd_ref, dy_ref, ds_ref, *out_refs = refs
     else:
         h_ref, b_ref, r_ref, g_ref, words_ref, mean_ref, rstd_ref, dy_ref, *out_refs = refs
+    dy2_ref = out_refs.pop(0) if twice else None
     dh_ref, *dr_ref, sums_ref = out_refs
     step, size = _step(opts, dh_ref.shape[0]), chunk(width)
     base = _first_row(words_ref, dh_ref.shape[0])
@@ -167,6 +170,8 @@ def _backward_kernel(*refs, opts, width, stream):
         for cols, keep, s in parts:
             xhat = (s - mean) * rstd
             dy = dy_ref[lines, cols].astype(jnp.float32)
+            if dy2_ref is not None:
+                dy = dy + dy2_ref[lines, cols].astype(jnp.float32)
             pieces.append((cols, keep, xhat, dy, dy * g_ref[cols].astype(jnp.float32)[None, :]))
         c1 = sum(jnp.sum(gdy * xhat, axis=1) for _, _, xhat, _, gdy in pieces)[:, None] / width
         c2 = sum(jnp.sum(gdy, axis=1) for *_, gdy in pieces)[:, None] / width
@@ -245,10 +250,12 @@ def _forward(h, b, r, g, beta, words, opts: Options, stream: bool = False) -> tu
     )(h, b, r, g, beta, words)
 
 
-def _backward(inputs: tuple, dy: Array, opts: Options, stream: bool = False) -> tuple[Array, ...]:
+def _backward(
+    inputs: tuple, dy: Array, opts: Options, stream: bool = False, dy2: Array | None = None
+) -> tuple[Array, ...]:
     """``inputs``: (h, b, r, g, words, mean, rstd), or with ``stream`` (s, g, words, mean,
-    rstd, ds), s the stream's sum and ds its incoming gradient. Returns (dh, dr, dg, dbeta,
-    db)."""
+    rstd, ds), s the stream's sum and ds its incoming gradient; ``dy2``: a second part of
+    the output's gradient (read and added by the kernel). Returns (dh, dr, dg, dbeta, db)."""
     n, width = dy.shape
     dtype, stream_dtype = (dy.dtype, inputs[0].dtype) if stream else (inputs[0].dtype, inputs[2].dtype)
     block = kernel_tiles.fit_block(opts.block, n)
@@ -266,13 +273,17 @@ def _backward(inputs: tuple, dy: Array, opts: Options, stream: bool = False) -> 
     else:
         in_specs = [rows, vector, rows, vector, words_spec, stats, stats, rows]
         operands = (*inputs, dy)
+    if dy2 is not None:
+        in_specs, operands = [*in_specs, rows], (*operands, dy2)
     out = pl.pallas_call(
-        functools.partial(_backward_kernel, opts=opts, width=width, stream=stream),
+        functools.partial(_backward_kernel, opts=opts, width=width, stream=stream, twice=dy2 is not None),
         grid=(programs,),
         in_specs=in_specs,
         out_specs=[rows] * len(grads) + [partial],
         out_shape=[*grads, sums],
-        name="stream_layer_norm_backward" if stream else "residual_layer_norm_backward",
+        name="stream_layer_norm_backward"
+        if stream
+        else f"residual_layer_norm{'_twice' if dy2 is not None else ''}_backward",
         **_compiler(opts),
     )(*operands)
     dh = out[0]
@@ -303,6 +314,32 @@ def _bwd(opts, residuals, dy):
 
 
 residual_layer_norm.defvjp(_fwd, _bwd)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(6,))
+def residual_layer_norm_twice(
+    h: Array, b: Array, r: Array, g: Array, beta: Array, words: Array, opts: Options
+) -> tuple[Array, Array]:
+    """`residual_layer_norm`'s output twice, for two consumers (a post-LN block's output
+    feeds the next block's matmul and its residual add): the backward kernel reads the two
+    gradients and adds them as it loads them, instead of XLA adding them in a pass of its
+    own (reading two [rows, H] arrays and writing one) before the kernel reads the sum."""
+    y = _forward(h, b, r, g, beta, words, opts)[0]
+    return y, y
+
+
+def _twice_fwd(h, b, r, g, beta, words, opts):
+    y, residuals = _fwd(h, b, r, g, beta, words, opts)
+    return (y, y), residuals
+
+
+def _twice_bwd(opts, residuals, grads):
+    h, b, r, g, beta, words, mean, rstd = residuals
+    dh, dr, dg, dbeta, db = _backward((h, b, r, g, words, mean, rstd), grads[0], opts, dy2=grads[1])
+    return dh, db.astype(b.dtype), dr, dg.astype(g.dtype), dbeta.astype(beta.dtype), None
+
+
+residual_layer_norm_twice.defvjp(_twice_fwd, _twice_bwd)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(6,))

@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -89,6 +90,49 @@ def test_interpreted_kernels_equal_the_xla_ops(rows, width, block, rate, impl) -
     if rate:
         other = _reference(h, b, r, g, beta, jax.random.key(8), rate, impl)
         assert float(jnp.max(jnp.abs(got - other))) > 0.1
+
+
+@pytest.mark.parametrize("rate", [0.0, 0.1])
+def test_the_output_taken_twice_has_both_gradients_added_in_the_kernel(rate) -> None:
+    """`residual_layer_norm_twice` (a post-LN block's output feeding a matmul and a
+    residual): both outputs are the XLA ops' output, and the gradients under two cotangents
+    are the XLA ops' under their sum (without the second, r's differs). Lowered for a CUDA
+    target at BERT-Base's shape, no XLA add of two [rows, H] arrays is left: the backward
+    kernel reads both (the single-output kernel used twice has one)."""
+    h, b, r, g, beta, dy = _inputs(64, 96)
+    dy2 = jax.random.normal(jax.random.key(12), dy.shape)
+    key = jax.random.key(7)
+    opts = triton_norm.Options(eps=1e-12, rate=rate, block=16, interpret=True)
+    words = triton_norm.words(0, ops.hash_seeds(key))
+    got, pull = jax.vjp(lambda *a: triton_norm.residual_layer_norm_twice(*a, words, opts), h, b, r, g, beta)
+    want, want_pull = jax.vjp(lambda *a: _reference(*a, key, rate, "hash"), h, b, r, g, beta)
+    for y in got:
+        np.testing.assert_allclose(y, want, rtol=0, atol=2e-5)
+    grads, want_grads = pull((dy, dy2)), want_pull(dy + dy2)
+    for name, a, w in zip(("h", "b", "r", "scale", "shift"), grads, want_grads, strict=True):
+        assert float(jnp.max(jnp.abs(a - w))) <= 1e-5 * float(jnp.max(jnp.abs(w))), name
+    alone = pull((dy, jnp.zeros_like(dy2)))[2]
+    assert float(jnp.max(jnp.abs(alone - grads[2]))) > 0.5
+
+    x = jax.ShapeDtypeStruct((32768, 768), jnp.bfloat16)
+    v = jax.ShapeDtypeStruct((768,), jnp.float32)
+    opts = triton_norm.Options(eps=1e-12, rate=0.1)
+
+    def adds(twice: bool) -> int:
+        def loss(h, b, r, g, beta):
+            words = triton_norm.words(0, jnp.ones((2,), jnp.uint32))
+            if twice:
+                y1, y2 = triton_norm.residual_layer_norm_twice(h, b, r, g, beta, words, opts)
+            else:
+                y1 = y2 = triton_norm.residual_layer_norm(h, b, r, g, beta, words, opts)
+            return (y1.astype(jnp.float32) * 2.0 + jnp.sin(y2.astype(jnp.float32))).sum()
+
+        grad = jax.jit(jax.grad(loss, argnums=(0, 1, 2, 3, 4)))
+        text = grad.trace(x, v, x, v, v).lower(lowering_platforms=("cuda",)).as_text()
+        assert text.count("__gpu$xla.gpu.triton") == 2
+        return len(re.findall(r"stablehlo.add %\S+, %\S+ : tensor<32768x768x(?:bf16|f32)>", text))
+
+    assert adds(twice=False) >= 1 and adds(twice=True) == 0
 
 
 def _stream_reference(h, b, r, g, beta, key, rate: float, impl: str) -> tuple[jax.Array, jax.Array]:
@@ -251,6 +295,39 @@ def test_a_pre_ln_encoder_hands_each_residual_add_to_the_next_kernel() -> None:
     np.testing.assert_allclose(y, plain.apply(params, ids, mask, deterministic=True)[0], rtol=0, atol=5e-5)
 
 
+def test_a_post_ln_encoder_hands_each_output_on_twice() -> None:
+    """A BERT-shaped post-LN encoder (biases, hidden dropout 0.1) with ``norm_kernel=triton``,
+    unrolled: every LayerNorm output with two uses (the next block's input and its
+    residual) is taken twice, so its backward kernel adds the two gradients: 2L - 1 such
+    kernels (the last layer's output has one use), one plain; the output and every gradient
+    equal the XLA path's under the same dropout key."""
+    config = attention_cases.small_config(
+        num_hidden_layers=3, hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.0
+    )
+    ids = jax.random.randint(jax.random.key(0), (2, 32), 0, config.vocab_size)
+    m = np.ones((2, 32), np.int32)
+    m[1, 20:] = 0
+    mask = jnp.asarray(m)
+    params = BertModel(config, add_pooler=False).init(jax.random.key(1), ids, mask)
+
+    def run(numerics: Numerics):
+        model = BertModel(config, numerics, add_pooler=False)
+
+        def loss(p):
+            y = model.apply(p, ids, mask, deterministic=False, rngs={"dropout": jax.random.key(5)})[0]
+            return jnp.sum(y * jnp.cos(y)), y
+
+        text = str(jax.make_jaxpr(jax.grad(lambda p: loss(p)[0]))(params))
+        (_, y), grads = jax.value_and_grad(loss, has_aux=True)(params)
+        kinds = ("residual_layer_norm_twice_backward", "residual_layer_norm_backward")
+        return y, grads, tuple(text.count(k) for k in kinds)
+
+    want, want_grads, _ = run(Numerics(norm_kernel="xla", layer_loop="unroll"))
+    got, got_grads, kernels = run(Numerics(norm_kernel="triton", layer_loop="unroll"))
+    assert kernels == (2 * 3 - 1, 1)
+    _assert_same_run(got, got_grads, want, want_grads)
+
+
 def test_sharded_over_a_mesh_each_shard_draws_its_part_of_the_global_masks() -> None:
     """Under a (data 2, tensor 2) mesh of CPU devices the kernels run per batch shard in a
     `shard_map`; each shard's masks are its rows of the global ones, so the layer's output
@@ -315,27 +392,35 @@ def test_refusals_name_the_shape() -> None:
 
 
 @pytest.mark.skipif(not attention_cases.has_gpu(), reason="needs an NVIDIA GPU (Triton)")
-@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("form", ["plain", "twice", "stream"])
 @pytest.mark.parametrize("rate", [0.0, 0.1])
-def test_compiled_on_a_gpu_equals_the_xla_ops(rate: float, stream: bool) -> None:
-    """The kernels (``LN(r + dropout(h + b))``; with ``stream`` the pre-LN form's two
-    outputs, under cotangents for both) compiled for the GPU at BERT-Base's width in
-    bfloat16 against the XLA ops with the same masks: outputs within 3e-2 + 1% (a bfloat16
-    step or two), gradients within 2% of their largest value (the post-LN XLA ops round the
-    sum to bfloat16 before the statistics, that kernel does not)."""
+def test_compiled_on_a_gpu_equals_the_xla_ops(rate: float, form: str) -> None:
+    """The kernels (``LN(r + dropout(h + b))``; ``twice`` its output twice, under two
+    cotangents; ``stream`` the pre-LN form's two outputs, under cotangents for both)
+    compiled for the GPU at BERT-Base's width in bfloat16 against the XLA ops with the same
+    masks: outputs within 3e-2 + 1% (a bfloat16 step or two), gradients within 2% of their
+    largest value (the post-LN XLA ops round the sum to bfloat16 before the statistics,
+    those kernels do not)."""
     h, b, r, g, beta, dy = _inputs(4096, 768, jnp.bfloat16)
     key = jax.random.key(7)
     opts = triton_norm.Options(eps=1e-12, rate=rate)
     words = triton_norm.words(0, ops.hash_seeds(key))
-    kernel = triton_norm.stream_layer_norm if stream else triton_norm.residual_layer_norm
-    reference = _stream_reference if stream else _reference
-    cotangent = (jax.random.normal(jax.random.key(11), r.shape, jnp.bfloat16), dy) if stream else dy
+    kernel = {
+        "plain": triton_norm.residual_layer_norm,
+        "twice": triton_norm.residual_layer_norm_twice,
+        "stream": triton_norm.stream_layer_norm,
+    }[form]
+    other = jax.random.normal(jax.random.key(11), r.shape, jnp.bfloat16)
+    cotangent = dy if form == "plain" else (other, dy)
 
     def ours(h, b, r, g, beta):
         return kernel(h, b, r, g, beta, words, opts)
 
     def xla(h, b, r, g, beta):
-        return reference(h, b, r, g, beta, key, rate, "hash")
+        if form == "stream":
+            return _stream_reference(h, b, r, g, beta, key, rate, "hash")
+        y = _reference(h, b, r, g, beta, key, rate, "hash")
+        return (y, y) if form == "twice" else y
 
     got, pull = jax.vjp(jax.jit(ours), h, b, r, g, beta)
     want, want_pull = jax.vjp(jax.jit(xla), h, b, r, g, beta)
