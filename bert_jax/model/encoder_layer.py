@@ -16,6 +16,7 @@ ends (``norm_kernel``).
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 
 import flax.linen as nn
 import jax
@@ -64,9 +65,10 @@ class BertLayer(nn.Module):
             mask = mask.replace(window=self.window)
         attention = BertSelfAttention(c, num, name="attention")
         if self._norm_kernel(x, deterministic):
-            if c.pre_layer_norm:
-                return self._pre_norm_kernels(attention, x, mask, deterministic, rope, pending, defer)
-            return self._post_norm_kernels(attention, x, mask, deterministic, rope, pending, defer)
+            # The attention block without its output layer's bias (the kernel adds it).
+            attend = lambda h: attention(h, mask, deterministic, rope, defer_bias=True)
+            blocks = self._pre_norm_kernels if c.pre_layer_norm else self._post_norm_kernels
+            return blocks(attend, x, deterministic, pending, defer)
         if pending is not None or defer:
             raise ValueError("a layer outside the LayerNorm kernels takes and returns whole outputs")
         output_norm = layer_norm(c, num, "output_LayerNorm")
@@ -97,14 +99,7 @@ class BertLayer(nn.Module):
         return why is None
 
     def _post_norm_kernels(
-        self,
-        attention: BertSelfAttention,
-        x: Array,
-        mask: AttentionMask,
-        deterministic: bool,
-        rope,
-        pending: Array | None,
-        defer: bool,
+        self, attend: Callable, x: Array, deterministic: bool, pending: Array | None, defer: bool
     ) -> Array | tuple[Array, Array]:
         """The post-LN layer, LN(x + f(x)), with each block's end (the bias of f's last dense
         layer, hidden dropout, residual add, LayerNorm) in `residual_norm`'s kernels. A
@@ -120,7 +115,7 @@ class BertLayer(nn.Module):
             return dropout(num, rate).seeds() if rate else None
 
         residual = x if pending is None else pending
-        attn, bias = attention(x, mask, deterministic, rope, defer_bias=True)
+        attn, bias = attend(x)
         norm = residual_norm.ResidualLayerNorm(c, num, twice=True, name="attention_LayerNorm")
         x, residual = norm(attn, bias, residual, rate, seeds())
         h, bias = self.feed_forward(x, defer_bias=True)
@@ -133,14 +128,7 @@ class BertLayer(nn.Module):
         return tuple(map(constrain, out)) if defer else constrain(out)
 
     def _pre_norm_kernels(
-        self,
-        attention: BertSelfAttention,
-        x: Array,
-        mask: AttentionMask,
-        deterministic: bool,
-        rope,
-        pending: Array | None,
-        defer: bool,
+        self, attend: Callable, x: Array, deterministic: bool, pending: Array | None, defer: bool
     ) -> Array | tuple[Array, Array]:
         """The pre-LN layer, x + f(LN(x)), with the attention block's end (its output
         layer's bias, hidden dropout, the residual add) and the feed-forward block's
@@ -157,7 +145,7 @@ class BertLayer(nn.Module):
             x, h = norm(pending, None, x, 0.0, None)
         else:
             h = layer_norm(c, num, "attention_LayerNorm")(x) if self.attention_norm else x
-        attn, bias = attention(h, mask, deterministic, rope, defer_bias=True)
+        attn, bias = attend(h)
         seeds = dropout(num, rate).seeds() if rate else None
         norm = residual_norm.ResidualLayerNorm(c, num, stream=True, name="output_LayerNorm")
         x, h = norm(attn, bias, x, rate, seeds)

@@ -247,6 +247,34 @@ def test_the_encoder_layer_equals_the_xla_path(
     assert all("Pallas interpret mode" in x for x in lines), lines
 
 
+def _unrolled_encoder_against_xla(config: BertConfig, kinds: tuple[str, ...]) -> tuple[tuple, tuple]:
+    """A small encoder with ``norm_kernel=triton``, unrolled, against the XLA path under
+    the same dropout key (`_assert_same_run`: the output and every gradient). Returns how
+    often each kernel name in ``kinds`` appears in the kernels' gradient program, and
+    (params, ids, mask)."""
+    ids = jax.random.randint(jax.random.key(0), (2, 32), 0, config.vocab_size)
+    m = np.ones((2, 32), np.int32)
+    m[1, 20:] = 0
+    mask = jnp.asarray(m)
+    params = BertModel(config, add_pooler=False).init(jax.random.key(1), ids, mask)
+
+    def run(numerics: Numerics):
+        model = BertModel(config, numerics, add_pooler=False)
+
+        def loss(p):
+            y = model.apply(p, ids, mask, deterministic=False, rngs={"dropout": jax.random.key(5)})[0]
+            return jnp.sum(y * jnp.cos(y)), y
+
+        text = str(jax.make_jaxpr(jax.grad(lambda p: loss(p)[0]))(params))
+        (_, y), grads = jax.value_and_grad(loss, has_aux=True)(params)
+        return y, grads, tuple(text.count(k) for k in kinds)
+
+    want, want_grads, _ = run(Numerics(norm_kernel="xla", layer_loop="unroll"))
+    got, got_grads, counts = run(Numerics(norm_kernel="triton", layer_loop="unroll"))
+    _assert_same_run(got, got_grads, want, want_grads)
+    return counts, (params, ids, mask)
+
+
 def test_a_pre_ln_encoder_hands_each_residual_add_to_the_next_kernel() -> None:
     """A ModernBERT-shaped pre-LN encoder (layer 0 without an attention LayerNorm, GeGLU,
     no biases, a final LayerNorm) with ``norm_kernel=triton``, unrolled: every layer's last
@@ -265,27 +293,9 @@ def test_a_pre_ln_encoder_hands_each_residual_add_to_the_next_kernel() -> None:
         hidden_dropout_prob=0.1,
         attention_probs_dropout_prob=0.0,
     )
-    ids = jax.random.randint(jax.random.key(0), (2, 32), 0, config.vocab_size)
-    m = np.ones((2, 32), np.int32)
-    m[1, 20:] = 0
-    mask = jnp.asarray(m)
-    params = BertModel(config, add_pooler=False).init(jax.random.key(1), ids, mask)
-
-    def run(numerics: Numerics):
-        model = BertModel(config, numerics, add_pooler=False)
-
-        def loss(p):
-            y = model.apply(p, ids, mask, deterministic=False, rngs={"dropout": jax.random.key(5)})[0]
-            return jnp.sum(y * jnp.cos(y)), y
-
-        text = str(jax.make_jaxpr(jax.grad(lambda p: loss(p)[0]))(params))
-        (_, y), grads = jax.value_and_grad(loss, has_aux=True)(params)
-        return y, grads, (text.count("stream_layer_norm_forward"), text.count("residual_layer_norm_forward"))
-
-    want, want_grads, _ = run(Numerics(norm_kernel="xla", layer_loop="unroll"))
-    got, got_grads, kernels = run(Numerics(norm_kernel="triton", layer_loop="unroll"))
+    kinds = ("stream_layer_norm_forward", "residual_layer_norm_forward")
+    kernels, (params, ids, mask) = _unrolled_encoder_against_xla(config, kinds)
     assert kernels == (2 * 3 - 1, 1)
-    _assert_same_run(got, got_grads, want, want_grads)
     stacked = {"params": stack_layers(nn.meta.unbox(params)["params"], 3, config)}
     model = BertModel(config, Numerics(norm_kernel="triton", layer_loop="scan"), add_pooler=False)
     y = model.apply(stacked, ids, mask, deterministic=True)[0]
@@ -304,28 +314,9 @@ def test_a_post_ln_encoder_hands_each_output_on_twice() -> None:
     config = attention_cases.small_config(
         num_hidden_layers=3, hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.0
     )
-    ids = jax.random.randint(jax.random.key(0), (2, 32), 0, config.vocab_size)
-    m = np.ones((2, 32), np.int32)
-    m[1, 20:] = 0
-    mask = jnp.asarray(m)
-    params = BertModel(config, add_pooler=False).init(jax.random.key(1), ids, mask)
-
-    def run(numerics: Numerics):
-        model = BertModel(config, numerics, add_pooler=False)
-
-        def loss(p):
-            y = model.apply(p, ids, mask, deterministic=False, rngs={"dropout": jax.random.key(5)})[0]
-            return jnp.sum(y * jnp.cos(y)), y
-
-        text = str(jax.make_jaxpr(jax.grad(lambda p: loss(p)[0]))(params))
-        (_, y), grads = jax.value_and_grad(loss, has_aux=True)(params)
-        kinds = ("residual_layer_norm_twice_backward", "residual_layer_norm_backward")
-        return y, grads, tuple(text.count(k) for k in kinds)
-
-    want, want_grads, _ = run(Numerics(norm_kernel="xla", layer_loop="unroll"))
-    got, got_grads, kernels = run(Numerics(norm_kernel="triton", layer_loop="unroll"))
+    kinds = ("residual_layer_norm_twice_backward", "residual_layer_norm_backward")
+    kernels, _ = _unrolled_encoder_against_xla(config, kinds)
     assert kernels == (2 * 3 - 1, 1)
-    _assert_same_run(got, got_grads, want, want_grads)
 
 
 def test_sharded_over_a_mesh_each_shard_draws_its_part_of_the_global_masks() -> None:
