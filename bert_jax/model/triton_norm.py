@@ -307,9 +307,10 @@ def _fwd(h, b, r, g, beta, words, opts):
     return y, (h, b, r, g, beta, words, mean, rstd)
 
 
-def _bwd(opts, residuals, dy):
+def _bwd(opts, residuals, dy, dy2=None):
+    """``dy2``: the second output's gradient (`residual_layer_norm_twice`)."""
     h, b, r, g, beta, words, mean, rstd = residuals
-    dh, dr, dg, dbeta, db = _backward((h, b, r, g, words, mean, rstd), dy, opts)
+    dh, dr, dg, dbeta, db = _backward((h, b, r, g, words, mean, rstd), dy, opts, dy2=dy2)
     return dh, db.astype(b.dtype), dr, dg.astype(g.dtype), dbeta.astype(beta.dtype), None
 
 
@@ -334,9 +335,7 @@ def _twice_fwd(h, b, r, g, beta, words, opts):
 
 
 def _twice_bwd(opts, residuals, grads):
-    h, b, r, g, beta, words, mean, rstd = residuals
-    dh, dr, dg, dbeta, db = _backward((h, b, r, g, words, mean, rstd), grads[0], opts, dy2=grads[1])
-    return dh, db.astype(b.dtype), dr, dg.astype(g.dtype), dbeta.astype(beta.dtype), None
+    return _bwd(opts, residuals, *grads)
 
 
 residual_layer_norm_twice.defvjp(_twice_fwd, _twice_bwd)
