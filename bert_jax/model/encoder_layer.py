@@ -116,10 +116,12 @@ class BertLayer(nn.Module):
 
         residual = x if pending is None else pending
         attn, bias = attend(x)
-        norm = residual_norm.ResidualLayerNorm(c, num, twice=True, name="attention_LayerNorm")
+        norm = residual_norm.ResidualLayerNorm(c, num, form="twice", name="attention_LayerNorm")
         x, residual = norm(attn, bias, residual, rate, seeds())
         h, bias = self.feed_forward(x, defer_bias=True)
-        norm = residual_norm.ResidualLayerNorm(c, num, twice=defer, name="output_LayerNorm")
+        norm = residual_norm.ResidualLayerNorm(
+            c, num, form="twice" if defer else "plain", name="output_LayerNorm"
+        )
         out = norm(h, bias, residual, rate, seeds())
         constrain = functools.partial(
             nn.with_logical_constraint,
@@ -141,13 +143,13 @@ class BertLayer(nn.Module):
         if pending is not None:
             if not self.attention_norm:
                 raise ValueError("a layer without an attention LayerNorm takes its input whole")
-            norm = residual_norm.ResidualLayerNorm(c, num, stream=True, name="attention_LayerNorm")
+            norm = residual_norm.ResidualLayerNorm(c, num, form="stream", name="attention_LayerNorm")
             x, h = norm(pending, None, x, 0.0, None)
         else:
             h = layer_norm(c, num, "attention_LayerNorm")(x) if self.attention_norm else x
         attn, bias = attend(h)
         seeds = dropout(num, rate).seeds() if rate else None
-        norm = residual_norm.ResidualLayerNorm(c, num, stream=True, name="output_LayerNorm")
+        norm = residual_norm.ResidualLayerNorm(c, num, form="stream", name="output_LayerNorm")
         x, h = norm(attn, bias, x, rate, seeds)
         h = dropout(num, c.hidden_dropout_prob)(self.feed_forward(h), deterministic)
         if defer:

@@ -1,7 +1,7 @@
 """``LN(r + dropout(h + b))``, the end of a post-LayerNorm residual block, through the Triton
 kernel pair of `triton_norm` (``norm_kernel=triton``; NVIDIA GPUs, interpreted on CPU);
-with ``stream`` the pre-LayerNorm form, the residual stream ``s = r + dropout(h + b)`` and
-the next sub-layer's input ``LN(s)`` both. The XLA path (`encoder_layer`:
+in the ``stream`` form the pre-LayerNorm block's end, the residual stream
+``s = r + dropout(h + b)`` and the next sub-layer's input ``LN(s)`` both. The XLA path (`encoder_layer`:
 `layers.layer_norm` of the sum) computes the same.
 
 The module holds the LayerNorm's parameters under its own name (``scale``, ``bias``: the
@@ -58,17 +58,26 @@ def chains_layers(
     )
 
 
+# Each form's kernel: one output, or two (``stream``: the stream and its LayerNorm;
+# ``twice``: the LayerNorm for two consumers).
+FORMS = {
+    "plain": triton_norm.residual_layer_norm,
+    "stream": triton_norm.stream_layer_norm,
+    "twice": triton_norm.residual_layer_norm_twice,
+}
+
+
 class ResidualLayerNorm(nn.Module):
     """``LN(r + drop(h + b))`` for [B, S, H] ``h`` and ``r`` in the kernels (`kernel_refusal`
-    None), in the compute dtype; with ``stream`` (s, LN(s)), ``s = r + drop(h + b)``; with
-    ``twice`` the output twice, for two consumers whose gradients the backward kernel adds
+    None), in the compute dtype. ``form`` says what it returns (`FORMS`): ``plain`` the
+    output; ``stream`` (s, LN(s)), ``s = r + drop(h + b)``; ``twice`` the output twice, for
+    two consumers whose gradients the backward kernel adds
     (`triton_norm.residual_layer_norm_twice`). ``r`` is read in the dtype the XLA path's sum
     has (a float32 stream stays float32)."""
 
     config: BertConfig
     numerics: Numerics
-    stream: bool = False
-    twice: bool = False
+    form: str = "plain"
 
     @nn.compact
     def __call__(self, h: Array, b: Array | None, r: Array, rate: float, seeds: Array | None) -> Array:
@@ -86,11 +95,8 @@ class ResidualLayerNorm(nn.Module):
         vectors = (zeros if b is None else b, scale, zeros if shift is None else shift)
         h = h.astype(num.dtype)
         r = r.astype(jnp.result_type(h, r))
-        if self.stream:
-            kernel = triton_norm.stream_layer_norm
-        else:
-            kernel = triton_norm.residual_layer_norm_twice if self.twice else triton_norm.residual_layer_norm
-        return _kernel_path(h, r, vectors, seeds, opts, kernel, pair=self.stream or self.twice)
+        kernel = FORMS[self.form]
+        return _kernel_path(h, r, vectors, seeds, opts, kernel, pair=self.form != "plain")
 
 
 def _kernel_path(
