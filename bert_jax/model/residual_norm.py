@@ -1,7 +1,8 @@
 """``LN(r + dropout(h + b))``, the end of a post-LayerNorm residual block, through the Triton
 kernel pair of `triton_norm` (``norm_kernel=triton``; NVIDIA GPUs, interpreted on CPU);
 in the ``stream`` form the pre-LayerNorm block's end, the residual stream
-``s = r + dropout(h + b)`` and the next sub-layer's input ``LN(s)`` both. The XLA path (`encoder_layer`:
+``s = r + dropout(h + b)`` and the next sub-layer's input ``LN(s)`` both; in the ``twice``
+form the output for two consumers (`FORMS`). The XLA path (`encoder_layer`:
 `layers.layer_norm` of the sum) computes the same.
 
 The module holds the LayerNorm's parameters under its own name (``scale``, ``bias``: the
