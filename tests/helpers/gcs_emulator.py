@@ -13,6 +13,7 @@ real service does where bert_jax's clients depend on it.
     python tests/helpers/gcs_emulator.py PORT DATA_DIR BUCKET
 """
 
+import contextlib
 import sys
 import time
 from http import HTTPStatus
@@ -51,10 +52,8 @@ def upload_partial(request, response, storage, *args, **kwargs):
         session = None
     result = _upload_partial(request, response, storage, *args, **kwargs)
     if session is not None and upload_id not in storage.resumable:  # it completed just now
-        try:
+        with contextlib.suppress(NotFound):
             _completed[upload_id] = storage.get_file_obj(session["bucket"], session["name"])
-        except NotFound:
-            pass
     return result
 
 
