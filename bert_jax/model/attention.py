@@ -43,7 +43,6 @@ padding), whose outputs no loss reads. Shapes: B batch, S sequence, N heads, D h
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 
 import flax.linen as nn
@@ -209,19 +208,6 @@ def _shard_axes(q: Array, mesh: jax.sharding.AbstractMesh) -> tuple[AxisNames, A
     return mesh_axes("activation_batch", q.shape[0], mesh), mesh_axes("activation_heads", q.shape[2], mesh)
 
 
-def _sharded(
-    fn: Callable[..., Array],
-    axes: tuple[AxisNames, AxisNames],
-    mesh: jax.sharding.AbstractMesh,
-) -> Callable[..., Array]:
-    """``fn(q, k, v, seg)`` in a `jax.shard_map` over the batch and head ``axes`` of the
-    context mesh."""
-    batch, heads = axes
-    qkv = PartitionSpec(batch, None, heads, None)
-    specs = (qkv, qkv, qkv, PartitionSpec(batch, None))
-    return jax.shard_map(fn, mesh=mesh, in_specs=specs, out_specs=qkv, check_vma=False)
-
-
 def in_context_mesh() -> jax.sharding.AbstractMesh | None:
     """The context mesh where a Pallas kernel needs a `shard_map` (none inside one)."""
     mesh = jax.sharding.get_abstract_mesh()
@@ -233,21 +219,17 @@ def splash_attention(
 ) -> Array:
     """[B, S, N, D] ×3 → [B, S, N, D] through Pallas splash attention (``interpret``: the
     kernel interpreted, for CPUs). No additive bias; padding is its own segment."""
-    if mask.extra_bias is not None:
-        raise ValueError("attention_kernel=splash takes no additive bias (ALiBi): use attention_kernel=xla")
     s = q.shape[1]
     q, k, v, seg = kernel_tiles.pad_sequence(SPLASH_BLOCK, q, k, v, segment_ids(mask))
-    fn = functools.partial(
-        _splash_local,
-        causal=mask.causal,
-        window=mask.window,
-        block=block or splash_block(q.shape[1]),
-        interpret=interpret,
-    )
-    mesh = in_context_mesh()
-    if mesh is not None:
-        fn = _sharded(fn, _shard_axes(q, mesh), mesh)
-    return fn(_scaled(q), k, v, seg)[:, :s]
+    block = block or splash_block(q.shape[1])
+
+    def local(q: Array, k: Array, v: Array, seg: Array, _seeds: Array, _offsets) -> Array:
+        return _splash_local(
+            q, k, v, seg, causal=mask.causal, window=mask.window, block=block, interpret=interpret
+        )
+
+    layout = ("batch", None, "heads", None)
+    return _on_shards("splash", local, (_scaled(q), k, v), (layout,) * 3, mask, 0.0, None, seg)[:, :s]
 
 
 def shard_start(axes: AxisNames, size: int) -> Array | int:
@@ -280,10 +262,12 @@ def _on_shards(
     mask: AttentionMask,
     dropout_rate: float,
     dropout_seeds: Array | None,
+    seg: Array | None = None,
 ) -> Array:
     """`_with_seeds` of any ``arrays``, each axis of each named in ``layouts`` ("batch",
     "heads" or None: whole; a batch axis of 1 is not split); the first array's batch and
-    head axes are the output's: ``local(*arrays, seg, seeds, offsets)``."""
+    head axes are the output's: ``local(*arrays, seg, seeds, offsets)``. ``seg``: the
+    segment ids the kernel takes, [B, S'] (default: ``mask``'s)."""
     if mask.extra_bias is not None:
         raise ValueError(
             f"attention_kernel={kernel} takes no additive bias (ALiBi): use attention_kernel=xla"
@@ -291,6 +275,7 @@ def _on_shards(
     if dropout_rate and dropout_seeds is None:
         raise ValueError(f"attention_kernel={kernel} with attention dropout needs the layer's dropout seeds")
     seeds = jnp.zeros((2,), jnp.uint32) if dropout_seeds is None else dropout_seeds
+    seg = segment_ids(mask) if seg is None else seg
     mesh = in_context_mesh()
     axes = (None, None) if mesh is None else _shard_axes(arrays[0], mesh)
 
@@ -300,7 +285,7 @@ def _on_shards(
         return local(*arrays, seg, seeds, offsets)
 
     if mesh is None:
-        return on_shard(*arrays, segment_ids(mask), seeds)
+        return on_shard(*arrays, seg, seeds)
     named = {"batch": axes[0], "heads": axes[1], None: None}
 
     def spec(x: Array, layout: tuple[str | None, ...]) -> PartitionSpec:
@@ -311,7 +296,7 @@ def _on_shards(
     specs = (*map(spec, arrays, layouts), PartitionSpec(axes[0], None), PartitionSpec())
     out = PartitionSpec(axes[0], None, axes[1], None)
     fn = jax.shard_map(on_shard, mesh=mesh, in_specs=specs, out_specs=out, check_vma=False)
-    return fn(*arrays, segment_ids(mask), seeds)
+    return fn(*arrays, seg, seeds)
 
 
 def _triton_options(
