@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Callable
 from typing import Any
 
 from bert_jax.ablations import cells, grid
@@ -114,8 +115,10 @@ def estimate(
     rows: list[str] | None = None,
     columns: list[str] | None = None,
     compile: bool = False,
+    progress: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
-    """The plan of the chosen rows and columns (all by default) on `topology`."""
+    """The plan of the chosen rows and columns (all by default) on `topology`; with
+    `compile`, `progress` (if given) gets `plan.plan`'s lines, each naming its row."""
     topo = hardware.parse_topology(topology)
     chips, peak = topo.num_chips, topo.generation.peak_bf16_flops
     sustained = chips * peak * mfu
@@ -127,7 +130,8 @@ def estimate(
         flops = cells.pretraining_flops(table.pretraining[source])  # at the planned vocabulary size
         entry = {"row": source, "flops": flops, "seconds": flops / sustained}
         if compile:
-            report = plan.plan(table.pretraining[source], topology, mfu_assumed=mfu)
+            say = None if progress is None else lambda line, row=source: progress(f"{row}: {line.strip()}")
+            report = plan.plan(table.pretraining[source], topology, mfu_assumed=mfu, progress=say)
             entry.update(seconds=report.est_total_time_s, hbm_per_chip_bytes=report.hbm_per_chip_bytes,
                          fits=report.fits)  # fmt: skip
         pretraining.append(entry)

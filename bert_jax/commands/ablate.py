@@ -93,7 +93,14 @@ def main(argv: list[str]) -> None:
             os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
 
         plan = cost.estimate(
-            table, FLAGS.plan, FLAGS.mfu, FLAGS.chip_hour_usd, FLAGS.rows, FLAGS.columns, FLAGS.plan_compile
+            table,
+            FLAGS.plan,
+            FLAGS.mfu,
+            FLAGS.chip_hour_usd,
+            FLAGS.rows,
+            FLAGS.columns,
+            FLAGS.plan_compile,
+            progress=lambda line: print(line, flush=True),
         )
         print(cost.write(plan, FLAGS.workdir))
         return

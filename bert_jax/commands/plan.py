@@ -69,6 +69,7 @@ def main(argv: list[str]) -> None:
         mfu_given=FLAGS["mfu"].present,
         measured_tokens_per_s=FLAGS.measured_tokens_per_s,
         num_slices=FLAGS.num_slices,
+        progress=lambda line: print(line, flush=True),
     )
     print(plan_text.format_report(report))
     if FLAGS.output_json:

@@ -17,6 +17,7 @@ compiles a few other settings and reports the first that fits.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Any
 
 from bert_jax.pretraining import plan_compile, plan_fit, plan_rate
@@ -107,8 +108,14 @@ class PlanReport:
 class _Planner:
     """Plans the phases of one run on one placement; compiles each distinct step once."""
 
-    def __init__(self, run: PretrainSettings, where: plan_compile.Placement, rate: plan_rate.Rate) -> None:
-        self.run, self.where, self.rate = run, where, rate
+    def __init__(
+        self,
+        run: PretrainSettings,
+        where: plan_compile.Placement,
+        rate: plan_rate.Rate,
+        progress: Callable[[str], None] | None = None,
+    ) -> None:
+        self.run, self.where, self.rate, self.progress = run, where, rate, progress
         self.batch = run.global_batch_size
         self._measured: dict[tuple, plan_compile.Measured] = {}
         self._flops: dict[tuple, float] = {}
@@ -120,8 +127,27 @@ class _Planner:
     def measure(self, phase: Phase, setting: tuple[str, int]) -> plan_compile.Measured:
         key = (phase.max_seq_length, phase.max_predictions_per_seq, *setting)
         if key not in self._measured:
-            self._measured[key] = plan_compile.measure(self._step_settings(phase, setting), self.where)
+            slices = f" x {self.where.num_slices} slices" if self.where.num_slices > 1 else ""
+            where = f"{self.where.topology_name}{slices}"
+            self._say(f"compiling the step for {where}: {self._shape(phase, setting)} ...")
+            done = plan_compile.measure(self._step_settings(phase, setting), self.where)
+            self._measured[key] = done
+            per_chip = done.mem.peak_bytes * self.where.devices_per_chip
+            fits = "fits" if self.fits(done.mem) else "does NOT fit"
+            self._say(f"  compiled in {done.compile_time_s:.1f} s: {per_chip / GIB:.2f} GiB per chip, {fits}")
         return self._measured[key]
+
+    def _say(self, line: str) -> None:
+        """A progress line (`plan`'s ``progress``; compiles take minutes)."""
+        if self.progress is not None:
+            self.progress(line)
+
+    def _shape(self, phase: Phase, setting: tuple[str, int]) -> str:
+        remat, accum = setting
+        return (
+            f"{self.batch} x {phase.max_seq_length} ({phase.max_predictions_per_seq} predictions), "
+            f"remat {remat}, {accum} micro-batch{'es' if accum > 1 else ''}"
+        )
 
     def flops(self, phase: Phase, remat: str) -> float:
         key = (phase.max_seq_length, phase.max_predictions_per_seq, remat)
@@ -260,6 +286,7 @@ def plan(
     mfu_given: bool = False,
     measured_tokens_per_s: float = 0.0,
     num_slices: int = 1,
+    progress: Callable[[str], None] | None = None,
 ) -> PlanReport:
     """Compiles every phase's pre-training step of the `run` for `topology_name` and
     estimates the run's cost; with `find_fit`, a phase that does not fit gets
@@ -269,9 +296,10 @@ def plan(
     Times are estimates at a utilisation (`plan_rate`): `mfu_assumed` (the user's figure
     when `mfu_given`), or the one a measured phase-1 `measured_tokens_per_s` implies.
     `num_slices` > 1 plans `num_slices` such slices (multislice), the run's mesh laid over
-    them as `sharding.make_mesh` does (by default data parallelism across the slices)."""
+    them as `sharding.make_mesh` does (by default data parallelism across the slices).
+    `progress`, if given, gets a line before and after each compile."""
     rate = plan_rate.of_mfu(mfu_assumed, mfu_given)
-    planner = _Planner(run, plan_compile.placement(run, topology_name, num_slices), rate)
+    planner = _Planner(run, plan_compile.placement(run, topology_name, num_slices), rate, progress)
     if measured_tokens_per_s:
         planner.rate = planner.measured_rate(measured_tokens_per_s)
     phases = [planner.phase_plan(i, p, find_fit) for i, p in enumerate(run.phases(), start=1)]

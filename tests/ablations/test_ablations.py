@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import shutil
 import subprocess
 import sys
@@ -544,3 +545,24 @@ def test_plan_estimates_a_tables_time_chip_hours_and_cost(tmp_path) -> None:
         run_settings.ablation_table(ablation_configs.get_config("table5")), "v5e:2x2", rows=["plus_bilstm"]
     )
     assert [e["row"] for e in t5["pretraining"]] == ["ltr_no_nsp"]
+
+
+def test_plan_compile_says_each_compile_as_it_goes() -> None:
+    """`ablate --plan=TOPOLOGY --plan_compile`: each pre-training row's steps compiled for the
+    slice, a line naming the row as each compile starts and one as it ends."""
+    from bert_jax.ablations import cost
+
+    table = run_settings.ablation_table(ablation_configs.get_config("table5.cpu"))
+    lines: list[str] = []
+    plan = cost.estimate(
+        table, "v5e:2x2", rows=[table.row_order[0]], columns=[table.column_order[0]], compile=True,
+        progress=lines.append,
+    )  # fmt: skip
+    (entry,) = plan["pretraining"]
+    assert entry["fits"] and 0 < entry["hbm_per_chip_bytes"] < 16 * 1024**3
+    row = re.escape(entry["row"])
+    assert lines and len(lines) % 2 == 0, lines
+    for started, ended in zip(lines[::2], lines[1::2], strict=True):
+        begins = rf"{row}: compiling the step for v5e:2x2: \d+ x \d+ .* micro-batch(es)? \.\.\."
+        assert re.fullmatch(begins, started), started
+        assert re.fullmatch(rf"{row}: compiled in \d+\.\d s: \d+\.\d\d GiB per chip, fits", ended), ended

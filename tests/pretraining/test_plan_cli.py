@@ -4,6 +4,7 @@ it can, and a missing libtpu in one line saying how to install it. The tiny mode
 compiles in seconds; the real presets' plans are `test_plan.py`'s."""
 
 import os
+import re
 import subprocess
 import sys
 
@@ -33,7 +34,14 @@ def test_a_plan_prints_only_its_own_lines(tmp_path) -> None:
         proc = bert_jax(*PLAN, "--topology=v5e:2x2", env=env)
         assert proc.returncode == 0 and proc.stderr == "", proc.stderr[-3000:]
         lines = proc.stdout.splitlines()
-        assert lines[0] == "topology                   v5e:2x2 (4 chips used, TPU v5 lite)", proc.stdout
+        # The compile says what it compiles before it starts and what it found after it; then
+        # the report.
+        assert (
+            lines[0]
+            == "compiling the step for v5e:2x2: 8 x 64 (10 predictions), remat none, 1 micro-batch ..."
+        )
+        assert re.fullmatch(r"  compiled in \d+\.\d s: 0\.\d\d GiB per chip, fits", lines[1]), proc.stdout
+        assert lines[2] == "topology                   v5e:2x2 (4 chips used, TPU v5 lite)", proc.stdout
         assert lines[-1].startswith("compile time ")
 
 

@@ -54,10 +54,11 @@ def test_a_plan_of_two_slices_compiles_with_data_across_them(tmp_path) -> None:
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = proc.stdout.splitlines()
-    assert lines[0] == "topology                   v5e:2x2 x 2 slices (8 chips used, TPU v5 lite)", (
+    assert lines[0].startswith("compiling the step for v5e:2x2 x 2 slices: "), proc.stdout
+    assert lines[2] == "topology                   v5e:2x2 x 2 slices (8 chips used, TPU v5 lite)", (
         proc.stdout
     )
-    assert lines[1] == "mesh                       data=2 x fsdp=4 x tensor=1"
+    assert lines[3] == "mesh                       data=2 x fsdp=4 x tensor=1"
     report = json.loads(out.read_text())
     assert report["num_slices"] == 2 and report["num_chips"] == 8 and report["devices_used"] == 8
     assert report["mesh_shape"] == {"data": 2, "fsdp": 4, "tensor": 1} and report["fits"]
