@@ -21,7 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 from bert_jax.pretraining import plan_compile, plan_fit, plan_rate
-from bert_jax.pretraining.settings import Phase, PhaseStep, PretrainSettings
+from bert_jax.pretraining.settings import Phase, PhaseStep, PretrainSettings, step_words
 from bert_jax.training import hardware
 
 GIB = hardware.GIB
@@ -128,8 +128,8 @@ class _Planner:
         key = (phase.max_seq_length, phase.max_predictions_per_seq, *setting)
         if key not in self._measured:
             slices = f" x {self.where.num_slices} slices" if self.where.num_slices > 1 else ""
-            where = f"{self.where.topology_name}{slices}"
-            self._say(f"compiling the step for {where}: {self._shape(phase, setting)} ...")
+            what = step_words(self.batch, phase, PhaseStep(*setting))
+            self._say(f"compiling the step for {self.where.topology_name}{slices}: {what} ...")
             done = plan_compile.measure(self._step_settings(phase, setting), self.where)
             self._measured[key] = done
             per_chip = done.mem.peak_bytes * self.where.devices_per_chip
@@ -141,13 +141,6 @@ class _Planner:
         """A progress line (`plan`'s ``progress``; compiles take minutes)."""
         if self.progress is not None:
             self.progress(line)
-
-    def _shape(self, phase: Phase, setting: tuple[str, int]) -> str:
-        remat, accum = setting
-        return (
-            f"{self.batch} x {phase.max_seq_length} ({phase.max_predictions_per_seq} predictions), "
-            f"remat {remat}, {accum} micro-batch{'es' if accum > 1 else ''}"
-        )
 
     def flops(self, phase: Phase, remat: str) -> float:
         key = (phase.max_seq_length, phase.max_predictions_per_seq, remat)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from bert_jax.pretraining.plan import GIB, PhasePlan, PlanReport
 from bert_jax.pretraining.plan_fit import Trial
+from bert_jax.pretraining.settings import Phase, PhaseStep, step_words
 
 
 def _bytes(n: float) -> str:
@@ -48,13 +49,10 @@ def _utilization(r: PlanReport) -> str:
 
 
 def _phase_rows(p: PhasePlan, r: PlanReport) -> list[tuple[str, str]]:
-    micro = f"{p.grad_accum_steps} micro-batch{'es' if p.grad_accum_steps > 1 else ''}"
+    phase = Phase(p.first_step, p.first_step + p.num_steps, p.max_seq_length, p.max_predictions_per_seq)
+    step = PhaseStep(p.remat_policy, p.grad_accum_steps)
     rows = [
-        (
-            f"phase {p.phase}",
-            f"{p.num_steps:,} steps of {r.global_batch_size} x {p.max_seq_length} "
-            f"({p.max_predictions_per_seq} predictions); remat {p.remat_policy}, {micro}",
-        ),
+        (f"phase {p.phase}", f"{p.num_steps:,} steps of {step_words(r.global_batch_size, phase, step)}"),
         ("  activations+temp / chip", _bytes(p.temp_bytes)),
         (
             "  total HBM / chip",

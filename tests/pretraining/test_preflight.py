@@ -4,6 +4,8 @@ set up that does not fit is refused in one line naming `plan`'s fix, as an out-o
 exit, with nothing written; a preset's phase 2 trains with that fix (one warning line); the
 loop compiles none of the steps the check compiled."""
 
+import re
+
 import jax
 import numpy as np
 import pytest
@@ -63,8 +65,20 @@ def test_a_presets_phase2_that_does_not_fit_trains_with_plans_fix(
     monkeypatch.setattr(engine, "train_step", spy)
     result = run_settings.pretrain(_config(), str(tmp_path / "run"))
     assert result.step == 4
-    warnings = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("warning: phase")]
+    out = capsys.readouterr().out.splitlines()
+    warnings = [ln for ln in out if ln.startswith("warning: phase")]
     assert len(warnings) == 1 and "training it with --config.phase2_grad_accum_steps=2" in warnings[0]
+    # Each phase's compile says what it compiles before it starts and what it needs after it
+    # (phase 2 above the limit: then the warning).
+    gib = f"{between / 1024**3:.2f}"
+    compiles = [ln for ln in out if "compil" in ln]
+    for n, (length, line) in enumerate(zip((32, 64), compiles[::2], strict=True), start=1):
+        what = rf"32 x {length} \(\d+ predictions\), remat none, 1 micro-batch"
+        assert re.fullmatch(rf"compiling phase {n}'s step: {what} \.\.\.", line), out
+    for line in compiles[1::2]:
+        assert re.fullmatch(rf"  compiled in \d+\.\d s: \d+\.\d\d of {gib} GiB per device", line), out
+    assert len(compiles) == 4, out
+    assert out.index(compiles[3]) < out.index(warnings[0])
     assert sorted(set(traced)) == [(32, 1), (64, 1), (64, 2)]  # (64, 1): the check's, not run
     assert list((tmp_path / "run" / "compilation_cache").iterdir())  # the check's programs, kept
 
