@@ -128,7 +128,7 @@ class _Planner:
         key = (phase.max_seq_length, phase.max_predictions_per_seq, *setting)
         if key not in self._measured:
             slices = f" x {self.where.num_slices} slices" if self.where.num_slices > 1 else ""
-            what = step_words(self.batch, phase, PhaseStep(*setting))
+            what = step_words(self.batch, phase.max_seq_length, phase.max_predictions_per_seq, *setting)
             self._say(f"compiling the step for {self.where.topology_name}{slices}: {what} ...")
             done = plan_compile.measure(self._step_settings(phase, setting), self.where)
             self._measured[key] = done

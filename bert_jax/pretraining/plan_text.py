@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from bert_jax.pretraining.plan import GIB, PhasePlan, PlanReport
 from bert_jax.pretraining.plan_fit import Trial
-from bert_jax.pretraining.settings import Phase, PhaseStep, step_words
+from bert_jax.pretraining.settings import step_words
 
 
 def _bytes(n: float) -> str:
@@ -49,10 +49,11 @@ def _utilization(r: PlanReport) -> str:
 
 
 def _phase_rows(p: PhasePlan, r: PlanReport) -> list[tuple[str, str]]:
-    phase = Phase(p.first_step, p.first_step + p.num_steps, p.max_seq_length, p.max_predictions_per_seq)
-    step = PhaseStep(p.remat_policy, p.grad_accum_steps)
+    step = step_words(
+        r.global_batch_size, p.max_seq_length, p.max_predictions_per_seq, p.remat_policy, p.grad_accum_steps
+    )
     rows = [
-        (f"phase {p.phase}", f"{p.num_steps:,} steps of {step_words(r.global_batch_size, phase, step)}"),
+        (f"phase {p.phase}", f"{p.num_steps:,} steps of {step}"),
         ("  activations+temp / chip", _bytes(p.temp_bytes)),
         (
             "  total HBM / chip",

@@ -34,9 +34,8 @@ import jax
 from bert_jax.pretraining import plan_compile, plan_fit
 from bert_jax.pretraining.objective import batch_shapes
 from bert_jax.pretraining.settings import PHASE_KEYS, Phase, PhaseStep, PretrainSettings, step_words
-from bert_jax.training import memory_fit, run_config
+from bert_jax.training import hardware, memory_fit, run_config
 
-GIB = 1024**3
 MEMORY_VARIABLE = "BERT_JAX_DEVICE_MEMORY"  # bytes one device holds (overrides the device's)
 
 
@@ -193,11 +192,12 @@ def check(job, *, capacity: int | None = None, where: str = "a device"):
     if capacity is None:
         capacity, where = device_capacity(job.mesh)
     for number, phase in enumerate(job.run.phases(), start=1):
-        what = step_words(job.run.global_batch_size, phase, job.run.phase_step(number))
+        shape = (job.run.global_batch_size, phase.max_seq_length, phase.max_predictions_per_seq)
+        what = step_words(*shape, *dataclasses.astuple(job.run.phase_step(number)))
         print(f"compiling phase {number}'s step: {what} ...", flush=True)
         fit = phase_fit(job, number, phase, capacity)
-        of = "" if capacity is None else f" of {capacity / GIB:.2f}"
-        used = f": {fit.peak_bytes / GIB:.2f}{of} GiB per device" if fit.peak_bytes else ""
+        of = "" if capacity is None else f" of {capacity / hardware.GIB:.2f}"
+        used = f": {fit.peak_bytes / hardware.GIB:.2f}{of} GiB per device" if fit.peak_bytes else ""
         print(f"  compiled in {fit.compile_time_s:.1f} s{used}", flush=True)
         if not fit.fits:
             job = _refuse_or_fix(job, fit, phase, where)

@@ -51,12 +51,11 @@ class PhaseStep:
     grad_accum_steps: int
 
 
-def step_words(global_batch_size: int, phase: Phase, step: PhaseStep) -> str:
+def step_words(global_batch_size: int, seq: int, predictions: int, remat: str, accum: int) -> str:
     """A phase's step in words, as `plan` and the run's compile lines print it."""
-    accum = step.grad_accum_steps
     return (
-        f"{global_batch_size} x {phase.max_seq_length} ({phase.max_predictions_per_seq} predictions), "
-        f"remat {step.remat_policy}, {accum} micro-batch{'es' if accum > 1 else ''}"
+        f"{global_batch_size} x {seq} ({predictions} predictions), "
+        f"remat {remat}, {accum} micro-batch{'es' if accum > 1 else ''}"
     )
 
 
