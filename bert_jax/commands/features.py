@@ -15,6 +15,7 @@ import os
 
 import numpy as np
 from absl import flags, logging
+from tqdm import tqdm
 
 from bert_jax import convert
 from bert_jax.data import tokenization, user_paths, vocab_fit
@@ -71,9 +72,11 @@ def main(argv: list[str]) -> None:
     numerics = Numerics(compute_dtype=FLAGS.compute_dtype)
     check_memory(config, numerics, len(texts_a), len(layers))
     batch = tokenizer.encode_pairs(texts_a, texts_b, FLAGS.max_seq_length)
-    out = features.extract(
-        params["bert"], config, batch, layers, FLAGS.batch_size, FLAGS.combine, weights, numerics
-    )
+    with tqdm(total=len(texts_a), desc="features", unit=" examples") as bar:
+        out = features.extract(
+            params["bert"], config, batch, layers, FLAGS.batch_size, FLAGS.combine, weights, numerics,
+            progress=bar.update,
+        )  # fmt: skip
     out = np.asarray(out, np.float32)  # as documented, whatever --compute_dtype
     buffer = io.BytesIO()
     np.save(buffer, out)

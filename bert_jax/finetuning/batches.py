@@ -22,6 +22,13 @@ def bucket_length(input_mask: np.ndarray, buckets: tuple[int, ...], max_len: int
     return min([b for b in buckets if longest <= b < max_len] + [max_len])
 
 
+def shape_words(batch: dict[str, Any], *, packed: bool = False) -> str:
+    """A training batch's shape as a run's compile lines say it: ``32 x 64 tokens`` (rows
+    cut to a length bucket; a multiple-choice batch ``32 x 4 x 64``), or packed rows."""
+    shape = " x ".join(f"{n:,}" for n in batch["input_ids"].shape)
+    return f"{shape} tokens" + (" (packed rows)" if packed else "")
+
+
 def epoch_batch(split: Split, *, seed: int, epoch: int, index: int, batch_size: int) -> dict[str, np.ndarray]:
     """The rows of training batch `index` of `epoch` (1-based): each epoch's order is a
     permutation by (seed, epoch), so any batch is known without replaying; within a batch

@@ -31,6 +31,7 @@ import jax
 
 from bert_jax import convert
 from bert_jax.data import tokenization
+from bert_jax.finetuning.batches import shape_words
 from bert_jax.finetuning.feature_training import FeatureEpochEnd, FeatureTraining, FrozenFeatures
 from bert_jax.finetuning.outputs import EpochHistory
 from bert_jax.finetuning.settings import FinetuneSettings
@@ -162,7 +163,7 @@ def _train_in_loop(
         )
         hooks = [*default_hooks(run.training, total_steps=total), *end_of_epoch.hooks()]
         batches = job.batches(int(jax.device_get(state.step)))
-        loop.steps(job.engine, state, batches, end=total, flops=job.flops, hooks=hooks)
+        loop.steps(job.engine, state, batches, end=total, flops=job.flops, hooks=hooks, announce=shape_words)
     return history
 
 

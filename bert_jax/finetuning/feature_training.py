@@ -101,9 +101,13 @@ class FeatureTraining:
         """The encoder's parameters `bert` (host arrays) and a fresh BiLSTM seeded by the
         run's seed, initialised on the features of the first training row."""
         encoder = BertModel(self.model.config, add_pooler=False)
-        _, _, hidden = encoder.apply({"params": bert}, *self.sample, output_hidden_states=True)
-        feats = jnp.stack([hidden[i].astype(jnp.float32) for i in self.model.layers], axis=2)
-        head = self.model.head.init(jax.random.key(self.run.seed), feats, self.sample[1])["params"]
+
+        def init_head(key: jax.Array, bert: Any, *sample: jax.Array) -> Any:
+            _, _, hidden = encoder.apply({"params": bert}, *sample, output_hidden_states=True)
+            feats = jnp.stack([hidden[i].astype(jnp.float32) for i in self.model.layers], axis=2)
+            return self.model.head.init(key, feats, sample[1])["params"]
+
+        head = engine.run_once(init_head, jax.random.key(self.run.seed), bert, *self.sample)
         return {"bert": bert, "head": jax.device_get(head)}
 
     def rows(self, step: int) -> dict[str, np.ndarray]:

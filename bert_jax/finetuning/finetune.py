@@ -23,10 +23,12 @@ The grid sweep is `sweep.py`.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib.util
 import math
 import os
 import shutil
+import time
 import types
 from collections.abc import Iterator
 from typing import Any
@@ -39,7 +41,14 @@ import numpy as np
 from bert_jax import convert
 from bert_jax.data import tokenization, user_paths, vocab_fit
 from bert_jax.finetuning import baseline, batches, finished_run, packing
-from bert_jax.finetuning.batches import abstract_at, bucket_length, cut_to_length, epoch_batch, pad_token_axes
+from bert_jax.finetuning.batches import (
+    abstract_at,
+    bucket_length,
+    cut_to_length,
+    epoch_batch,
+    pad_token_axes,
+    shape_words,
+)
 from bert_jax.finetuning.outputs import EpochEnd, EpochHistory, load_saved_params, write_json
 from bert_jax.finetuning.settings import FinetuneSettings
 from bert_jax.model import param_shapes
@@ -129,18 +138,33 @@ def load_inputs(settings: FinetuneSettings) -> FinetuningInputs:
     batch_sizes = {"global_batch_size": settings.global_batch_size, "eval_batch_size": settings.eval_batch}
     for key, rows in batch_sizes.items():
         batches.check_batch_memory(key, rows, settings.max_seq_length, bert_config)
+    _say(f"reading and tokenizing {task.name}: {', '.join(('train', *task.eval_splits))} ...")
+    began = time.perf_counter()
     train = task.load(settings.task_data, tok, "train")
     evals = [task.load(settings.task_data, tok, s) for s in task.eval_splits]
+    rows = ", ".join(f"{split.name} {len(split):,}" for split in (train, *evals))
+    _say(f"  rows: {rows} ({time.perf_counter() - began:.1f} s)")
     model = task.model(bert_config)
-    init = jax.device_get(nn.meta.unbox(model.init(jax.random.key(settings.seed), *_sample(train)))["params"])
+    init_params = lambda key, *sample: nn.meta.unbox(model.init(key, *sample))["params"]
+    key, sample = jax.random.key(settings.seed), _sample(train)
     if settings.random_init:  # the baseline a pre-trained encoder is measured against
         print("random_init: the checkpoint's architecture and vocabulary, freshly initialised weights")
+        init = jax.device_get(engine.run_once(init_params, key, *sample))
         return FinetuningInputs(
             task, checkpoint, tok, train, evals, bert_config, init, init["bert"].get("pooler")
         )
-    params = {**init, "bert": param_shapes.merge_params(init["bert"], loaded["bert"], checkpoint)}
+    # Only the head is fresh: the encoder's draws are left out of the compiled program.
+    head = engine.run_once(lambda *a: {k: v for k, v in init_params(*a).items() if k != "bert"}, key, *sample)
+    encoder = jax.eval_shape(init_params, key, *sample)["bert"]
+    params = {**jax.device_get(head), "bert": param_shapes.merge_params(encoder, loaded["bert"], checkpoint)}
     pooler = jax.device_get(loaded["bert"].get("pooler"))
     return FinetuningInputs(task, checkpoint, tok, train, evals, bert_config, params, pooler)
+
+
+def _say(line: str) -> None:
+    """A progress line on process 0's console."""
+    if jax.process_index() == 0:
+        print(line, flush=True)
 
 
 def _sample(split: Split) -> list[jax.Array]:
@@ -288,6 +312,7 @@ class Finetuning:
         first = self.inputs.evals[0].name
         out = {}
         for split in self.inputs.evals if splits is None else splits:
+            _say(f"predicting {split.name}: {len(split):,} rows ...")
             outputs = self.predict(params, split, self.run.eval_batch)
             values = self.inputs.task.score(outputs, split, os.path.join(out_dir, split.name))
             out.update(values if split.name == first else {f"{split.name}/{k}": v for k, v in values.items()})
@@ -345,7 +370,8 @@ def finetune(settings: FinetuneSettings, workdir: str, *, overwrite: bool = Fals
             history = EpochHistory(workdir, inputs.task.main_metric, fresh=fresh)
             batches = ft.batches(int(jax.device_get(state.step)))
             hooks = [*default_hooks(ft.settings, total_steps=total), *EpochEnd(ft, history, workdir).hooks()]
-            loop.steps(ft.engine, state, batches, end=total, flops=ft.flops, hooks=hooks)
+            words = functools.partial(shape_words, packed=ft.packed)
+            loop.steps(ft.engine, state, batches, end=total, flops=ft.flops, hooks=hooks, announce=words)
     except StopRequested as stop:
         return JobResult.stopped_at(stop.step)
     best = {k: v for k, v in history.best().items() if k not in ("step", "seconds", "train_loss")}

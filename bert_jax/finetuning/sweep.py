@@ -2,7 +2,11 @@
 2/3/4, several seeds per point, one `finetune.finetune` run each; resumes finished runs.
 
 `bert-jax finetune --sweep` runs it; the ablation runner fine-tunes through the same
-`finetune.finetune` entry point.
+`finetune.finetune` entry point. The runs share one persistent compilation cache,
+``WORKDIR/compilation_cache`` (`training.compile_cache`; a cache the user set for JAX is
+kept): the seeds of a grid point compile the same programs (weights, data and dropout keys
+are inputs; the batch size and the schedule are not), so only a point's first seed
+compiles them, and a rerun after a stop compiles nothing it compiled before.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ import numpy as np
 from bert_jax.finetuning.finetune import finetune
 from bert_jax.finetuning.settings import FinetuneSettings
 from bert_jax.tasks.registry import get_task
-from bert_jax.training import resolver
+from bert_jax.training import compile_cache, resolver
 
 
 def sweep(settings: FinetuneSettings, workdir: str) -> dict[str, Any] | None:
@@ -27,6 +31,11 @@ def sweep(settings: FinetuneSettings, workdir: str) -> dict[str, Any] | None:
     std and max over seeds of the best dev score) and ``sweep_best.json`` (the best run).
     Returns the best run, or None when a run stopped early (``stop_after_step``).
     """
+    with compile_cache.use("", workdir):
+        return _sweep(settings, workdir)
+
+
+def _sweep(settings: FinetuneSettings, workdir: str) -> dict[str, Any] | None:
     rows = []
     for bs, lr, epochs, seed in settings.sweep.points():
         run = resolver.updated(

@@ -20,7 +20,7 @@ only. Bytes that are not UTF-8 become U+FFFD, counted in one ``warning:`` line.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import jax
 import numpy as np
@@ -64,11 +64,14 @@ def extract(
     combine: str = "concat",
     weights: Sequence[float] | None = None,
     numerics: Numerics = DEFAULT,
+    progress: Callable[[int], None] | None = None,
 ) -> np.ndarray:
     """float32, zero at padding: ``[examples, tokens, hidden x len(layers)]`` for concat,
     ``[examples, tokens, hidden]`` for sum, ``[examples, tokens, len(layers), hidden]`` for
     stack. Computed with `numerics` (float32 by default, whatever the checkpoint was trained
-    in: numerics are the run's, not the model's)."""
+    in: numerics are the run's, not the model's), `batch_size` examples a pass: one
+    compiled program (the last batch is padded), the parameters its argument (not
+    constants folded into it). `progress(n)` is told of every `n` examples done."""
     model = BertModel(config, numerics, add_pooler=False)
     num = config.num_hidden_layers
     index = [layer if layer >= 0 else num + 1 + layer for layer in layers]
@@ -83,15 +86,18 @@ def extract(
     w = np.ones(len(index), np.float32) if weights is None else np.asarray(weights, np.float32)
 
     @jax.jit
-    def hidden(ids: jax.Array, mask: jax.Array, seg: jax.Array) -> tuple:
+    def hidden(params: dict, ids: jax.Array, mask: jax.Array, seg: jax.Array) -> tuple:
         _, _, states = model.apply({"params": params}, ids, mask, seg, output_hidden_states=True)
         return tuple(states[i] for i in index)
 
-    out = []
-    for start in range(0, len(batch["input_ids"]), batch_size):
+    on_device, total, out = jax.device_put(params), len(batch["input_ids"]), []
+    for start in range(0, total, batch_size):
         sl = slice(start, start + batch_size)
-        states = hidden(batch["input_ids"][sl], batch["input_mask"][sl], batch["segment_ids"][sl])
-        states = [np.asarray(s, np.float32) for s in states]
+        rows = [batch[k][sl] for k in ("input_ids", "input_mask", "segment_ids")]
+        n = len(rows[0])
+        if n < batch_size < total:  # the last batch, padded to the compiled shape
+            rows = [np.concatenate([r, np.zeros((batch_size - n, *r.shape[1:]), r.dtype)]) for r in rows]
+        states = [np.asarray(s[:n], np.float32) for s in hidden(on_device, *rows)]
         if combine == "concat":
             feats = np.concatenate(states, axis=-1)
         elif combine == "sum":
@@ -100,4 +106,6 @@ def extract(
             feats = np.stack(states, axis=2)
         mask = batch["input_mask"][sl].reshape(*feats.shape[:2], *([1] * (feats.ndim - 2)))
         out.append(feats * mask.astype(np.float32))
+        if progress is not None:
+            progress(n)
     return np.concatenate(out)

@@ -75,7 +75,7 @@ class StepContext:
         if self._host is None:
             host = {k: float(v) for k, v in jax.device_get(self.metrics).items()}
             if self._meter is not None:
-                host.update(self._meter.read(self.step))
+                host.update(self._meter.read())
             host.update(self._extra)
             self._host = host
         return self._host
@@ -145,13 +145,19 @@ def save_checkpoint(ctx: StepContext) -> None:
 def progress_line(
     step: int, total: int, values: dict[str, Any], console_keys: tuple[str, ...], seconds_per_step: float
 ) -> str:
-    """Step, loss, the console keys (e.g. MLM accuracy), tokens/s, MFU, and the ETA at
-    `seconds_per_step` (training time alone)."""
+    """Step, loss, the console keys (e.g. MLM accuracy), tokens/s and MFU (when the
+    window since the last line timed a step), and the ETA at `seconds_per_step`
+    (training time alone; ``?`` before any step is timed)."""
     eta = (total - step) * seconds_per_step if seconds_per_step > 0 else math.nan
+    rate = (
+        f"tok/s {values['tokens_per_sec']:,.0f}  mfu {values['mfu']:.1%}  "
+        if "tokens_per_sec" in values
+        else ""
+    )
     return (
         f"step {step:>7}/{total}  loss {values['loss']:.4f}  "
         + "".join(f"{k} {values[k]:.4f}  " for k in console_keys if k in values)
-        + f"tok/s {values['tokens_per_sec']:,.0f}  mfu {values['mfu']:.1%}  eta {format_eta(eta)}"
+        + f"{rate}eta {format_eta(eta)}"
     )
 
 

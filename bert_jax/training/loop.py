@@ -153,6 +153,7 @@ class TrainingRun:
         self.last_saved: int | None = None
         self._meter: Throughput | None = None  # across `steps` calls: the ETA's rate
         self._metrics: tuple[int, Any] | None = None  # the last step's, on the devices
+        self._programs: set[tuple] = set()  # the batch shapes whose train step has compiled
 
     def __enter__(self) -> TrainingRun:
         return self
@@ -240,6 +241,7 @@ class TrainingRun:
         flops: Callable[[Batch], float],
         hooks: Sequence[Hook] = (),
         extra_metrics: dict[str, Any] | None = None,
+        announce: Callable[[Batch], str] | None = None,
     ) -> TrainState:
         """Trains from ``state.step`` up to step `end` on `batches` (global batches),
         running the `hooks` due after each step, in order (`hooks.default_hooks` first).
@@ -247,22 +249,34 @@ class TrainingRun:
         Tokens/s counts the positions of ``input_ids`` of each batch as fed (batches of
         varying length count what they hold); MFU is `flops(batch)` (the model's training
         FLOPs for that batch) over the devices' peak. Both, and the ETA, are over training
-        time only: the time the hooks take (saving, evaluating) is left out, and so is the
-        first step's (compilation) unless a hook reads that step's metrics. `extra_metrics`
-        join every training row (e.g. the phase's sequence length).
+        time only: the time the hooks take (saving, evaluating) is left out, and so is each
+        step that compiles a program: the first with each batch shape in this run (the
+        first step; a new length bucket or phase). Such a step runs on its own (the steps
+        queued before it finish first) and, with `announce` (a batch's shape in words),
+        says so on process 0 before and after. `extra_metrics` join every training row
+        (e.g. the phase's sequence length).
         """
         assert self.logger is not None, "restore_or_init first"
         if self._meter is None:
             self._meter = Throughput(self.clock, device_peak_flops() * jax.device_count())
         meter = self._meter
-        step = first = int(jax.device_get(state.step))
-        meter.start(step)
+        step = int(jax.device_get(state.step))
+        meter.start()
         while step < end:
             batch = next(batches)
+            shapes = tuple((k, v.shape, str(v.dtype)) for k, v in sorted(batch.items()))
+            compiles = shapes not in self._programs
+            if compiles:  # not training time: the steps queued before it are
+                words = announce(batch) if announce is not None else ""
+                began = self._compile_begins(meter, words)
             state, metrics = engine.train_step(state, batch)
             step += 1
             self._metrics = (step, metrics)  # checked before any save of this state
-            meter.add(batch["input_ids"].size, flops(batch))
+            if compiles:
+                self._programs.add(shapes)
+                self._compile_ends(meter, metrics, began, step, words)
+            else:
+                meter.add(batch["input_ids"].size, flops(batch))
             ctx = StepContext(
                 step,
                 state,
@@ -277,12 +291,26 @@ class TrainingRun:
                 if hook.due(step):
                     hook.fn(ctx)
             meter.resume()
-            if step == first + 1 and not ctx.metrics_read:
-                jax.block_until_ready(metrics)  # keep compilation out of the first window
-                meter.start(step)
             if step == self.stop_after or self.preemption.should_stop(step):
                 self._stop(step, state)
         return state
+
+    def _compile_begins(self, meter: Throughput, words: str) -> float:
+        """Before a step that compiles: the queued steps finish (training time), the meter
+        pauses; `words` (the batch's shape; "": nothing) said on process 0. Returns the clock."""
+        if self._metrics is not None:
+            jax.block_until_ready(self._metrics[1])
+        meter.pause()
+        if words and jax.process_index() == 0:
+            print(f"compiling the train step for {words} ...", flush=True)
+        return self.clock()
+
+    def _compile_ends(self, meter: Throughput, metrics: Any, began: float, step: int, words: str) -> None:
+        """After it: the step finishes, its time said (with `words`), the meter resumes."""
+        jax.block_until_ready(metrics)
+        if words and jax.process_index() == 0:
+            print(f"  compiled and ran step {step} in {self.clock() - began:.1f} s", flush=True)
+        meter.resume()
 
     def _stop(self, step: int, state: TrainState) -> None:
         self.finish(state)

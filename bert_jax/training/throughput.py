@@ -2,9 +2,11 @@
 
 The loop (`loop.TrainingRun.steps`) feeds every batch to a `Throughput` meter and pauses
 it while the hooks run, so the time spent saving, evaluating and writing logs is never
-counted as training time; the first window starts after the first (compiling) step. A
-reading (`Throughput.read`, asked for by the metrics hooks through their `StepContext`)
-closes the window: what it counted since the previous reading, over the time it trained.
+counted as training time; nor is a step that compiles its program (the run's first, and
+the first of each new batch shape: a fine-tuning length bucket, pre-training's phase 2),
+which the loop runs paused and leaves uncounted. A reading (`Throughput.read`, asked for
+by the metrics hooks through their `StepContext`) closes the window: what it counted
+since the previous reading, over the time it trained (nothing, when it counted no step).
 The time a reading waits for the devices to finish the step is training time: a reading
 taken during the pause counts the pause up to that moment, and the pause restarts there.
 """
@@ -50,13 +52,15 @@ class Throughput:
         self.clock, self.peak_flops = clock, peak_flops
         self.train_seconds, self.train_steps = 0.0, 0
         self._paused_at: float | None = None
-        self.start(0)
+        self.start()
 
-    def start(self, step: int) -> None:
-        """Opens a new window after `step` (the steps before it are not counted)."""
-        self._start, self._first, self._tokens, self._flops = self.clock(), step, 0, 0.0
+    def start(self) -> None:
+        """Opens a new window now (what came before it is not counted)."""
+        self._start, self._steps, self._tokens, self._flops = self.clock(), 0, 0, 0.0
 
     def add(self, tokens: int, flops: float) -> None:
+        """Counts one step of the window: its tokens and FLOPs."""
+        self._steps += 1
         self._tokens += tokens
         self._flops += flops
 
@@ -68,14 +72,17 @@ class Throughput:
             self._start += self.clock() - self._paused_at
             self._paused_at = None
 
-    def read(self, step: int) -> dict[str, float]:
-        """``tokens_per_sec`` and ``mfu`` of the window that ends at `step`; the next opens."""
+    def read(self) -> dict[str, float]:
+        """``tokens_per_sec`` and ``mfu`` of the window that ends now (none when it counted
+        no step: only a compiling one); the next opens."""
         now = self.clock()
         elapsed = now - self._start
-        self.train_seconds += elapsed
-        self.train_steps += step - self._first
-        out = {"tokens_per_sec": self._tokens / elapsed, "mfu": self._flops / elapsed / self.peak_flops}
-        self._start, self._first, self._tokens, self._flops = now, step, 0, 0.0
+        out = {}
+        if self._steps:
+            self.train_seconds += elapsed
+            self.train_steps += self._steps
+            out = {"tokens_per_sec": self._tokens / elapsed, "mfu": self._flops / elapsed / self.peak_flops}
+        self._start, self._steps, self._tokens, self._flops = now, 0, 0, 0.0
         if self._paused_at is not None:
             self._paused_at = now
         return out

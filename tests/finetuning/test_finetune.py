@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -21,6 +22,7 @@ from bert_jax.data import tokenization
 from bert_jax.finetuning import finetune, sweep
 from bert_jax.model import param_shapes
 from bert_jax.tasks import bbc, scorers
+from bert_jax.tasks.base import MODEL_INPUTS
 from bert_jax.tasks.registry import get_task
 from bert_jax.training import run_config
 from configs import bbc as bbc_config
@@ -233,6 +235,28 @@ def test_sweep_from_the_command_line_writes_the_table_and_resumes(
     assert sweep.sweep(run_settings.finetune_settings(c), str(workdir)) == best
 
 
+def test_a_sweeps_later_seeds_compile_nothing_anew(tmp_path, tiny_checkpoint) -> None:
+    """The sweep's runs share its compilation cache: a second seed of a grid point finds
+    every program of the first there (seeds are inputs, not constants of a program)."""
+    c = run_config.set_keys(
+        glue_config.get_config("sst2"),
+        {"data_dir": str(write_sst2(tmp_path / "glue")), "init_checkpoint": tiny_checkpoint,
+         "data.vocab_file": tokenization.default_vocab_file(), "max_seq_length": 32,
+         "max_train_examples": 16, "eval_batch_size": 32},
+    )  # fmt: skip
+    c.sweep.global_batch_sizes, c.sweep.learning_rates, c.sweep.epochs = (8,), (1e-3,), (1,)
+    workdir, programs = tmp_path / "sweep", lambda: sorted(p.name for p in cache.iterdir())
+    cache = workdir / "compilation_cache"
+    c.sweep.seeds = (0,)
+    sweep.sweep(run_settings.finetune_settings(c), str(workdir))
+    first = programs()
+    assert len(first) >= 3  # the head's initialisation, the state's, the train step, ...
+    c.sweep.seeds = (0, 1)
+    sweep.sweep(run_settings.finetune_settings(c), str(workdir))
+    assert (workdir / "bs8_lr0.001_ep1_seed1" / "results.json").exists()
+    assert programs() == first
+
+
 def test_wrong_size_checkpoint_and_vocab_fail_clearly(tmp_path, tiny_checkpoint) -> None:
     init = {"embeddings": {"word_embeddings": {"embedding": jnp.zeros((30522, 64))}}}
     loaded = {"embeddings": {"word_embeddings": {"embedding": jnp.zeros((30522, 32))}}}
@@ -277,6 +301,28 @@ def test_random_init_keeps_the_architecture_and_draws_fresh_weights(tiny_checkpo
         finetune.load_inputs(run_settings.finetune_settings(c)).params
     )  # the same seed: the same baseline
     assert all(np.array_equal(after[k], again[k]) for k in after)
+
+
+def test_the_fresh_head_is_the_models_own_initialisation(tiny_checkpoint) -> None:
+    """`load_inputs` draws only the head (a compiled program without the encoder's draws):
+    bitwise the head `model.init` gives with the run's seed, and the checkpoint's encoder."""
+    c = _tiny(bbc_config.get_config(), tiny_checkpoint, max_train_examples=16, max_eval_examples=8)
+    settings = run_settings.finetune_settings(c)
+    inputs = finetune.load_inputs(settings)
+    model = inputs.task.model(inputs.bert_config)
+    sample = [jnp.asarray(inputs.train.arrays[k][:1]) for k in MODEL_INPUTS]
+    eager = nn.meta.unbox(model.init(jax.random.key(settings.seed), *sample))["params"]
+    heads = [k for k in eager if k != "bert"]
+    assert heads and sorted(inputs.params) == sorted(eager)
+    flat = lambda p: dict(jax.tree_util.tree_flatten_with_path(p)[0])
+    for name in heads:
+        mine, theirs = flat(inputs.params[name]), flat(jax.device_get(eager[name]))
+        assert mine.keys() == theirs.keys()
+        same = [np.array_equal(mine[k], theirs[k]) and mine[k].dtype == theirs[k].dtype for k in mine]
+        assert all(same), name
+    loaded, _ = convert.load_checkpoint(tiny_checkpoint)
+    encoder, saved = flat(inputs.params["bert"]), flat(loaded["bert"])
+    assert all(np.array_equal(v, saved[k]) for k, v in encoder.items())
 
 
 SHARDED_SCRIPT = """

@@ -3,6 +3,7 @@ it is read back (nothing written), with another config refused in one line namin
 changed keys, and replaced only with ``--overwrite``."""
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -91,6 +92,16 @@ def test_overwrite_trains_anew_in_place(tmp_path, tiny_checkpoint, capsys) -> No
     result = run_settings.finetune(_config(tiny_checkpoint, learning_rate=1e-3), str(workdir), overwrite=True)
     out = capsys.readouterr().out
     assert out.count(f"warning: --workdir: --overwrite removes the earlier output in {workdir}\n") == 1
+    # What the run is doing, as it does it: reading, compiling step 1 (outside the timed
+    # steps: step 1's line has no rate and no ETA yet), training, predicting.
+    lines = [ln for ln in out.splitlines() if not ln.startswith("warning")]
+    assert lines[0] == "reading and tokenizing bbc: train, dev ..."
+    assert re.fullmatch(r"  rows: train 16, dev 8 \(\d+\.\d s\)", lines[1]), lines[1]
+    assert lines[2] == "compiling the train step for 8 x 32 tokens ..."
+    assert re.fullmatch(r"  compiled and ran step 1 in \d+\.\d s", lines[3]), lines[3]
+    assert re.fullmatch(r"step +1/2  loss \S+  eta \?", lines[4]), lines[4]
+    assert re.fullmatch(r"step +2/2  loss \S+  tok/s \S+  mfu \S+  eta 0:00:00", lines[5]), lines[5]
+    assert lines[6] == "predicting dev: 8 rows ..."
     results = json.loads((workdir / "results.json").read_text())
     assert results["config"]["learning_rate"] == 1e-3 and result.metrics == results["best"]
     assert len(_event_files(workdir)) == 1  # the earlier run's event file went with it

@@ -98,6 +98,16 @@ def test_table7_combinations_agree_with_each_other() -> None:
     padded, padded_config = convert.load_checkpoint(MINILM, vocab_pad_multiple=128)
     assert padded["bert"]["embeddings"]["word_embeddings"]["embedding"].shape == (30592, 384)
     np.testing.assert_array_equal(features.extract(padded["bert"], padded_config, batch, layers), concat)
+    # Batches of two (the last, one example, padded to the compiled shape: every batch one
+    # program) give every row's features; progress hears of each batch.
+    done: list[int] = []
+    texts = ["A short sentence.", "Another, longer one with more words.", "Third."]
+    three = tok.encode_pairs(texts, None, 16)
+    alone = features.extract(params["bert"], config, three, layers, batch_size=3)
+    paired = features.extract(params["bert"], config, three, layers, batch_size=2, progress=done.append)
+    assert done == [2, 1] and paired.shape == alone.shape == (3, 16, 4 * 384)
+    np.testing.assert_allclose(paired, alone, atol=1e-5)
+    np.testing.assert_allclose(alone[:2], concat, atol=1e-5)
     assert features.parse_layers(["all"], 6) == [1, 2, 3, 4, 5, 6]
     with pytest.raises(ValueError, match="3 layer weights given"):
         features.extract(params["bert"], config, batch, layers, combine="sum", weights=[1, 1, 1])

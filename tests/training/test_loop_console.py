@@ -30,26 +30,42 @@ class _FakeClock:
 
 
 class _SteadyEngine:
-    """A train step that takes STEP_S on `clock` (its first, compiling, COMPILE_S more)."""
+    """A train step that takes STEP_S on `clock`, and COMPILE_S more at the first batch of
+    each shape (as a jitted step compiles, in the call)."""
 
     mesh = None
 
     def __init__(self, clock: _FakeClock) -> None:
-        self.clock, self.calls = clock, 0
+        self.clock, self.shapes = clock, set()
 
     def train_step(self, state, batch):
-        self.calls += 1
-        self.clock.now += STEP_S + (COMPILE_S if self.calls == 1 else 0.0)
+        shape = batch["input_ids"].shape
+        self.clock.now += STEP_S + (COMPILE_S if shape not in self.shapes else 0.0)
+        self.shapes.add(shape)
         return state, {"loss": jnp.float32(1.0), "grad_norm": jnp.float32(1.0)}
 
 
-def test_compilation_and_an_evaluation_do_not_count_as_training_time(tmp_path, capsys) -> None:
-    settings = TrainingSettings(
+def _settings(log_every: int) -> TrainingSettings:
+    return TrainingSettings(
         checkpoints=CheckpointSettings(
             checkpoint_every_steps=0, keep_checkpoints=1, async_checkpointing=False
         ),
-        log_every_steps=5,
+        log_every_steps=log_every,
     )
+
+
+def _rows(workdir) -> dict[int, dict]:
+    return {r["step"]: r for r in map(json.loads, (workdir / "metrics.jsonl").read_text().splitlines())}
+
+
+def _progress(out: str) -> list[tuple[str, ...]]:
+    """(step, tok/s or None, eta) of each progress line."""
+    found = [re.search(r"^step +(\d+)/\d+ .*?(?:tok/s (\S+) .*)?eta (\S+)$", ln) for ln in out.splitlines()]
+    return [m.groups() for m in found if m]
+
+
+def test_compilation_and_an_evaluation_do_not_count_as_training_time(tmp_path, capsys) -> None:
+    settings = _settings(5)
     batch = {"input_ids": np.zeros((4, 32), np.int32)}
     clock = _FakeClock()
 
@@ -68,7 +84,7 @@ def test_compilation_and_an_evaluation_do_not_count_as_training_time(tmp_path, c
             flops=lambda b: FLOPS,
             hooks=[*hooks.default_hooks(settings, total_steps=20), hooks.Hook(slow_evaluation)],
         )
-    rows = {r["step"]: r for r in map(json.loads, (tmp_path / "metrics.jsonl").read_text().splitlines())}
+    rows = _rows(tmp_path)
     assert sorted(rows) == [5, 10, 15, 20]
     # Every window trains at one step per STEP_S: the first (steps 2-5) without step 1's
     # compilation, the one after the evaluation (11-15) without the evaluation.
@@ -84,4 +100,53 @@ def test_compilation_and_an_evaluation_do_not_count_as_training_time(tmp_path, c
         ("10", "64", "0:00:20"),
         ("15", "64", "0:00:10"),
         ("20", "64", "0:00:00"),
+    ]
+
+
+def test_a_new_batch_shape_compiles_outside_training_time_and_says_so(tmp_path, capsys) -> None:
+    """Fine-tuning's length buckets: the first batch of each shape compiles its program
+    (COMPILE_S here) in the middle of the run; neither it nor the run's first step counts
+    as training time, a line is read before any step is timed (no rate, no ETA yet), and
+    the job's words for the shape are printed around each compile."""
+    settings = _settings(1)
+    short, long = np.zeros((4, 32), np.int32), np.zeros((4, 64), np.int32)
+    lengths = [short, short, short, long, long, short, long, long]
+    clock = _FakeClock()
+    with loop.TrainingRun(str(tmp_path), settings, total_steps=8, clock=clock) as run:
+        run.logger = MetricsLogger(str(tmp_path), 8)
+        run.steps(
+            _SteadyEngine(clock),
+            SimpleNamespace(step=jnp.int32(0)),
+            iter({"input_ids": x} for x in lengths),
+            end=8,
+            flops=lambda b: FLOPS,
+            hooks=hooks.default_hooks(settings, total_steps=8),
+            announce=lambda b: f"{b['input_ids'].shape[1]} tokens",
+        )
+    rows = _rows(tmp_path)
+    assert sorted(rows) == list(range(1, 9))
+    compiling = {1, 4}
+    for step, row in rows.items():
+        if step in compiling:  # a window of the compiling step alone: nothing timed
+            assert "tokens_per_sec" not in row, (step, row)
+        else:
+            assert row["tokens_per_sec"] == lengths[step - 1].size / STEP_S, (step, row)
+    out = capsys.readouterr().out
+    # Step 1: no rate and no ETA yet; step 4's compile leaves the rate of the steps before.
+    assert _progress(out) == [
+        ("1", None, "?"),
+        ("2", "64", "0:00:12"),
+        ("3", "64", "0:00:10"),
+        ("4", None, "0:00:08"),
+        ("5", "128", "0:00:06"),
+        ("6", "64", "0:00:04"),
+        ("7", "128", "0:00:02"),
+        ("8", "128", "0:00:00"),
+    ]
+    said = [ln for ln in out.splitlines() if "compil" in ln]
+    assert said == [
+        "compiling the train step for 32 tokens ...",
+        f"  compiled and ran step 1 in {COMPILE_S + STEP_S:.1f} s",
+        "compiling the train step for 64 tokens ...",
+        f"  compiled and ran step 4 in {COMPILE_S + STEP_S:.1f} s",
     ]
