@@ -79,6 +79,10 @@ def test_a_presets_phase2_that_does_not_fit_trains_with_plans_fix(
         assert re.fullmatch(rf"  compiled in \d+\.\d s: \d+\.\d\d of {gib} GiB per device", line), out
     assert len(compiles) == 4, out
     assert out.index(compiles[3]) < out.index(warnings[0])
+    # Then the state's initialisation, said before and after, before any step's line.
+    begins = out.index("initialising the model and optimizer state (seed 42) ...")  # the preset's
+    assert re.fullmatch(r"  initialised in \d+\.\d s", out[begins + 1]), out
+    assert out.index(warnings[0]) < begins < min(i for i, ln in enumerate(out) if ln.startswith("step "))
     assert sorted(set(traced)) == [(32, 1), (64, 1), (64, 2)]  # (64, 1): the check's, not run
     assert list((tmp_path / "run" / "compilation_cache").iterdir())  # the check's programs, kept
 
