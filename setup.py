@@ -21,6 +21,9 @@ INSTALL_REQUIRES = [
     "ml-collections==1.1.0",
     "absl-py==2.5.1",
     "numpy==2.4.6",
+    # 0.7.0 (what pip picks unpinned) spends ~1.1 s of every import registering its ufunc
+    # loops under numpy 2.4 (0.6.0: ~0.1 s): every process that imports JAX pays it.
+    "ml_dtypes==0.6.0",
     "safetensors>=0.4",
     "tensorboardX>=2.6",
     # epath's `gs://` client on every machine (`bert_jax.storage.gcs`): workdirs, checkpoints'
