@@ -8,9 +8,11 @@ Figure 5.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
+from collections.abc import Callable
 from typing import Any
 
 from bert_jax.ablations import grid, task_data
@@ -105,6 +107,13 @@ def read_pretraining(row_dir: str) -> dict[str, Any] | None:
         return None
     with open(path) as f:
         return json.load(f)
+
+
+def pretrained(table: AblationTable, workdir: str, source: str) -> bool:
+    """Whether row `source`'s pre-training is done: its ``pretraining.json`` is of a run to
+    the row's ``num_train_steps``."""
+    done = read_pretraining(os.path.join(workdir, source))
+    return done is not None and done["num_train_steps"] == table.pretraining[source].num_train_steps
 
 
 def pretraining_summary(table: AblationTable, source: str, done: dict[str, Any] | None) -> dict[str, Any]:
@@ -266,12 +275,15 @@ def fill_cell(
     model_dir: str,
     cell_dir: str,
     data_cache: str,
+    job: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
 ) -> None:
     """Runs the cell's seeds that have no ``results.json`` yet, one after another (a grid
-    cell: its grid seeds at every point, then the chosen point's other seeds)."""
+    cell: its grid seeds at every point, then the chosen point's other seeds), each inside
+    a `job()` (the table's progress)."""
     while runs := pending_runs(table, row, column, cell_dir):
         for run in runs:
-            run_one(table, row, column, model_dir, run, data_cache)
+            with job():
+                run_one(table, row, column, model_dir, run, data_cache)
 
 
 def _plain(metrics: dict[str, Any]) -> dict[str, Any]:

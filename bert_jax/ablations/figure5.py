@@ -8,10 +8,11 @@ row per (model, steps) and, for every column with figures, its plot against step
 
 from __future__ import annotations
 
+import functools
 import os
 from typing import Any
 
-from bert_jax.ablations import reports
+from bert_jax.ablations import progress, reports
 from bert_jax.ablations.cells import cell_done, cell_values, fill_cell, row_config
 from bert_jax.ablations.spec import AblationTable
 from bert_jax.pretraining import pretrain
@@ -23,6 +24,21 @@ def latest_checkpoint_step(row_dir: str) -> int | None:
     folder = os.path.join(row_dir, "checkpoints")
     steps = [int(n) for n in os.listdir(folder) if n.isdigit()] if os.path.isdir(folder) else []
     return max(steps) if steps else None
+
+
+def work(table: AblationTable, workdir: str, names: list[str], cols: list[str]) -> progress.Work:
+    """The figure's jobs, from disk: a pre-training stage per (row, steps), its cells' runs."""
+    stages = runs = runs_done = 0
+    for row in names:
+        latest = latest_checkpoint_step(os.path.join(workdir, row))
+        for k in table.steps:
+            stage_dir = os.path.join(workdir, row, f"step{k}")
+            trained = latest is not None and latest >= k
+            stages += trained or all(cell_done(table, row, c, os.path.join(stage_dir, c)) for c in cols)
+            for c in cols:
+                f, t = progress.cell_runs(table, row, c, os.path.join(stage_dir, c))
+                runs_done, runs = runs_done + f, runs + t
+    return progress.Work(stages, len(names) * len(table.steps), runs_done, runs)
 
 
 def run(
@@ -59,6 +75,8 @@ def run(
     report()
     if dry_run:
         return report()
+    count = functools.partial(work, table, workdir, names, cols)
+    tracker = progress.TableProgress(table.table, count, pretrainings="pre-training stages")
     for row in names:
         settings, row_dir = table.pretraining[row], os.path.join(workdir, row)
         total = table.pretraining[row].num_train_steps  # every step within it (`AblationTable`)
@@ -74,12 +92,14 @@ def run(
                 )
             if latest != k:
                 staged = resolver.updated(settings, {"stop_after_step": k if k < total else 0})
-                print(f"== figure5 / {row}: pre-training to step {k} in {row_dir}", flush=True)
-                pretrain.train_and_evaluate(staged, row_dir)
+                with tracker.job(progress.PRETRAINING):
+                    print(f"== figure5 / {row}: pre-training to step {k} in {row_dir}", flush=True)
+                    pretrain.train_and_evaluate(staged, row_dir)
                 if latest_checkpoint_step(row_dir) != k:
                     raise RuntimeError(f"{row_dir}: pre-training did not stop at step {k}")
+            job = functools.partial(tracker.job, progress.RUN)
             for c in cols:
-                fill_cell(table, row, c, row_dir, os.path.join(cells, c), os.path.join(workdir, "data"))
+                fill_cell(table, row, c, row_dir, os.path.join(cells, c), os.path.join(workdir, "data"), job)
                 report()
     return report()
 

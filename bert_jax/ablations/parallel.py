@@ -33,6 +33,7 @@ from collections.abc import Callable
 from typing import Any
 
 from bert_jax.ablations import cells
+from bert_jax.ablations.progress import TableProgress
 from bert_jax.ablations.spec import AblationTable
 
 # The worker's exit codes (besides 0).
@@ -52,11 +53,6 @@ def worker_env(base: dict[str, str]) -> dict[str, str]:
     return env
 
 
-def _pretrained(table: AblationTable, workdir: str, source: str) -> bool:
-    done = cells.read_pretraining(os.path.join(workdir, source))
-    return done is not None and done["num_train_steps"] == table.pretraining[source].num_train_steps
-
-
 def ready_jobs(
     table: AblationTable, workdir: str, names: list[str], cols: list[str]
 ) -> list[tuple[str, dict[str, Any]]]:
@@ -65,11 +61,11 @@ def ready_jobs(
     jobs = [
         (f"pretrain--{s}", {"kind": "pretrain", "row": s})
         for s in sources
-        if not _pretrained(table, workdir, s)
+        if not cells.pretrained(table, workdir, s)
     ]
     for row in names:
         source = table.row_settings[row].model_from
-        if not _pretrained(table, workdir, source):
+        if not cells.pretrained(table, workdir, source):
             continue
         for column in cols:
             cell_dir = os.path.join(workdir, row, column)
@@ -180,9 +176,11 @@ def run(
     names: list[str],
     cols: list[str],
     write: Callable[[], dict[str, Any]],
+    tracker: TableProgress,
 ) -> dict[str, Any]:
     """Runs every job of the chosen rows and columns on ``table.processes`` cores; the
-    report (`write`) is rewritten after each job. Returns the last report."""
+    report (`write`) is rewritten after each job, the table's progress line (`tracker`)
+    printed as jobs start. Returns the last report."""
     slots = _Slots(table.processes, workdir, table)
     failures: list[Exception] = []
     ended: set[str] = set()  # jobs that exited 0: ready again means they left no result
@@ -196,8 +194,12 @@ def run(
                 if again:
                     failures.append(RuntimeError(f"{again[0]} ended without its result: see its log"))
                     waiting = []
-                for slot, (key, job) in zip(slots.free(), waiting, strict=False):
+                starting = list(zip(slots.free(), waiting, strict=False))
+                if starting:
+                    tracker.report()
+                for slot, (key, job) in starting:
                     slots.start(slot, key, job)
+                    tracker.started(key, job["kind"])
             if not slots.running:
                 break
             for key, rc, log in slots.finished():
@@ -206,6 +208,7 @@ def run(
                     stopped = True
                 elif rc:
                     failures.append(_failure(key, rc, log))
+                tracker.ended(key, finished=rc == 0)
                 ended.add(key)
             write()
     finally:

@@ -27,10 +27,12 @@ step) and a plot against steps per column (`figure5`).
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import os
 from typing import Any
 
-from bert_jax.ablations import cells, compile_cache, figure5, parallel, reports
+from bert_jax.ablations import cells, compile_cache, figure5, parallel, progress, reports
 from bert_jax.ablations.spec import AblationTable
 from bert_jax.finetuning import feature_based
 from bert_jax.pretraining import pretrain
@@ -86,18 +88,23 @@ def _run(
     state.write()
     if dry_run:
         return state.write()
+    count = functools.partial(progress.table_work, table, workdir, names, cols)
     if table.processes > 1:
-        return parallel.run(table, workdir, names, cols, state.write)
+        tracker = progress.TableProgress(table.table, count, processes=table.processes)
+        return parallel.run(table, workdir, names, cols, state.write, tracker)
+    tracker = progress.TableProgress(table.table, count)
     pretrained: dict[str, dict[str, Any] | None] = {}
     for row in names:
         source = table.row_settings[row].model_from
         if source not in pretrained:
-            pretrained[source] = pretrain_row(table, source, workdir)
+            pretrained[source] = pretrain_row(table, source, workdir, tracker)
             if pretrained[source] is None:  # stopped (stop_after_step): a rerun continues
                 return state.write()
         for column in cols:
             model_dir, cell_dir = os.path.join(workdir, source), os.path.join(workdir, row, column)
-            cells.fill_cell(table, row, column, model_dir, cell_dir, data_cache=os.path.join(workdir, "data"))
+            data_cache = os.path.join(workdir, "data")
+            job = functools.partial(tracker.job, progress.RUN)
+            cells.fill_cell(table, row, column, model_dir, cell_dir, data_cache, job)
             state.write()
     return state.write()
 
@@ -138,18 +145,22 @@ class _Report:
         return report
 
 
-def pretrain_row(table: AblationTable, row: str, workdir: str) -> dict[str, Any] | None:
+def pretrain_row(
+    table: AblationTable, row: str, workdir: str, tracker: progress.TableProgress | None = None
+) -> dict[str, Any] | None:
     """The row's final held-out metrics: from ``pretraining.json`` when it is of a run to
-    the same ``num_train_steps``, else by pre-training (or resuming) to the end. None when
-    the run stopped early (``stop_after_step`` or preemption)."""
+    the same ``num_train_steps``, else by pre-training (or resuming) to the end, a job of
+    the table's `tracker` when given. None when the run stopped early (``stop_after_step``
+    or preemption)."""
     row_dir = os.path.join(workdir, row)
     done = cells.read_pretraining(row_dir)
     steps = table.pretraining[row].num_train_steps
     if done is not None and done["num_train_steps"] == steps:
         print(f"== {table.table} / {row}: pre-trained ({row_dir})", flush=True)
         return done
-    print(f"== {table.table} / {row}: pre-training in {row_dir}", flush=True)
-    final = pretrain.train_and_evaluate(table.pretraining[row], row_dir)
+    with tracker.job(progress.PRETRAINING) if tracker else contextlib.nullcontext():
+        print(f"== {table.table} / {row}: pre-training in {row_dir}", flush=True)
+        final = pretrain.train_and_evaluate(table.pretraining[row], row_dir)
     if final.stopped:
         return None
     # Without held-out data ``pretraining.json`` keeps the step and the flag as its "final".

@@ -396,6 +396,13 @@ def test_ablate_table5_plus_bilstm_row_on_a_user_added_column(tmp_path, capsys) 
     assert results["train_rows"] == 48 and results["learning_rate"] == 3e-5
     assert not (tmp_path / "plus_bilstm" / "checkpoints").exists()  # no pre-training of its own
     assert "| plus_bilstm |" in proc.stdout and proc.stdout.count("pre-training in") == 1
+    # The table's line as each job starts: no estimate until a job of each kind left is done.
+    table_lines = [line for line in proc.stdout.splitlines() if "fine-tuning runs done" in line]
+    assert [line.split(";")[0] for line in table_lines] == [
+        "== table5: 0 of 1 pre-trainings, 0 of 1 fine-tuning runs done",
+        "== table5: 1 of 1 pre-trainings, 0 of 1 fine-tuning runs done",
+    ]
+    assert all(line.endswith("so far, about ? left") for line in table_lines)
     # A rerun finds every cell done: nothing is trained again, the report is the same.
     capsys.readouterr()
     table = _tiny_table("table5.tiny+bbc")
@@ -424,7 +431,7 @@ def test_figure5_plots_every_column_that_has_figures(tmp_path, monkeypatch) -> N
     assert not figure5.write_figures({**report, "columns": ["mnli_m"]}, str(tmp_path / "none"))
 
 
-def test_figure5_pretrains_in_stages_and_finetunes_mnli_from_each(tmp_path) -> None:
+def test_figure5_pretrains_in_stages_and_finetunes_mnli_from_each(tmp_path, capsys) -> None:
     """MNLI from TFDS (mock data), fine-tuned from the MLM model at steps 3 and 6."""
     import tensorflow_datasets as tfds
 
@@ -448,6 +455,15 @@ def test_figure5_pretrains_in_stages_and_finetunes_mnli_from_each(tmp_path) -> N
     # Nothing to redo (the skipped column neither): the stages are not pre-trained again.
     again = runner.run_table(run_settings.ablation_table(table), str(tmp_path), rows=["mlm"])
     assert again["rows"] == report["rows"]
+    # The table's line as each stage's pre-training and each run started (none for the rerun).
+    table_lines = [line for line in capsys.readouterr().out.splitlines() if "fine-tuning runs done" in line]
+    assert [line.split(";")[0] for line in table_lines] == [
+        "== figure5: 0 of 2 pre-training stages, 0 of 2 fine-tuning runs done",
+        "== figure5: 1 of 2 pre-training stages, 0 of 2 fine-tuning runs done",
+        "== figure5: 1 of 2 pre-training stages, 1 of 2 fine-tuning runs done",
+        "== figure5: 2 of 2 pre-training stages, 1 of 2 fine-tuning runs done",
+    ]
+    assert table_lines[1].endswith("about ? left") and not table_lines[2].endswith("about ? left")
 
 
 def test_squad_and_conll_by_tfds_name_are_written_in_the_original_format(tmp_path) -> None:

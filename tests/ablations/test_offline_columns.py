@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from bert_jax.ablations import cells, cost, grid, parallel, runner
+from bert_jax.ablations import cells, cost, grid, parallel, progress, runner
 from bert_jax.commands import run_settings
 from bert_jax.data import tokenization
 from bert_jax.tasks import scorers, squad
@@ -84,8 +84,11 @@ def test_grid_point_chosen_on_dev_reported_on_test_with_its_spread(tmp_path) -> 
         (0, "lr0.0005_ep2/seed0", {"learning_rate": 5e-4, "num_epochs": 2}),
         (0, "lr0.001_ep2/seed0", {"learning_rate": 1e-3, "num_epochs": 2}),
     ]
+    runs = lambda: progress.cell_runs(table, "bert_base", "rotten_tomatoes", str(cell))
+    assert runs() == (0, 4)  # (finished, in all): 2 points x 1 grid seed, then 2 more seeds
     _result(cell / "lr0.0005_ep2" / "seed0", dev=0.70, test=0.90)  # best test, not best dev
     assert grid.selection(col, str(cell), 1)["chosen"] is None  # one point still missing
+    assert runs() == (1, 4)
     assert cells.cell_values(table, "bert_base", "rotten_tomatoes", None, str(cell)) == []
     _result(cell / "lr0.001_ep2" / "seed0", dev=0.75, test=0.70)
     assert grid.selection(col, str(cell), 1)["chosen"] == "lr0.001_ep2"
@@ -94,9 +97,11 @@ def test_grid_point_chosen_on_dev_reported_on_test_with_its_spread(tmp_path) -> 
         "lr0.001_ep2/seed1",
         "lr0.001_ep2/seed2",
     ]
+    assert runs() == (2, 4)
     _result(cell / "lr0.001_ep2" / "seed1", dev=0.74, test=0.72)
+    assert runs() == (3, 4)
     _result(cell / "lr0.001_ep2" / "seed2", dev=0.76, test=0.74)
-    assert cells.cell_done(table, "bert_base", "rotten_tomatoes", str(cell))
+    assert cells.cell_done(table, "bert_base", "rotten_tomatoes", str(cell)) and runs() == (4, 4)
     assert cells.cell_values(table, "bert_base", "rotten_tomatoes", None, str(cell)) == pytest.approx(
         [70.0, 72.0, 74.0]
     )
@@ -197,7 +202,7 @@ def test_qa_column_chooses_on_dev_and_reports_test_end_to_end(tmp_path, downstre
     assert f"({len(results)}) | 88.5 |" in md  # mean ± std (2 seeds) beside the paper's SQuAD F1
 
 
-def test_parallel_processes_pretrain_and_fill_the_same_figures(tmp_path, downstream_root) -> None:
+def test_parallel_processes_pretrain_and_fill_the_same_figures(tmp_path, downstream_root, capsys) -> None:
     """Two one-core workers: one pre-trains No NSP while the other fine-tunes BERT's
     Rotten Tomatoes cell, then No NSP's cell and the random-init baseline's; BERT's
     figure is the one a sequential run gives; a rerun starts nothing."""
@@ -218,6 +223,13 @@ def test_parallel_processes_pretrain_and_fill_the_same_figures(tmp_path, downstr
     assert json.loads((par / "no_nsp" / "pretraining.json").read_text())["num_train_steps"] == 6
     assert all(len(r["seeds"]["rotten_tomatoes"]) == 1 for r in report["rows"])
     assert report["rows"][1]["pretraining"]["done"] and not report["rows"][1]["pretraining"]["nsp"]
+    # The table's line as jobs start: BERT's model was there, so No NSP's pre-training and
+    # BERT's run start together; the other two runs as slots free (in an order the jobs'
+    # times decide), No NSP's last, once its model is pre-trained.
+    table_lines = [line for line in capsys.readouterr().out.splitlines() if "fine-tuning runs done" in line]
+    assert table_lines[0].split(";")[0] == "== table5: 1 of 2 pre-trainings, 0 of 3 fine-tuning runs done"
+    assert table_lines[0].endswith("so far, about ? left")
+    assert 2 <= len(table_lines) <= 3 and table_lines[-1].startswith("== table5: 2 of 2 pre-trainings")
     # One after another in this process (both cores): the same figure.
     shutil.copytree(
         par / "bert_base", tmp_path / "seq" / "bert_base", ignore=shutil.ignore_patterns("rotten*")
