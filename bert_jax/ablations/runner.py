@@ -17,7 +17,8 @@ A row pre-trains in ``WORKDIR/<row>/`` (its final held-out metrics kept in
 ``pretraining.json``: a rerun with the same ``num_train_steps`` does not evaluate again;
 an unfinished one resumes); a cell whose ``results.json`` exists is read, not run. The
 report (`reports`: ours beside the paper's, Kendall's tau per column) is written
-after every cell, so an interrupted run leaves a report of what it has.
+after every cell, so an interrupted run leaves a report of what it has. As each job
+starts, the table's line (`progress`) says what is done and about how long the rest takes.
 
 ``figure5``: each row pre-trains in stages, stopping at each of ``steps`` (the learning-
 rate schedule is that of the whole run), and the columns are filled from each stage's
