@@ -38,10 +38,15 @@ def test_the_estimate_is_each_kinds_mean_times_what_is_left_over_the_processes()
         "== table6: 0 of 2 pre-trainings, 0 of 6 fine-tuning runs done; 0:00:00 so far, about ? left"
     )
     assert len(lines) == 3  # one as each job started
-    # Two processes at once: half the time; nothing left: nothing to estimate.
+    # Two processes at once: half the time, but no sooner than the longest job left.
     two = progress.TableProgress("t", lambda: work["now"], processes=2, clock=clock, say=lines.append)
     two.seconds = tracker.seconds
-    assert two.line().endswith("about 0:07:00 left")
+    assert two.line().endswith("about 0:10:00 left")  # the pre-training alone; the runs beside it
+    work["now"] = progress.Work(2, 2, 2, 6)
+    assert two.line().endswith("about 0:02:00 left")  # 4 runs x 60 s over two
+    work["now"] = progress.Work(2, 2, 5, 6)  # one run left
+    assert two.line().endswith("about 0:01:00 left") and tracker.line().endswith("about 0:01:00 left")
+    # Nothing left: nothing to estimate.
     work["now"] = progress.Work(2, 2, 6, 6)
     assert tracker.line().endswith("about 0:00:00 left")
 
