@@ -77,6 +77,7 @@ def run(
         return report()
     count = functools.partial(work, table, workdir, names, cols)
     tracker = progress.TableProgress(table.table, count, pretrainings="pre-training stages")
+    job = functools.partial(tracker.job, progress.RUN)
     for row in names:
         settings, row_dir = table.pretraining[row], os.path.join(workdir, row)
         total = table.pretraining[row].num_train_steps  # every step within it (`AblationTable`)
@@ -97,7 +98,6 @@ def run(
                     pretrain.train_and_evaluate(staged, row_dir)
                 if latest_checkpoint_step(row_dir) != k:
                     raise RuntimeError(f"{row_dir}: pre-training did not stop at step {k}")
-            job = functools.partial(tracker.job, progress.RUN)
             for c in cols:
                 fill_cell(table, row, c, row_dir, os.path.join(cells, c), os.path.join(workdir, "data"), job)
                 report()

@@ -10,9 +10,8 @@ The counts are read from disk, as the runner decides what to run, so what an ear
 invocation finished counts as done. What is left is estimated from this invocation's own
 jobs: each kind's mean time, times how many of that kind are left, over the processes
 running at once but no less than the longest job left (`?` while a kind that is left has
-not finished a job here yet). Jobs of
-one kind differ (a table's model sizes, its tasks), so the estimate is a guide that
-improves as the table goes on, as a progress bar's does.
+not finished a job here yet). Jobs of one kind differ (a table's model sizes, its tasks),
+so the estimate is a guide that improves as the table goes on, as a progress bar's does.
 """
 
 from __future__ import annotations
@@ -98,14 +97,13 @@ class TableProgress:
 
     def line(self) -> str:
         work = self.count()
-        means = [
-            (work.left(kind), sum(times) / len(times) if times else float("nan"))  # NaN: printed "?"
-            for kind, times in self.seconds.items()
-            if work.left(kind) > 0
-        ]
-        # Shared among the processes, but no sooner than the longest of the jobs left.
-        left = max([sum(n * m for n, m in means) / self.processes, *(m for _, m in means)], default=0.0)
-        left = float("nan") if any(m != m for _, m in means) else left
+        kinds_left = [(work.left(kind), times) for kind, times in self.seconds.items() if work.left(kind) > 0]
+        if any(not times for _, times in kinds_left):
+            left = float("nan")  # printed "?"
+        else:
+            means = [(n, sum(times) / len(times)) for n, times in kinds_left]
+            # Shared among the processes, but no sooner than the longest of the jobs left.
+            left = max([sum(n * m for n, m in means) / self.processes, *(m for _, m in means)], default=0.0)
         so_far = format_eta(self.clock() - self.began)
         return (
             f"== {self.table}: {work.pretrainings_done} of {work.pretrainings} {self.pretrainings}, "

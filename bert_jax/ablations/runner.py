@@ -94,6 +94,7 @@ def _run(
         tracker = progress.TableProgress(table.table, count, processes=table.processes)
         return parallel.run(table, workdir, names, cols, state.write, tracker)
     tracker = progress.TableProgress(table.table, count)
+    job, data_cache = functools.partial(tracker.job, progress.RUN), os.path.join(workdir, "data")
     pretrained: dict[str, dict[str, Any] | None] = {}
     for row in names:
         source = table.row_settings[row].model_from
@@ -103,8 +104,6 @@ def _run(
                 return state.write()
         for column in cols:
             model_dir, cell_dir = os.path.join(workdir, source), os.path.join(workdir, row, column)
-            data_cache = os.path.join(workdir, "data")
-            job = functools.partial(tracker.job, progress.RUN)
             cells.fill_cell(table, row, column, model_dir, cell_dir, data_cache, job)
             state.write()
     return state.write()
