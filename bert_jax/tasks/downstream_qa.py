@@ -71,7 +71,7 @@ def convert(task: str, data_dir: str = "") -> str:
     """The folder of `task`'s SQuAD files in the cache (written when missing or stale)."""
     raw = downstream_data.require(data_dir, FILES[task])
     folder = os.path.join(downstream_data.cache_dir(data_dir), task)
-    raw_sha = downstream_data.MEMBERS[FILES[task]].sha256
+    raw_sha = downstream_data.file_sha256(raw)  # the pinned file's, or an own copy's
     if _manifest_ok(folder, raw_sha):
         return folder
     return write_splits(task, READERS[task](raw), folder, raw_sha)

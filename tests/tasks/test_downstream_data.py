@@ -1,9 +1,11 @@
 """The downstream suite's files: the cached copies are the pinned ones (size, sha256, count);
 extraction checks every file; a missing or damaged file is one line naming the fetch
-command, from the Python API and from `bert-jax finetune`.
+command, from the Python API and from `bert-jax finetune`; an archive that cannot be
+downloaded is a warning line while the others are fetched; own copies of the files are
+taken from a source tree's layout, recorded and served with a warning line.
 
 The cache is filled by `bash scripts/setup_env.sh test` (or `downstream`); these tests read
-it and never download."""
+it (each pinned file's test skips, saying why, where it is not there) and never download."""
 
 from __future__ import annotations
 
@@ -15,6 +17,8 @@ import os
 import subprocess
 import sys
 import tarfile
+import urllib.error
+import urllib.request
 import zipfile
 from pathlib import Path
 
@@ -24,7 +28,7 @@ from bert_jax.commands import run_settings
 from bert_jax.tasks import downstream_data
 from bert_jax.tasks.registry import get_task
 from configs import finetune as any_config
-from tests.conftest import ROOT
+from tests.conftest import ROOT, pinned_downstream_file
 
 
 def _task_data(config):
@@ -32,15 +36,15 @@ def _task_data(config):
     return run_settings.finetune_settings(config).task_data
 
 
-def test_cached_files_are_the_pinned_ones_with_their_counts() -> None:
-    root = downstream_data.cache_dir()
+@pytest.mark.parametrize("name", list(downstream_data.MEMBERS))
+def test_cached_files_are_the_pinned_ones_with_their_counts(name) -> None:
     assert len(downstream_data.MEMBERS) == 5
-    for name, member in downstream_data.MEMBERS.items():
-        path = downstream_data.require("", name)  # raises, naming the fetch command, if absent
-        assert os.path.getsize(path) == member.size
-        assert downstream_data.file_sha256(path) == member.sha256
-        assert downstream_data.count_examples(path) == member.examples, name
-    assert downstream_data.problem(root, downstream_data.MEMBERS[name]) is None
+    member = downstream_data.MEMBERS[name]
+    path = pinned_downstream_file(name)
+    assert downstream_data.require("", name) == path
+    assert os.path.getsize(path) == member.size
+    assert downstream_data.file_sha256(path) == member.sha256
+    assert downstream_data.count_examples(path) == member.examples, name
 
 
 def _json_bytes(n: int) -> bytes:
@@ -144,5 +148,95 @@ def test_fetch_takes_local_archives_keeps_intact_files_and_mends_damaged_ones(tm
     monkeypatch.setattr(downstream_data, "ARCHIVES", (dataclasses.replace(fake, sha256="f" * 64),))
     target.unlink()
     assert downstream_data.main(["--dest", str(cache), "--archives", str(tmp_path)]) == 1
+    warning, error = capsys.readouterr().err.strip().splitlines()
+    assert (
+        warning.startswith("warning: downstream data: pkg-1.0.tar.gz not fetched")
+        and "(another version?)" in warning
+    )
+    assert error.startswith("downstream data: error: pkg-1.0.tar.gz could not be fetched (above)")
+
+
+def test_an_archive_that_cannot_be_downloaded_is_a_warning_and_the_others_are_fetched(
+    tmp_path, monkeypatch, capsys
+) -> None:
+    payload = _json_bytes(3)
+    local = _fake_archive(tmp_path, "tar", payload, hashlib.sha256(payload).hexdigest())
+    local = dataclasses.replace(local, sha256=downstream_data.file_sha256(str(tmp_path / local.filename)))
+    gone_member = downstream_data.Member("gone/two/task.json", "gone-1.0/gone/two/task.json", 9, "0" * 64, 1)
+    gone = downstream_data.Archive("gone-1.0.tar.gz", "https://files.example/gone-1.0.tar.gz", 9, "0" * 64,
+                                   (gone_member,))  # fmt: skip
+
+    def forbidden(url, timeout):
+        raise urllib.error.HTTPError(url, 403, "Forbidden", {}, None)
+
+    monkeypatch.setattr(urllib.request, "urlopen", forbidden)
+    monkeypatch.setattr(downstream_data, "ARCHIVES", (gone, local))
+    cache = tmp_path / "cache"
+    assert downstream_data.main(["--dest", str(cache), "--archives", str(tmp_path)]) == 1
+    assert (cache / "pkg/one/task.json").read_bytes() == payload  # the other archive's file
+    assert not (cache / ".download").exists()
+    out, err = capsys.readouterr()
+    assert "pkg-1.0.tar.gz: 1 file(s) checked" in out
+    warning, error = err.strip().splitlines()
+    assert warning.startswith("warning: downstream data: gone-1.0.tar.gz not fetched, so neither are two:")
+    assert "HTTP 403 Forbidden for https://files.example/gone-1.0.tar.gz" in warning
+    assert error.startswith("downstream data: error: gone-1.0.tar.gz could not be fetched (above)")
+    assert "--archives DIR" in error and "--copies DIR" in error and "Traceback" not in err
+
+
+def _one_member(monkeypatch, payload: bytes) -> downstream_data.Member:
+    """The suite as one task file whose pinned copy is `payload`."""
+    member = downstream_data.Member("pkg/one/task.json", "pkg-1.0/pkg/tasks/one/task.json", len(payload),
+                                    hashlib.sha256(payload).hexdigest(), 3)  # fmt: skip
+    monkeypatch.setattr(downstream_data, "MEMBERS", {member.name: member})
+    return member
+
+
+def test_own_copies_from_a_source_tree_are_recorded_and_served_with_a_warning(
+    tmp_path, monkeypatch, capsys
+) -> None:
+    pinned = _json_bytes(3)
+    member = _one_member(monkeypatch, pinned)
+    cache = tmp_path / "cache"
+    checkout = tmp_path / "checkout" / "pkg" / "tasks" / "one"  # the package's source tree
+    checkout.mkdir(parents=True)
+    own = _json_bytes(5)
+    (checkout / "task.json").write_bytes(own)
+    assert downstream_data.take_copies(str(tmp_path / "checkout"), str(cache)) == [member.name]
+    assert "an own copy, from" in capsys.readouterr().out
+    record = json.loads((cache / downstream_data.COPIES).read_text())[member.name]
+    assert record["sha256"] == hashlib.sha256(own).hexdigest() and record["examples"] == 5
+    path = downstream_data.require(str(cache), member.name)
+    assert Path(path).read_bytes() == own
+    assert "is an own copy, not the pinned one" in capsys.readouterr().out
+    # Changed after it was taken: damaged, as any cached file.
+    Path(path).write_bytes(own[:-1] + b" ")
+    with pytest.raises(FileNotFoundError, match=r"is damaged \(its sha256 is not "):
+        downstream_data.require(str(cache), member.name)
+    # The pinned copy taken the same way (from inside the tree) replaces it and its record.
+    (checkout / "task.json").write_bytes(pinned)
+    downstream_data.take_copies(str(checkout.parent), str(cache))
+    assert "the pinned copy, from" in capsys.readouterr().out
+    assert downstream_data.copies(str(cache)) == {}
+    assert Path(downstream_data.require(str(cache), member.name)).read_bytes() == pinned
+    # An own copy never replaces a cached pinned file (it may not be had again).
+    (checkout / "task.json").write_bytes(own)
+    downstream_data.take_copies(str(checkout.parent), str(cache))
+    assert "the pinned copy is cached; " in capsys.readouterr().out
+    assert Path(downstream_data.require(str(cache), member.name)).read_bytes() == pinned
+
+
+def test_a_copies_folder_without_the_files_or_with_an_unreadable_one_is_one_line(
+    tmp_path, monkeypatch, capsys
+) -> None:
+    _one_member(monkeypatch, _json_bytes(3))
+    assert downstream_data.main(["--dest", str(tmp_path / "c"), "--copies", str(tmp_path)]) == 1
     err = capsys.readouterr().err.strip()
-    assert "\n" not in err and err.startswith("downstream data: error: ") and "(another version?)" in err
+    assert "\n" not in err and err.startswith(f"downstream data: error: {tmp_path} holds none of the suite's")
+    assert "pkg/tasks/one/task.json" in err
+    (tmp_path / "one").mkdir()
+    (tmp_path / "one" / "task.json").write_text("{not json")
+    assert downstream_data.main(["--dest", str(tmp_path / "c"), "--copies", str(tmp_path)]) == 1
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "one/task.json: not a readable task.json" in err
+    assert not (tmp_path / "c" / "pkg").exists()

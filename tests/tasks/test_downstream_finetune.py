@@ -1,7 +1,7 @@
-"""`bert-jax finetune` end to end on the downstream suite's real files with a tiny random
-BERT and a few steps: Disfl-QA through the command line (official SQuAD 2.0 scores on dev,
-and on test at dev's no-answer threshold) and the dialogue pairs through the Python API
-(accuracy and F1 on dev and test)."""
+"""`bert-jax finetune` end to end on the downstream suite's files (in miniature, as own
+copies) with a tiny random BERT and a few steps: Disfl-QA through the command line
+(official SQuAD 2.0 scores on dev, and on test at dev's no-answer threshold) and the
+dialogue pairs through the Python API (accuracy and F1 on dev and test)."""
 
 from __future__ import annotations
 
@@ -32,6 +32,7 @@ def test_disfl_qa_from_the_command_line(tmp_path, downstream_root, tiny_checkpoi
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "skipped: a duplicated id" in proc.stdout  # the conversion's warnings, once each
+    assert proc.stdout.count("task.json is an own copy, not the pinned one") == 1
     assert proc.stdout.count("skipped: an empty context or text") == 1
     best = json.loads((run / "results.json").read_text())["best"]
     assert "best dev: epoch 1, exact " in proc.stdout
