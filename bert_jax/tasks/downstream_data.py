@@ -266,13 +266,15 @@ def fetch(data_dir: str = "", archives_dir: str = "") -> str:
 
     An archive is taken from `archives_dir` when it is there (e.g. fetched elsewhere with
     a browser), else downloaded and deleted after extraction. Files already cached and
-    intact (or recorded own copies) are kept. An archive that cannot be had is a warning
-    line and the others are still fetched; then one error names what is missing."""
+    intact are kept; own copies are replaced by the pinned files when their archive can
+    be had. An archive that cannot be had is a warning line and the others are still
+    fetched; then one error names what is missing."""
     root = cache_dir(data_dir)
     os.makedirs(root, exist_ok=True)
     failed = []
     for archive in ARCHIVES:
-        if not any(problem(root, m) for m in archive.members):
+        own = copies(root)  # the pinned files are still wanted in their place
+        if not any(problem(root, m) or m.name in own for m in archive.members):
             continue
         start = time.time()
         try:

@@ -219,6 +219,18 @@ def test_own_copies_from_a_source_tree_are_recorded_and_served_with_a_warning(
     assert "the pinned copy, from" in capsys.readouterr().out
     assert downstream_data.copies(str(cache)) == {}
     assert Path(downstream_data.require(str(cache), member.name)).read_bytes() == pinned
+    # So does a fetch that can have the pinned archive.
+    (checkout / "task.json").write_bytes(own)
+    Path(path).unlink()
+    downstream_data.take_copies(str(checkout.parent), str(cache))
+    assert member.name in downstream_data.copies(str(cache))
+    archive = _fake_archive(tmp_path, "tar", pinned, member.sha256)
+    archive = dataclasses.replace(
+        archive, sha256=downstream_data.file_sha256(str(tmp_path / archive.filename))
+    )
+    monkeypatch.setattr(downstream_data, "ARCHIVES", (archive,))
+    downstream_data.fetch(str(cache), str(tmp_path))
+    assert downstream_data.copies(str(cache)) == {} and Path(path).read_bytes() == pinned
     # An own copy never replaces a cached pinned file (it may not be had again).
     (checkout / "task.json").write_bytes(own)
     downstream_data.take_copies(str(checkout.parent), str(cache))
