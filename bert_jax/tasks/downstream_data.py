@@ -346,11 +346,9 @@ def take_copies(folder: str, data_dir: str = "") -> list[str]:
         if not examples:
             raise OSError(f"{src}: no examples")
         target = os.path.join(root, name)
-        if (
-            name not in copies(root)
-            and not problem(root, MEMBERS[name])
-            and file_sha256(src) != file_sha256(target)
-        ):
+        size, sha = os.path.getsize(src), file_sha256(src)
+        pinned = (size, sha) == (MEMBERS[name].size, MEMBERS[name].sha256)
+        if not pinned and name not in copies(root) and not problem(root, MEMBERS[name]):
             print(
                 f"warning: {target}: the pinned copy is cached; {src} is not taken in its place", flush=True
             )
@@ -358,8 +356,7 @@ def take_copies(folder: str, data_dir: str = "") -> list[str]:
         os.makedirs(os.path.dirname(target), exist_ok=True)
         shutil.copyfile(src, target + ".part")
         os.replace(target + ".part", target)
-        size, sha = os.path.getsize(target), file_sha256(target)
-        if (size, sha) == (MEMBERS[name].size, MEMBERS[name].sha256):
+        if pinned:
             _forget_copy(root, name)
             print(f"{target}: the pinned copy, from {src} ({examples} examples)")
             continue

@@ -8,6 +8,7 @@ scorers do, and the classification tasks load their splits."""
 
 from __future__ import annotations
 
+import functools
 import json
 import subprocess
 import sys
@@ -51,6 +52,7 @@ PROMPTS = ("\ncontext:", "Context:", "Question:", "Claim:", "In the preceding co
 LABELS = {"dialog_pairs": [26415, 23585], "vitaminc": [27242, 20169, 7257], "rotten_tomatoes": [5384, 7368]}
 
 
+@functools.cache  # each pinned file read once for both tests that read it (a skip is not cached)
 def _records(task: str) -> list:
     return downstream_readers.READERS[task](pinned_downstream_file(downstream_readers.FILES[task]))
 
