@@ -7,7 +7,8 @@ machine, a 1-epoch Rotten Tomatoes run of the L2 H128 model took 60 s with nothi
 cached and 35 s with the programs of another seed's run on disk, the same figures to the
 last digit (docs/ablations/README.md, "Cost"). The runner and its parallel workers
 therefore share one cache folder, ``table.compilation_cache`` (default
-``WORKDIR/xla_cache``; ``none``: off; a cache the user set for JAX already is kept).
+``WORKDIR/xla_cache``; ``none``: off; a cache the user set for JAX already is kept),
+used as a run uses its own (`training.compile_cache.use`).
 """
 
 from __future__ import annotations
@@ -16,33 +17,16 @@ import contextlib
 import os
 from collections.abc import Iterator
 
-import jax
-from jax.experimental.compilation_cache import compilation_cache as jax_cache
-
 from bert_jax.ablations.spec import AblationTable
+from bert_jax.training import compile_cache as run_cache
 
-
-def folder(table: AblationTable, workdir: str) -> str | None:
-    """The table's cache folder, None when off."""
-    where = table.compilation_cache
-    if where == "none":
-        return None
-    return where or os.path.join(workdir, "xla_cache")
+FOLDER = "xla_cache"  # in the table's workdir, by default
 
 
 @contextlib.contextmanager
 def use(table: AblationTable, workdir: str) -> Iterator[str | None]:
     """Compiles inside the block are cached in (and read from) the table's folder; the
-    process's own setting comes back after it. Yields the folder in use."""
-    path = folder(table, workdir)
-    own = jax.config.jax_compilation_cache_dir
-    if path is None or own:
-        yield own
-        return
-    jax_cache.set_cache_dir(path)
-    jax_cache.reset_cache()  # initialised again, at `path`, by the next compile
-    try:
+    process's own setting comes back after it. Yields the folder in use (None: none)."""
+    setting = table.compilation_cache or os.path.join(workdir, FOLDER)
+    with run_cache.use(setting, workdir) as path:
         yield path
-    finally:
-        jax.config.update("jax_compilation_cache_dir", own)
-        jax_cache.reset_cache()
