@@ -38,7 +38,8 @@ matmul rate measured in the same run (8192^3, XLA) and over the GPU's dense bf16
 ``--tiny`` runs every shape at a tiny width, length and batch (a CPU check that the
 script and each contender work; its figures mean nothing). The last lines are
 ``ratio_<shape>=<x>`` (bert_jax's tokens/s over the best PyTorch contender's) and
-``mfu_<shape>=<x>`` (bert_jax's MFU against the measured matmul rate).
+``mfu_<shape>=<x>`` (bert_jax's MFU against the measured matmul rate); each shape's two
+also follow its table, so a run stopped by a time limit keeps those of the shapes it ended.
 """
 
 from __future__ import annotations
@@ -292,10 +293,14 @@ def main() -> None:
                 flush=True,
             )
         torch_best = max((r["tokens_per_sec"] for n, r in results.items() if n in TORCH), default=0.0)
+        ours = []
         if "bert_jax" in results and torch_best:
-            lines.append(f"ratio_{shape}={results['bert_jax']['tokens_per_sec'] / torch_best:.2f}")
+            ours.append(f"ratio_{shape}={results['bert_jax']['tokens_per_sec'] / torch_best:.2f}")
         if "bert_jax" in results:
-            lines.append(f"mfu_{shape}={results['bert_jax']['flops_per_sec'] / measured:.3f}")
+            ours.append(f"mfu_{shape}={results['bert_jax']['flops_per_sec'] / measured:.3f}")
+        # Also as each shape ends: a call stopped by a time limit keeps the shapes it finished.
+        print("\n".join(ours), flush=True)
+        lines += ours
     print("\n" + "\n".join(lines))
 
 
