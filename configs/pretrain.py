@@ -108,38 +108,17 @@ def get_config(preset: str = "tiny") -> ml_collections.ConfigDict:
     if preset in NAMED:
         size, recipe = NAMED[preset]
     if size not in SIZES:
-        raise ValueError(f"unknown preset {preset!r}: {', '.join([*SIZES, *NAMED])}, or SIZE+RECIPE")
+        known = ", ".join(dict.fromkeys([*SIZES, *NAMED]))  # sizes also named as presets: once
+        raise ValueError(f"unknown preset {preset!r}: {known}, or SIZE+RECIPE")
     if recipe and recipe not in RECIPES:
         raise ValueError(f"unknown recipe {recipe!r} in {preset!r}: {', '.join(RECIPES)}")
-    c = defaults.training()
+    # Every key at its default (`PretrainSettings`' fields, the paper's schedule; each key's
+    # comment and range there); the size and the recipe change what they need.
+    c = defaults.pretraining()
     c.preset = preset
     c.model = model_config_dict("tiny")
-    c.data = defaults.data()
-    # The paper's schedule (lengths per preset below).
-    c.learning_rate = 1e-4
+    # The paper's warm-up (10,000 of its 1M steps); fine-tuning's default is its own.
     c.warmup_steps = 10_000
-    # >0: the warm-up is this share of num_train_steps (a recipe's shape at any length);
-    # 0: warmup_steps as given.
-    c.warmup_proportion = 0.0
-    c.num_train_steps = 1_000_000
-    c.global_batch_size = 256
-    c.max_seq_length = 128
-    c.max_predictions_per_seq = 20
-    # Two-phase schedule: the last `phase2_fraction` of steps at the longer length.
-    c.phase2_fraction = 0.0
-    c.phase2_max_seq_length = 512
-    c.phase2_max_predictions_per_seq = 80
-    # Phase 2's own memory savers (`PretrainSettings.phase_step`): "" / 0 = the run's
-    # remat_policy / grad_accum_steps. At 4x the length a row holds ~4x the activations.
-    c.phase2_remat_policy = ""
-    c.phase2_grad_accum_steps = 0
-    c.eval_every_steps = 10_000
-    c.eval_steps = 100  # batches per eval: the first of the held-out order; 0 = the whole split
-    c.eval_batch_size = 0  # 0 = global_batch_size
-    c.baseline_batches = 0  # >0: also report the unigram baseline from that many batches
-    # JAX's persistent compilation cache (`bert_jax.training.compile_cache`): "" = WORKDIR/
-    # compilation_cache, a folder or gs:// path, or "none" (off). A restart compiles nothing anew.
-    c.compilation_cache_dir = ""
     c.update(SIZES[size]())
     run_config.set_keys(c, RECIPES[recipe or "bert"])
     if recipe:

@@ -90,4 +90,16 @@ def main(argv: list[str]) -> None:
             vocab = vocab_learning.build_wordpiece_vocab(sentences, FLAGS.vocab_size, lower)
             path = FLAGS.output
             atomic_files.write_text(path, "\n".join(vocab) + "\n")
+            _say_placeholders(sum(t.startswith("[unused") for t in vocab), len(vocab))
     print(f"wrote {path} from {len(sentences):,} sentences")
+
+
+def _say_placeholders(unused: int, size: int) -> None:
+    """One warning line where the text filled less than 90% of the vocabulary asked for:
+    the rest are ``[unusedN]`` rows (as BERT's own), embeddings the model never trains."""
+    if unused > size // 10:
+        print(
+            f"warning: the text has pieces for {size - unused:,} of --vocab_size={size:,} entries; the other "
+            f"{unused:,} are [unusedN] placeholders (a smaller --vocab_size, or more text)",
+            flush=True,
+        )

@@ -22,7 +22,7 @@ from absl import app, flags
 
 from bert_jax.storage import emulator, files
 from bert_jax.training import exit_codes, hardware
-from bert_jax.training.run_config import REMOVED_KEYS
+from bert_jax.training.run_config import REMOVED_KEYS, config_file
 
 # name -> (module, one-line description)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -181,6 +181,23 @@ def quiet_start(argv: list[str]) -> None:
     hardware.quiet_platform(verbose=bool(verbose))
 
 
+def _config_paths(args: list[str]) -> list[str]:
+    """``--config=PATH[:ARG]`` with a relative PATH looked for as `bert_jax.load_config`
+    looks: in the working folder, then in the repository (`run_config.config_file`), so
+    ``--config=configs/pretrain.py:demo`` works from any folder. A PATH found in neither is
+    left for the flag to refuse."""
+    out = []
+    for arg in args:
+        if arg.startswith("--config="):
+            path, colon, rest = arg.removeprefix("--config=").partition(":")
+            try:
+                arg = f"--config={config_file(path)}{colon}{rest}"
+            except FileNotFoundError:
+                pass
+        out.append(arg)
+    return out
+
+
 def run(argv: list[str] | None = None) -> None:
     argv = list(sys.argv if argv is None else argv)
     quiet_start(argv)
@@ -201,7 +218,7 @@ def run(argv: list[str] | None = None) -> None:
         print(flags.FLAGS.module_help(module.__name__))
         print(f"\nErrors print one line; {DEBUG_ENV}=1 shows their traceback.")
         sys.exit(0)
-    args = [f"bert-jax {name}", *argv[2:]]
+    args = [f"bert-jax {name}", *_config_paths(argv[2:])]
     if os.environ.get(DEBUG_ENV):
         app.run(module.main, argv=args)
         return

@@ -105,9 +105,8 @@ def main(argv: list[str]) -> None:
         tokenization.load_vocab(vocab)
     convert.check_tokenizer_size(vocab, config)
     convert.check_same_vocabulary(FLAGS.vocab_file, FLAGS.src, "--vocab_file")  # ids it never learned
-    casing = (
-        convert.source_casing(FLAGS.src) if FLAGS.do_lower_case == "auto" else FLAGS.do_lower_case == "true"
-    )
+    given = FLAGS.do_lower_case
+    casing = tokenization.recorded_casing(FLAGS.src) if given == "auto" else given == "true"
     with user_paths.removed_if_failed(folder):
         user_paths.replace(earlier, "--dst")
         folder = convert.save_checkpoint(

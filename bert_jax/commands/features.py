@@ -31,7 +31,11 @@ FLAGS = flags.FLAGS
 def define_flags() -> None:
     flags.DEFINE_string("checkpoint", None, "HF folder, original TF checkpoint or bert_jax checkpoint.")
     flags.DEFINE_string("input", None, "Text file: one example per line, TAB between A and B.")
-    flags.DEFINE_string("output", None, "Output .npy: [examples, tokens, hidden x layers].")
+    flags.DEFINE_string(
+        "output",
+        None,
+        "Output .npy: [examples, tokens, hidden x layers] (sum: [.., hidden]; stack: [.., layers, hidden]).",
+    )
     flags.DEFINE_list("layers", ["-1"], "Layers to extract (-1 = last; 0 = embeddings; 'all' = 1..L).")
     flags.DEFINE_enum(
         "combine", "concat", ["concat", "sum", "stack"], "Combine layers: concat, (weighted) sum, stack."
@@ -42,7 +46,11 @@ def define_flags() -> None:
         "max_seq_length", lambda v: v >= 3, "must be at least 3 (room for [CLS], a token and [SEP])"
     )
     flags.DEFINE_string("vocab_file", None, "vocab.txt (default: the one beside the checkpoint).")
-    flags.DEFINE_bool("do_lower_case", True, "Lower-case and strip accents (uncased vocabularies).")
+    flags.DEFINE_bool(
+        "do_lower_case",
+        None,
+        "Lower-case and strip accents (default: the casing recorded beside the vocabulary, else true).",
+    )
     flags.DEFINE_integer("batch_size", 32, "Examples per forward pass.", lower_bound=1)
     flags.DEFINE_enum(
         "compute_dtype", "float32", list(DTYPES), "Compute dtype (whatever the checkpoint was trained in)."

@@ -1,8 +1,11 @@
-"""`bert-jax tokenize --vocab_file=F --input=TEXT --output=F.jsonl [--do_lower_case]`.
+"""`bert-jax tokenize --vocab_file=F --input=TEXT --output=F.jsonl [--tokenizer=sentencepiece]
+[--[no]do_lower_case]`.
 
-One JSON list of WordPiece ids per input line: for checking a vocab, or comparing with
-another tokenizer. An existing non-empty ``--output`` is refused unless ``--overwrite``;
-it is written whole, after the input and the vocab are read.
+One JSON list of ids per input line (WordPiece, a SentencePiece model or a Hugging Face
+tokenizer.json): for checking a vocab, or comparing with another tokenizer. The casing is
+``--do_lower_case`` where given, else the one recorded beside the vocabulary
+(``tokenizer_config.json``), else lower-case. An existing non-empty ``--output`` is refused
+unless ``--overwrite``; it is written whole, after the input and the vocab are read.
 """
 
 from __future__ import annotations
@@ -19,10 +22,21 @@ FLAGS = flags.FLAGS
 
 
 def define_flags() -> None:
-    flags.DEFINE_string("vocab_file", None, "vocab.txt (default: bundled bert-base-uncased).")
+    flags.DEFINE_string(
+        "vocab_file",
+        None,
+        "vocab.txt, SentencePiece .model or tokenizer.json (default: bundled bert-base-uncased).",
+    )
+    flags.DEFINE_enum(
+        "tokenizer", "wordpiece", ["wordpiece", "sentencepiece"], "Tokenizer kind of --vocab_file."
+    )
     flags.DEFINE_string("input", None, "Text file, one text per line.")
     flags.DEFINE_string("output", None, "Output .jsonl, one list of ids per line.")
-    flags.DEFINE_bool("do_lower_case", True, "Lower-case and strip accents (uncased vocab).")
+    flags.DEFINE_bool(
+        "do_lower_case",
+        None,
+        "Lower-case and strip accents (default: the casing recorded beside the vocabulary, else true).",
+    )
     flags.DEFINE_bool("overwrite", False, "Replace an existing --output.")
     flags.mark_flags_as_required(["input", "output"])
 
@@ -33,7 +47,7 @@ def main(argv: list[str]) -> None:
 
     user_paths.input_file(FLAGS.input, "--input")
     user_paths.output_file(FLAGS.output, "--output", FLAGS.overwrite)
-    tok = tokenization.load_tokenizer(FLAGS.vocab_file or "", FLAGS.do_lower_case)
+    tok = tokenization.load_tokenizer(FLAGS.vocab_file or "", FLAGS.do_lower_case, FLAGS.tokenizer)
     lines = text_files.read_lines(FLAGS.input)  # line i is row i; bad bytes counted in a warning
     ids = tok.tokenize(lines)
     with user_paths.removed_if_failed(os.path.dirname(FLAGS.output)):

@@ -38,7 +38,6 @@ from bert_jax.convert.tf_format import load_tf, save_tf
 from bert_jax.convert.tokenizer_files import (
     check_same_vocabulary,
     check_tokenizer_size,
-    source_casing,
     write_tokenizer_files,
 )
 from bert_jax.model.config import BertConfig
@@ -61,7 +60,6 @@ __all__ = [
     "save_checkpoint",
     "save_hf",
     "save_tf",
-    "source_casing",
     "to_hf_state_dict",
     "validate",
     "write_tokenizer_files",

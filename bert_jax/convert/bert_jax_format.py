@@ -61,6 +61,7 @@ def _restore_workdir_params(workdir: str) -> Params:
         )
     finally:
         manager.close()
+    print(f"{workdir}: the weights of its latest checkpoint, step {step}", flush=True)
     params = restored["params"]
     # A fine-tuning workdir holds `bert` plus a task head: the encoder is what converts.
     if "mlm" not in params:

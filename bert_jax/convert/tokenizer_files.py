@@ -13,17 +13,6 @@ from bert_jax.model.config import BertConfig
 from bert_jax.storage import atomic_files
 
 
-def source_casing(src: str) -> bool | None:
-    """``do_lower_case`` of a checkpoint's `tokenizer_config.json`, if it has one."""
-    folder = src if os.path.isdir(src) else os.path.dirname(src)
-    path = os.path.join(folder, "tokenizer_config.json")
-    if not os.path.exists(path):
-        return None
-    with open(path) as f:
-        value = json.load(f).get("do_lower_case")
-    return None if value is None else bool(value)
-
-
 def write_tokenizer_files(folder: str, vocab_file: str, do_lower_case: bool, config: BertConfig) -> None:
     """`vocab.txt`, the same WordPiece as a `tokenizer.json` (`transformers` 5 builds a
     ModernBERT's tokenizer from that file alone) and a `tokenizer_config.json` that

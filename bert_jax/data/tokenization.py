@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import importlib.util
+import json
 import os
 import unicodedata
 from typing import TYPE_CHECKING, Union
@@ -48,6 +49,36 @@ def saved_name(vocab_file: str) -> str:
     if _tokenizer_json().is_tokenizer_json(vocab_file):
         return "tokenizer.json"
     return "spm.model" if vocab_file.endswith(".model") else "vocab.txt"
+
+
+# Where the casing is recorded beside a vocabulary: the file `transformers` writes, which
+# `convert` writes with every output and a pre-training run beside its workdir's vocabulary.
+CASING_FILE = "tokenizer_config.json"
+
+
+def recorded_casing(path: str) -> bool | None:
+    """``do_lower_case`` recorded in the folder of a vocabulary file or checkpoint (its
+    `CASING_FILE`), or None where none is recorded."""
+    folder = path if os.path.isdir(path) else os.path.dirname(path)
+    record = os.path.join(folder, CASING_FILE)
+    if not os.path.exists(record):
+        return None
+    try:
+        with open(record) as f:
+            value = json.load(f).get("do_lower_case")
+    except (ValueError, AttributeError) as e:
+        raise ValueError(f"{record} is not a tokenizer config (a JSON object): {e}") from None
+    return None if value is None else bool(value)
+
+
+def casing(given: bool | None, vocab_file: str) -> bool:
+    """Whether to lower-case for `vocab_file`: ``given`` where set, else the casing recorded
+    beside the vocabulary (`recorded_casing`), else True (the uncased vocabularies' rule;
+    the bundled bert-base-uncased's)."""
+    if given is not None:
+        return given
+    recorded = recorded_casing(vocab_file) if vocab_file else None
+    return True if recorded is None else recorded
 
 
 def vocab_beside(checkpoint: str) -> str:
@@ -305,12 +336,16 @@ class SentencePieceTokenizer(_PairEncoder):
         return self.sp.encode(list(texts))
 
 
-def load_tokenizer(vocab_file: str = "", do_lower_case: bool = True, kind: str = "wordpiece") -> Tokenizer:
+def load_tokenizer(
+    vocab_file: str = "", do_lower_case: bool | None = None, kind: str = "wordpiece"
+) -> Tokenizer:
     """``kind="wordpiece"``: a vocab.txt (default: bundled bert-base-uncased);
     ``kind="sentencepiece"``: a SentencePiece ``.model`` file; a Hugging Face
-    ``tokenizer.json`` whatever the kind (`tokenizer_json`; casing is the file's own)."""
+    ``tokenizer.json`` whatever the kind (`tokenizer_json`; casing is the file's own).
+    ``do_lower_case`` None: the casing recorded beside the vocabulary, else True (`casing`)."""
     if kind == "tokenizer_json" or _tokenizer_json().is_tokenizer_json(vocab_file):
         return _tokenizer_json().TokenizerJson(vocab_file)
+    do_lower_case = casing(do_lower_case, vocab_file)
     if kind == "wordpiece":
         return WordPieceTokenizer(vocab_file or default_vocab_file(), do_lower_case)
     if kind == "sentencepiece":

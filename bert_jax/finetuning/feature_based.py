@@ -102,6 +102,7 @@ def train(
     scores (``stopped`` when ``stop_after_step`` ended the run first)."""
     os.makedirs(workdir, exist_ok=True)
     checkpoint = run.init_checkpoint
+    run = run.for_checkpoint(checkpoint)
     loaded, bert_config = convert.load_checkpoint(checkpoint)
     tok = tokenization.load_tokenizer(
         run.data.vocab_file or tokenization.vocab_beside(checkpoint), run.data.do_lower_case

@@ -117,6 +117,7 @@ def load_inputs(settings: FinetuneSettings) -> FinetuningInputs:
     """Loads the checkpoint and the task's splits; the head is fresh, the encoder loaded."""
     task = get_task(settings.task)
     checkpoint = settings.init_checkpoint or default_checkpoint()
+    settings = settings.for_checkpoint(checkpoint)
     convert.check_same_vocabulary(settings.data.vocab_file, checkpoint, "config.data.vocab_file")
     loaded, bert_config = convert.load_checkpoint(
         checkpoint, vocab_pad_multiple=settings.model.vocab_pad_multiple or None
@@ -351,6 +352,7 @@ def finetune(settings: FinetuneSettings, workdir: str, *, overwrite: bool = Fals
         )
     workdir = os.path.abspath(workdir)
     checkpoint = settings.init_checkpoint or default_checkpoint()
+    settings = settings.for_checkpoint(checkpoint)
     finished = finished_run.check(workdir, settings, checkpoint, overwrite=overwrite)
     if finished is not None:
         return read_back(finished, settings, workdir)
@@ -428,7 +430,7 @@ def predict_test(ft: Finetuning, workdir: str, settings: FinetuneSettings) -> li
 
 def evaluate_saved(settings: FinetuneSettings, folder: str, out_dir: str) -> dict[str, float]:
     """Dev scores of a model saved by `save_model` (its encoder and head), on `settings`'s data."""
-    settings = dataclasses.replace(settings, init_checkpoint=folder)
+    settings = dataclasses.replace(settings, init_checkpoint=folder).for_checkpoint(folder)
     inputs = load_inputs(settings)
     ft = Finetuning(settings, inputs, total_steps=1)
     params = engine.place_tree(load_saved_params(folder, inputs), ft.engine.state_shardings.params)

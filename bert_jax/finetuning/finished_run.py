@@ -20,6 +20,7 @@ import os
 from typing import Any
 
 from bert_jax.finetuning.settings import FinetuneSettings
+from bert_jax.training import run_config
 
 RESULTS = "results.json"
 # Every name a fine-tuning run writes in its workdir (`finetune.finetune`, `TrainingRun`,
@@ -36,27 +37,9 @@ NOT_COMPARED = (
 SHOWN = 4  # changed keys named in the refusal (then "and N more")
 
 
-def flat(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """Dotted keys (``data.vocab_file``) → values, as JSON has them (tuples as lists)."""
-    out: dict[str, Any] = {}
-    for key, value in json.loads(json.dumps(config, default=str)).items():
-        if isinstance(value, dict):
-            out.update(flat(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
-
-
 def changed_keys(recorded: dict[str, Any], current: dict[str, Any]) -> list[str]:
     """``key: recorded there, current now`` for every compared key whose value differs."""
-    before, now = flat(recorded), flat(current)
-    keys = sorted(k for k in before.keys() | now.keys() if k.split(".")[0] not in NOT_COMPARED)
-    missing = "(none)"
-    return [
-        f"{k}: {before.get(k, missing)!r} there, {now.get(k, missing)!r} now"
-        for k in keys
-        if before.get(k, missing) != now.get(k, missing)
-    ]
+    return run_config.changed_keys(recorded, current, NOT_COMPARED)
 
 
 def legacy_fields(settings: FinetuneSettings, checkpoint: str) -> dict[str, Any]:

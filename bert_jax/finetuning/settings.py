@@ -19,6 +19,7 @@ import dataclasses
 import itertools
 from typing import Any
 
+from bert_jax.data import tokenization
 from bert_jax.setting_fields import (
     FRACTION,
     NON_NEGATIVE_INT,
@@ -30,6 +31,7 @@ from bert_jax.setting_fields import (
     setting,
 )
 from bert_jax.tasks.base import QAWindows, TaskData
+from bert_jax.training import resolver
 from bert_jax.training.settings import CheckpointSettings, OptimizerSettings, TrainingSettings
 
 
@@ -38,7 +40,9 @@ class TextSettings:
     """How a task's text becomes ids (the ``data`` block: pre-training's keys)."""
 
     vocab_file: str = ""  # empty: the vocabulary beside the checkpoint
-    do_lower_case: bool = True
+    # None: the casing recorded beside that vocabulary (`tokenization.casing`: the
+    # tokenizer_config.json `convert`, `transformers` and a pre-training run write), else True.
+    do_lower_case: bool | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -123,6 +127,17 @@ class FinetuneSettings:
     training: TrainingSettings = flat(_training)
     sweep: SweepGrid = block(SweepGrid)  # `bert-jax finetune --sweep`
     config: dict[str, Any] = dataclasses.field(default_factory=dict)  # as written, for ``task.json``
+
+    def for_checkpoint(self, checkpoint: str) -> FinetuneSettings:
+        """These settings with the casing decided for `checkpoint`: ``data.do_lower_case``
+        as given, else the one recorded beside the vocabulary in use (``data.vocab_file``,
+        else the checkpoint's own), else True."""
+        if self.data.do_lower_case is not None:
+            return self
+        lower = tokenization.casing(None, self.data.vocab_file or tokenization.vocab_beside(checkpoint))
+        # The config as written says it too, as the run used it (`results.json`, the
+        # comparison of a finished run with a rerun's config).
+        return resolver.updated(self, {"data.do_lower_case": lower})
 
     @property
     def task_data(self) -> TaskData:

@@ -37,8 +37,8 @@ from bert_jax.pretraining.objective import (
     batch_shapes,
 )
 from bert_jax.pretraining.settings import Phase, PretrainSettings
-from bert_jax.storage import files
-from bert_jax.training import compile_cache, engine, multihost, sharding
+from bert_jax.storage import atomic_files, files
+from bert_jax.training import compile_cache, engine, multihost, run_config, sharding
 from bert_jax.training.hooks import Hook, default_hooks
 from bert_jax.training.loop import StopRequested, TrainingRun
 from bert_jax.training.results import JobResult
@@ -233,15 +233,54 @@ def check_data(run: PretrainSettings) -> bool:
 
 def keep_vocab(data: DataSettings, workdir: str) -> None:
     """Copies the tokenizer's file into the workdir (``vocab.txt``, ``spm.model`` or
-    ``tokenizer.json``: `tokenization.saved_name`), so the workdir is a complete checkpoint
-    for `finetune`, `features` and `convert` without remembering which vocab it was
-    trained with."""
+    ``tokenizer.json``: `tokenization.saved_name`) and, beside a vocab.txt or spm.model, the
+    casing it was trained with (``tokenizer_config.json``: `tokenization.CASING_FILE`; a
+    tokenizer.json holds its own), so the workdir is a complete checkpoint for `finetune`,
+    `features` and `convert` without remembering which vocab it was trained with, or how."""
     if data.source == "synthetic" or jax.process_index() != 0:
         return
     src = run_vocabulary.tokenizer_of(data).vocab_file
-    dst = files.join(workdir, tokenization.saved_name(src))
+    name = tokenization.saved_name(src)
+    dst = files.join(workdir, name)
     if not files.exists(dst):
         files.copy_file(src, dst)  # whole: readers never see half a vocabulary
+    record = files.join(workdir, tokenization.CASING_FILE)
+    if name != "tokenizer.json" and not files.exists(record):
+        atomic_files.write_json(record, {"do_lower_case": data.do_lower_case}, indent=2)
+
+
+RUN_CONFIG = "run_config.json"  # in the workdir: the config the run started with, as written
+# Keys that say how a run is carried out (logging, saving, evaluating, kernels, layout,
+# memory savers, the mesh), not what it trains: a resume may change them without a word.
+NOT_COMPARED = (
+    "preset", "log_every_steps", "checkpoint_every_steps", "keep_checkpoints", "async_checkpointing",
+    "stop_after_step", "compilation_cache_dir", "eval_every_steps", "eval_steps", "eval_batch_size",
+    "baseline_batches", "attention_kernel", "norm_kernel", "layer_loop", "remat_policy",
+    "phase2_remat_policy", "weight_grad_matmul", "mesh_shape", "sharding_rules", "grad_accum_steps",
+    "phase2_grad_accum_steps", "data.cache_dir",
+)  # fmt: skip
+
+
+def keep_run_config(settings: PretrainSettings, workdir: str, shown: str, resumed_at: int | None) -> None:
+    """Writes the config as written (`RUN_CONFIG`; process 0) where the workdir has none. A
+    run resumed (at step `resumed_at`) with a config that trains otherwise than the one the
+    workdir started with (a longer run, another learning rate: the schedule is recomputed
+    from the new values) says so in one warning line naming the keys; it is not refused."""
+    path = files.join(workdir, RUN_CONFIG)
+    recorded = files.read_json_if_exists(path)
+    if jax.process_index() != 0:
+        return
+    if recorded is None:
+        atomic_files.write_json(path, settings.config, indent=1, sort_keys=True, default=str)
+        return
+    changes = run_config.changed_keys(recorded, settings.config, NOT_COMPARED)
+    if resumed_at is not None and changes:
+        more = f"; and {len(changes) - 4} more" if len(changes) > 4 else ""
+        print(
+            f"warning: {shown} started with another config ({'; '.join(changes[:4])}{more}); resumed at "
+            f"step {resumed_at}, the run goes on with this one (its {RUN_CONFIG} keeps the first)",
+            flush=True,
+        )
 
 
 def train_phases(job: Pretraining, loop: TrainingRun, state: Any, hooks: Sequence[Hook]) -> Any:
@@ -339,11 +378,18 @@ def train_and_evaluate(settings: PretrainSettings, workdir: str) -> JobResult:
                     restore_transform=model_file.restore_transform(workdir),
                 )
             )
-            state, _ = loop.restore_or_init(job.engine, functools.partial(fresh_state, job))
+            state, resumed = loop.restore_or_init(job.engine, functools.partial(fresh_state, job))
             # The run is accepted: from here on it writes to the workdir, its compiled programs
             # included (a restart compiles nothing anew).
             model_file.write(workdir, job.model_config, job.numerics.scanned)
             keep_vocab(settings.data, workdir)
+            keep_run_config(settings, workdir, shown, loop.last_saved if resumed else None)
+            if resumed and loop.last_saved >= total and jax.process_index() == 0:
+                print(
+                    f"the run finished at step {loop.last_saved} (num_train_steps={total}): nothing to "
+                    "train; its last step is evaluated (a larger num_train_steps trains further)",
+                    flush=True,
+                )
             stack.enter_context(compile_cache.use(settings.compilation_cache_dir, workdir))
             compiled.publish()  # the preflight's programs, into the run's cache
             periodic_eval = evaluation.PeriodicEval(job)

@@ -61,13 +61,14 @@ def step_words(global_batch_size: int, seq: int, predictions: int, remat: str, a
 
 @dataclasses.dataclass(frozen=True)
 class PretrainSettings:
-    """Everything one pre-training run reads: the keys of `configs/pretrain.py` (whose
-    presets set them; the shared training keys and the ``data`` block default to
-    `TrainingSettings` and `DataSettings`)."""
+    """Everything one pre-training run reads: the keys of `configs/pretrain.py`, whose
+    defaults are these fields' (the paper's schedule: 1M steps of 256 x 128, evaluated every
+    10,000 steps; the shared training keys and the ``data`` block default to
+    `TrainingSettings` and `DataSettings`), its sizes and recipes changing some."""
 
     model: BertConfig
-    num_train_steps: int = setting(1, POSITIVE_INT)
-    global_batch_size: int = setting(1, POSITIVE_INT)
+    num_train_steps: int = setting(1_000_000, POSITIVE_INT)
+    global_batch_size: int = setting(256, POSITIVE_INT)
     max_seq_length: int = setting(128, SEQUENCE_LENGTH)
     max_predictions_per_seq: int = setting(20, POSITIVE_INT)
     # > 0: the last share of the steps at phase2_max_seq_length (the paper's 10% at 512).
@@ -76,8 +77,10 @@ class PretrainSettings:
     phase2_max_predictions_per_seq: int = setting(80, POSITIVE_INT)
     phase2_remat_policy: str = setting("", choices=("", *REMAT_POLICIES))  # "": phase 1's
     phase2_grad_accum_steps: int = setting(0, NON_NEGATIVE_INT)  # 0: phase 1's
-    eval_every_steps: int = setting(0, NON_NEGATIVE_INT)
-    eval_steps: int = setting(0, NON_NEGATIVE_INT)  # batches per evaluation; 0: the whole held-out split
+    eval_every_steps: int = setting(10_000, NON_NEGATIVE_INT)  # 0: no evaluation during the run
+    eval_steps: int = setting(
+        100, NON_NEGATIVE_INT
+    )  # batches per evaluation: the first of the held-out order; 0: all
     eval_batch_size: int = setting(0, NON_NEGATIVE_INT)  # 0: global_batch_size (`eval_batch`)
     baseline_batches: int = setting(0, NON_NEGATIVE_INT)  # > 0: the unigram baseline from that many batches
     compilation_cache_dir: str = ""  # "": the workdir's; "none": off (`bert_jax.training.compile_cache`)

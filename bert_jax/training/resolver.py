@@ -18,6 +18,7 @@ builds its blocks from these, so that a default is written once).
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import functools
 import types
 import typing
@@ -53,7 +54,7 @@ def resolve(
     record = _record(cls, node, where, read, given, fill)
     unknown = [] if partial else sorted(k for k in node.keys() if k not in read)
     if unknown:
-        raise ConfigError(f"{where}.{unknown[0]} is not a setting of this job ({_known(cls)})")
+        raise ConfigError(f"{where}.{unknown[0]} is not a setting of this job ({_known(cls, unknown[0])})")
     return record
 
 
@@ -163,8 +164,12 @@ def _check(f: dataclasses.Field, value: Any, key: str) -> None:
         raise ConfigError(f"{key}={value!r}: must be one of {', '.join(choices)}")
 
 
-def _known(cls: type) -> str:
-    names = sorted(_leaf_names(cls))
+def _known(cls: type, key: str) -> str:
+    """The key most like ``key`` ("did you mean ...?"), else the first known keys."""
+    names = sorted(n for n in _leaf_names(cls) if n != "config")  # `config`: the record's copy
+    close = difflib.get_close_matches(key, names, n=1)
+    if close:
+        return f"did you mean {close[0]!r}?"
     return f"known: {', '.join(names[:12])}{', ...' if len(names) > 12 else ''}"
 
 
@@ -191,6 +196,11 @@ def to_config(record: Any) -> ml_collections.ConfigDict:
             c[f.name] = ml_collections.ConfigDict(dataclasses.asdict(value))
         elif dataclasses.is_dataclass(value):
             c[f.name] = to_config(value)
+        elif value is None and _optional(_hints(type(record))[f.name])[0]:
+            # None of a typed key (``bool | None``): the command line can still set it
+            # (`--config.data.do_lower_case=false`), as the field's type.
+            kind = _optional(_hints(type(record))[f.name])[1]
+            c[f.name] = ml_collections.FieldReference(None, field_type=kind)
         else:
             c[f.name] = value
     return c

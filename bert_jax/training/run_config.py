@@ -5,6 +5,7 @@ values become typed settings at the command's edge (`bert_jax.commands.run_setti
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 from types import ModuleType
 from typing import Any
@@ -110,3 +111,32 @@ def load_config(spec: str) -> ml_collections.ConfigDict:
     name = os.path.splitext(os.path.basename(path))[0]
     module = sibling(path, name)
     return module.get_config(arg) if arg else module.get_config()
+
+
+def flat(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Dotted keys (``data.vocab_file``) → values, as JSON has them (tuples as lists)."""
+    out: dict[str, Any] = {}
+    for key, value in json.loads(json.dumps(config, default=str)).items():
+        if isinstance(value, dict):
+            out.update(flat(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def changed_keys(
+    recorded: dict[str, Any], current: dict[str, Any], ignored: tuple[str, ...] = ()
+) -> list[str]:
+    """``key: recorded there, current now`` for every key of two configs as written whose
+    value differs, but the `ignored` ones (how a run is carried out): dotted keys, or
+    top-level keys with all under them."""
+    before, now = flat(recorded), flat(current)
+    keys = sorted(
+        k for k in before.keys() | now.keys() if k not in ignored and k.split(".")[0] not in ignored
+    )
+    missing = "(none)"
+    return [
+        f"{k}: {before.get(k, missing)!r} there, {now.get(k, missing)!r} now"
+        for k in keys
+        if before.get(k, missing) != now.get(k, missing)
+    ]

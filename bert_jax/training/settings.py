@@ -20,6 +20,7 @@ from bert_jax.setting_fields import (
     FRACTION,
     NON_NEGATIVE,
     NON_NEGATIVE_INT,
+    OPEN_PROBABILITY,
     POSITIVE,
     POSITIVE_INT,
     PROBABILITY,
@@ -44,7 +45,7 @@ class OptimizerSettings:
     # linear (the paper's: warm-up, then linear decay to 0) | one_cycle | wsd (warm-up,
     # stable, then linear decay over the last lr_decay_fraction of steps).
     lr_schedule: str = setting("linear", choices=SCHEDULES)
-    lr_decay_fraction: float = setting(0.2, PROBABILITY)
+    lr_decay_fraction: float = setting(0.2, OPEN_PROBABILITY)
     # Warm-up: warmup_proportion of the run's steps when > 0, else warmup_steps.
     warmup_steps: int = setting(0, NON_NEGATIVE_INT)
     warmup_proportion: float = setting(0.0, PROBABILITY)

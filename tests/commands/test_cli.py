@@ -63,6 +63,24 @@ def test_tokenize_writes_one_id_list_per_line(tmp_path) -> None:
     assert rows[2] == bert_jax_ids("form\ffeed \x1c u\u2028v \u0085 lone\rcr")
 
 
+def test_tokenize_takes_a_sentencepiece_model(tmp_path) -> None:
+    from bert_jax.data import corpora, tokenization, vocab_learning
+
+    sentences = [s for d in corpora.load_documents("wiki_excerpt")[:5] for s in d]
+    model = vocab_learning.train_sentencepiece(sentences, str(tmp_path / "sp"), 500)
+    text = tmp_path / "in.txt"
+    text.write_text("The Earth's atmosphere.\nA second line\n")
+    out = tmp_path / "out.jsonl"
+    proc = bert_jax(
+        "tokenize", f"--input={text}", f"--output={out}", f"--vocab_file={model}", "--tokenizer=sentencepiece"
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = [json.loads(x) for x in out.read_text().splitlines()]
+    assert rows == tokenization.load_tokenizer(model, kind="sentencepiece").tokenize(
+        text.read_text().splitlines()
+    )
+
+
 def test_user_errors_are_one_line_with_exit_code_1(tmp_path) -> None:
     vocab = tmp_path / "vocab.txt"
     vocab.write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\nhello\n")  # no [MASK]
@@ -276,3 +294,30 @@ def test_finetune_refuses_a_batch_no_machine_holds(tmp_path) -> None:
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "config.global_batch_size=100000000000: a batch of 100,000,000,000" in lines[0]
     assert not (tmp_path / "ft").exists()
+
+
+def test_a_relative_config_path_is_found_from_any_folder_as_load_config_finds_it(
+    tmp_path, monkeypatch
+) -> None:
+    from bert_jax.commands import cli
+
+    monkeypatch.chdir(tmp_path)
+    args = ["--config=configs/pretrain.py:tiny", "--config.num_train_steps=2", "--config=configs/none.py"]
+    assert cli._config_paths(args) == [f"--config={ROOT}/configs/pretrain.py:tiny", *args[1:]]
+    (tmp_path / "configs").mkdir()
+    (tmp_path / "configs" / "pretrain.py").write_text("")  # the working folder's comes first
+    assert cli._config_paths(args[:1]) == args[:1]
+
+
+def test_build_vocab_says_when_the_text_cannot_fill_the_size_asked(tmp_path) -> None:
+    text = tmp_path / "small.txt"
+    text.write_text("A few words here.\nAnd a few more there.\n\nA second document now.\nIts end.\n")
+    proc = bert_jax("build-vocab", f"--input_file={text}", "--vocab_size=500", f"--output={tmp_path}/v.txt")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = (tmp_path / "v.txt").read_text().splitlines()
+    unused = sum(t.startswith("[unused") for t in lines)
+    assert len(lines) == 500 and unused > 300
+    assert (
+        f"warning: the text has pieces for {500 - unused} of --vocab_size=500 entries; the other {unused}"
+        in (proc.stdout)
+    )

@@ -103,3 +103,18 @@ def test_parity_with_a_cased_vocabulary(tmp_path) -> None:
     got = ours.tokenize(sample)
     assert got == _reference(ref, sample)
     assert got[0] != tokenization.load_tokenizer(str(path), do_lower_case=True).tokenize(EDGE_CASES[:1])[0]
+
+
+def test_the_casing_recorded_beside_a_vocabulary_is_used_unless_one_is_given(tmp_path) -> None:
+    """`convert`, `transformers` and a pre-training workdir record the casing beside the
+    vocabulary (tokenizer_config.json); a tokenizer loaded without a casing takes it."""
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nhello\nHello\n")
+    assert tokenization.load_tokenizer(str(vocab)).tokenize(["Hello"]) == [[5]]  # none recorded: lower-cased
+    (tmp_path / "tokenizer_config.json").write_text('{"do_lower_case": false}')
+    assert tokenization.recorded_casing(str(tmp_path)) is False
+    assert tokenization.load_tokenizer(str(vocab)).tokenize(["Hello"]) == [[6]]  # the recorded casing
+    assert tokenization.load_tokenizer(str(vocab), do_lower_case=True).tokenize(["Hello"]) == [[5]]  # given
+    (tmp_path / "tokenizer_config.json").write_text("[1]")
+    with pytest.raises(ValueError, match=r"tokenizer_config.json is not a tokenizer config"):
+        tokenization.load_tokenizer(str(vocab))

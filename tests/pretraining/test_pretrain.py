@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -444,14 +445,29 @@ def test_ctrl_c_saves_the_step_and_exits_130_in_one_line(tmp_path) -> None:
     assert "Traceback" not in err and "KeyboardInterrupt" not in err, err[-2000:]
 
 
-def test_a_rerun_that_only_re_evaluates_adds_no_rows_and_no_event_file(tmp_path) -> None:
+def test_a_rerun_that_only_re_evaluates_adds_no_rows_and_no_event_file(tmp_path, capsys) -> None:
     config = tiny_pretraining(num_train_steps=4, eval_every_steps=2)
     run_settings.pretrain(config, str(tmp_path))
     before = (tmp_path / "metrics.jsonl").read_text()
     events = sorted(p.name for p in (tmp_path / "tensorboard").iterdir())
+    capsys.readouterr()
     run_settings.pretrain(config, str(tmp_path))  # resumes at the last step
     assert (tmp_path / "metrics.jsonl").read_text() == before
     assert sorted(p.name for p in (tmp_path / "tensorboard").iterdir()) == events
+    out = capsys.readouterr().out
+    assert "the run finished at step 4 (num_train_steps=4): nothing to train" in out
+    assert "another config" not in out
+    # Extended, at another learning rate: trained on, with one line naming what changed.
+    longer = tiny_pretraining(num_train_steps=5, eval_every_steps=2, learning_rate=3e-4, log_every_steps=2)
+    assert run_settings.pretrain(longer, str(tmp_path)).step == 5
+    out = capsys.readouterr().out
+    assert re.search(
+        r"^warning: \S+ started with another config \(learning_rate: 0.0005 there, 0.0003 now; "
+        r"num_train_steps: 4 there, 5 now\); resumed at step 4, the run goes on with this one",
+        out,
+        re.MULTILINE,
+    ), out
+    assert json.loads((tmp_path / "run_config.json").read_text())["num_train_steps"] == 4  # the first
 
 
 def test_rows_of_an_interrupted_attempt_after_its_checkpoint_are_logged_once(tmp_path) -> None:

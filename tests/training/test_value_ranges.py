@@ -161,8 +161,17 @@ def test_an_unknown_or_mistyped_key_is_one_line_naming_it() -> None:
     c = pretrain_config.get_config("tiny")
     with c.unlocked():
         c.learning_rat = 1e-3
-    with pytest.raises(ValueError, match=r"^config.learning_rat is not a setting of this job \(known: "):
+    with pytest.raises(
+        ValueError,
+        match=r"^config.learning_rat is not a setting of this job \(did you mean 'learning_rate'\?\)$",
+    ):
         run_settings.pretrain_settings(c)
+    c = pretrain_config.get_config("tiny")
+    with c.unlocked():
+        c.zzz = 1  # like no key: the first known keys, not the record's own `config`
+    with pytest.raises(ValueError, match=r"^config.zzz is not a setting of this job \(known: adam_b1, ") as e:
+        run_settings.pretrain_settings(c)
+    assert "config," not in str(e.value)
     written = pretrain_config.get_config("tiny").to_dict()  # a config built from a user's dict
     written["data"]["nsp"] = "yes"
     with pytest.raises(ValueError, match=r"^config.data.nsp='yes': must be True or False$"):
