@@ -266,10 +266,10 @@ def keep_run_config(settings: PretrainSettings, workdir: str, shown: str, resume
     run resumed (at step `resumed_at`) with a config that trains otherwise than the one the
     workdir started with (a longer run, another learning rate: the schedule is recomputed
     from the new values) says so in one warning line naming the keys; it is not refused."""
-    path = files.join(workdir, RUN_CONFIG)
-    recorded = files.read_json_if_exists(path)
     if jax.process_index() != 0:
         return
+    path = files.join(workdir, RUN_CONFIG)
+    recorded = files.read_json_if_exists(path)
     if recorded is None:
         atomic_files.write_json(path, settings.config, indent=1, sort_keys=True, default=str)
         return
