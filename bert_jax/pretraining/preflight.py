@@ -183,15 +183,18 @@ def _refuse_or_fix(job, fit: PhaseFit, phase: Phase, where: str):
     return type(job)(with_fix(run, number, fix), job.mesh)
 
 
-def check(job, *, capacity: int | None = None, where: str = "a device"):
-    """Compiles every phase of `job` (a `pretrain.Pretraining`) with the engines the loop
-    will use and returns the job to train: `job` itself, or, where a phase's preset step
-    does not fit, a job whose step for it is the fit found (one warning line). Raises
+def check(job, *, done: int = 0, capacity: int | None = None, where: str = "a device"):
+    """Compiles every phase of `job` (a `pretrain.Pretraining`) that ends after step `done`
+    (the workdir's newest saved step: a finished run compiles none) with the engines the
+    loop will use and returns the job to train: `job` itself, or, where a phase's preset
+    step does not fit, a job whose step for it is the fit found (one warning line). Raises
     `PhaseOutOfMemory` (one line) for a phase that does not fit otherwise. `capacity`
     (bytes of one device; `where` says whose) overrides the device's (`device_capacity`)."""
     if capacity is None:
         capacity, where = device_capacity(job.mesh)
     for number, phase in enumerate(job.run.phases(), start=1):
+        if phase.end <= done:
+            continue
         shape = (job.run.global_batch_size, phase.max_seq_length, phase.max_predictions_per_seq)
         what = step_words(*shape, *dataclasses.astuple(job.run.phase_step(number)))
         print(f"compiling phase {number}'s step: {what} ...", flush=True)

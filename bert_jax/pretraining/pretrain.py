@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
 import time
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -249,6 +250,16 @@ def keep_vocab(data: DataSettings, workdir: str) -> None:
         atomic_files.write_json(record, {"do_lower_case": data.do_lower_case}, indent=2)
 
 
+def saved_step(workdir: str) -> int:
+    """The newest step saved in the workdir's ``checkpoints/`` by its folder's name (0 with
+    none): the phases it ends after are done, and the memory check compiles none of them
+    (a rerun of a finished run compiles no step). Should that step not restore (damaged:
+    the run falls back to an older one), a phase left to train compiles at its first step,
+    without the check."""
+    names = (os.path.basename(p.rstrip("/")) for p in files.glob(files.join(workdir, "checkpoints", "*")))
+    return max((int(n) for n in names if n.isdigit()), default=0)
+
+
 RUN_CONFIG = "run_config.json"  # in the workdir: the config the run started with, as written
 # Keys that say how a run is carried out (logging, saving, evaluating, kernels, layout,
 # memory savers, the mesh), not what it trains: a resume may change them without a word.
@@ -361,7 +372,8 @@ def train_and_evaluate(settings: PretrainSettings, workdir: str) -> JobResult:
     held_out = check_data(settings)  # whether the data has a held-out split
     compile_cache.check(settings.compilation_cache_dir)
     with compile_cache.staged(settings.compilation_cache_dir, workdir) as compiled:
-        job = preflight.check(job)  # every phase compiled: refused, or fitted, if one would not fit
+        # Every phase still to train compiled: refused, or fitted, if one would not fit.
+        job = preflight.check(job, done=saved_step(workdir))
     settings = job.run
     final_phase = settings.phases()[-1]
     keys = ("mlm_accuracy", "nsp_accuracy") if job.nsp else ("mlm_accuracy",)
