@@ -75,7 +75,10 @@ def main(argv: list[str]) -> None:
     vocab_fit.check_vocab_fits(tokenizer, config.vocab_size, FLAGS.checkpoint)
     check_positions(config)
     texts_a, texts_b = features.read_examples(FLAGS.input)
-    layers = features.parse_layers(FLAGS.layers, config.num_hidden_layers)
+    try:
+        layers = features.parse_layers(FLAGS.layers, config.num_hidden_layers)
+    except ValueError as e:
+        raise ValueError(f"--layers={','.join(FLAGS.layers)}: {e}") from None
     weights = [float(x) for x in FLAGS.layer_weights] if FLAGS.layer_weights else None
     numerics = Numerics(compute_dtype=FLAGS.compute_dtype)
     check_memory(config, numerics, len(texts_a), len(layers))

@@ -128,6 +128,16 @@ def test_user_errors_are_one_line_with_exit_code_1(tmp_path) -> None:
             ["finetune", "--config=configs/bbc.py", f"--workdir={text}"],
             f"--workdir {text} is a file, not a folder",
         ),
+        (
+            [
+                "features",
+                f"--checkpoint={MINILM}",
+                f"--input={text}",
+                f"--output={tmp_path}/f.npy",
+                "--layers=7",
+            ],
+            "--layers=7: out of range for a 6-layer model",
+        ),
     ]
     for args, expected in cases:
         proc = bert_jax(*args)
