@@ -77,8 +77,8 @@ def main(argv: list[str]) -> None:
     texts_a, texts_b = features.read_examples(FLAGS.input)
     try:
         layers = features.parse_layers(FLAGS.layers, config.num_hidden_layers)
-    except ValueError as e:
-        raise ValueError(f"--layers={','.join(FLAGS.layers)}: {e}") from None
+    except ValueError as e:  # "layers ... out of range ...": the flag's name
+        raise ValueError(f"--{e}") from None
     weights = [float(x) for x in FLAGS.layer_weights] if FLAGS.layer_weights else None
     numerics = Numerics(compute_dtype=FLAGS.compute_dtype)
     check_memory(config, numerics, len(texts_a), len(layers))

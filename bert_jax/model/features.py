@@ -55,8 +55,8 @@ def parse_layers(spec: Sequence[str], num_layers: int) -> list[int]:
         raise ValueError(f"layers must be integers or 'all', got {','.join(spec)}") from None
     if any(not -num_layers - 1 <= layer <= num_layers for layer in layers):
         raise ValueError(
-            f"out of range for a {num_layers}-layer model (0 the embeddings, 1..{num_layers} the layers, "
-            f"-1..-{num_layers + 1} from the last)"
+            f"layers {','.join(spec)} out of range for a {num_layers}-layer model (0 the embeddings, "
+            f"1..{num_layers} the layers, -1..-{num_layers + 1} from the last)"
         )
     return layers
 

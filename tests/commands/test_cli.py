@@ -136,7 +136,7 @@ def test_user_errors_are_one_line_with_exit_code_1(tmp_path) -> None:
                 f"--output={tmp_path}/f.npy",
                 "--layers=7",
             ],
-            "--layers=7: out of range for a 6-layer model",
+            "--layers 7 out of range for a 6-layer model (0 the embeddings, 1..6 the layers, -1..-7 from",
         ),
     ]
     for args, expected in cases:

@@ -115,5 +115,7 @@ def test_table7_combinations_agree_with_each_other() -> None:
         features.parse_layers(["last"], 6)
     assert features.parse_layers(["0", "6", "-7"], 6) == [0, 6, -7]  # -7: the embeddings, from the last
     for bad in ("7", "-8"):
-        with pytest.raises(ValueError, match=r"^out of range for a 6-layer model \(0 the embeddings"):
+        with pytest.raises(
+            ValueError, match=rf"^layers {bad} out of range for a 6-layer model \(0 the embeddings"
+        ):
             features.parse_layers([bad], 6)
