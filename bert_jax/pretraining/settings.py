@@ -78,9 +78,8 @@ class PretrainSettings:
     phase2_remat_policy: str = setting("", choices=("", *REMAT_POLICIES))  # "": phase 1's
     phase2_grad_accum_steps: int = setting(0, NON_NEGATIVE_INT)  # 0: phase 1's
     eval_every_steps: int = setting(10_000, NON_NEGATIVE_INT)  # 0: no evaluation during the run
-    eval_steps: int = setting(
-        100, NON_NEGATIVE_INT
-    )  # batches per evaluation: the first of the held-out order; 0: all
+    # Batches per evaluation: the first of the held-out order; 0: the whole held-out split.
+    eval_steps: int = setting(100, NON_NEGATIVE_INT)
     eval_batch_size: int = setting(0, NON_NEGATIVE_INT)  # 0: global_batch_size (`eval_batch`)
     baseline_batches: int = setting(0, NON_NEGATIVE_INT)  # > 0: the unigram baseline from that many batches
     compilation_cache_dir: str = ""  # "": the workdir's; "none": off (`bert_jax.training.compile_cache`)

@@ -189,6 +189,7 @@ def to_config(record: Any) -> ml_collections.ConfigDict:
     c = ml_collections.ConfigDict()
     for f in dataclasses.fields(record):
         value = getattr(record, f.name)
+        optional, kind = _optional(_hints(type(record))[f.name])
         if f.metadata.get("flat"):
             if value is not None:
                 c.update(to_config(value))
@@ -196,10 +197,9 @@ def to_config(record: Any) -> ml_collections.ConfigDict:
             c[f.name] = ml_collections.ConfigDict(dataclasses.asdict(value))
         elif dataclasses.is_dataclass(value):
             c[f.name] = to_config(value)
-        elif value is None and _optional(_hints(type(record))[f.name])[0]:
+        elif value is None and optional:
             # None of a typed key (``bool | None``): the command line can still set it
             # (`--config.data.do_lower_case=false`), as the field's type.
-            kind = _optional(_hints(type(record))[f.name])[1]
             c[f.name] = ml_collections.FieldReference(None, field_type=kind)
         else:
             c[f.name] = value
