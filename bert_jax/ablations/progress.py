@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterator
 
 from bert_jax.ablations import cells, grid
 from bert_jax.ablations.spec import AblationTable
-from bert_jax.training.metric_writer import format_eta
+from bert_jax.data.progress import format_duration
 
 PRETRAINING, RUN = "pretrain", "run"  # the kinds of job (as `parallel` names them)
 
@@ -104,11 +104,11 @@ class TableProgress:
             means = [(n, sum(times) / len(times)) for n, times in kinds_left]
             # Shared among the processes, but no sooner than the longest of the jobs left.
             left = max([sum(n * m for n, m in means) / self.processes, *(m for _, m in means)], default=0.0)
-        so_far = format_eta(self.clock() - self.began)
+        so_far = format_duration(self.clock() - self.began)
         return (
             f"== {self.table}: {work.pretrainings_done} of {work.pretrainings} {self.pretrainings}, "
             f"{work.runs_done} of {work.runs} fine-tuning runs done; {so_far} so far, "
-            f"about {format_eta(left)} left"
+            f"about {format_duration(left)} left"
         )
 
     def report(self) -> None:

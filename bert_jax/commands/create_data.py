@@ -23,9 +23,9 @@ import tempfile
 
 import numpy as np
 from absl import flags
-from tqdm import tqdm
 
 from bert_jax.data import masking, prepare, tfrecords, user_paths
+from bert_jax.data.progress import ProgressLines
 from bert_jax.storage import atomic_files, files, tensorflow_runtime
 
 FLAGS = flags.FLAGS
@@ -124,8 +124,9 @@ def write_examples(tf, inputs: list, opts: prepare.Options, tok, paths: list[str
     continuation = tok.is_continuation if FLAGS.do_whole_word_mask else None
     writers = [tf.io.TFRecordWriter(p) for p in paths]
     written = documents = 0
+    bar = ProgressLines("create-data", sum(item.size() for item in inputs), "B")
     try:
-        for index, item in enumerate(tqdm(inputs, desc="create-data", unit="file")):
+        for index, item in enumerate(inputs):
             docs = prepare.tokenize_documents(tok, item.documents())
             documents += len(docs)
             for dupe in range(opts.dupe_factor):
@@ -134,7 +135,9 @@ def write_examples(tf, inputs: list, opts: prepare.Options, tok, paths: list[str
                     feats = masking.to_features(inst, rng, opts.max_seq_length, spec, continuation)
                     writers[written % len(writers)].write(tfrecords.serialize(feats))
                     written += 1
+            bar.advance(item.size(), tokens=sum(len(s) for d in docs for s in d))
     finally:
+        bar.close()
         for w in writers:
             w.close()
     if not written:

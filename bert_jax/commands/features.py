@@ -15,10 +15,10 @@ import os
 
 import numpy as np
 from absl import flags, logging
-from tqdm import tqdm
 
 from bert_jax import convert
 from bert_jax.data import tokenization, user_paths, vocab_fit
+from bert_jax.data.progress import ProgressLines
 from bert_jax.model import features
 from bert_jax.model.config import BertConfig
 from bert_jax.model.numerics import DTYPES, Numerics
@@ -83,11 +83,12 @@ def main(argv: list[str]) -> None:
     numerics = Numerics(compute_dtype=FLAGS.compute_dtype)
     check_memory(config, numerics, len(texts_a), len(layers))
     batch = tokenizer.encode_pairs(texts_a, texts_b, FLAGS.max_seq_length)
-    with tqdm(total=len(texts_a), desc="features", unit=" examples") as bar:
-        out = features.extract(
-            params["bert"], config, batch, layers, FLAGS.batch_size, FLAGS.combine, weights, numerics,
-            progress=bar.update,
-        )  # fmt: skip
+    bar = ProgressLines("features", len(texts_a), "examples")
+    out = features.extract(
+        params["bert"], config, batch, layers, FLAGS.batch_size, FLAGS.combine, weights, numerics,
+        progress=bar.advance,
+    )  # fmt: skip
+    bar.close()
     out = np.asarray(out, np.float32)  # as documented, whatever --compute_dtype
     buffer = io.BytesIO()
     np.save(buffer, out)

@@ -88,8 +88,9 @@ def main(argv: list[str]) -> None:
     if meta is None:
         print(f"task {FLAGS.task_index} done; {FLAGS.output_dir}/metadata.json follows when every task is")
         return
-    n = meta["counts"]
+    n, shards = meta["counts"], len(meta["shards"])
     print(
         f"prepared {n['train']:,} train + {n['eval']:,} held-out instances from {n['documents']:,} "
-        f"documents ({n['tokens']:,} tokens, {len(meta['shards'])} shards) in {FLAGS.output_dir}"
+        f"documents ({n['tokens']:,} tokens, {shards} shard{'' if shards == 1 else 's'}) "
+        f"in {FLAGS.output_dir}"
     )

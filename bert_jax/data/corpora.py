@@ -238,7 +238,8 @@ def load_documents(source: str, input_files: str = "", tfds_name: str = "") -> l
         docs = read_tfds(tfds_name)
     else:
         raise ValueError(f"unknown data source {source!r}: wiki_excerpt, bbc_news, text or tfds")
-    kept = keep_usable(docs, " ".join(x for x in (source, input_files or tfds_name) if x))
+    # Named as prepare-data names an input: the files, or the TFDS dataset.
+    kept = keep_usable(docs, f"tfds:{tfds_name}" if source == "tfds" else input_files or source)
     if not kept:
         raise ValueError(f"no usable documents (two or more sentences) in {source} {input_files}")
     return kept

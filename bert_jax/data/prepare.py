@@ -28,13 +28,11 @@ import itertools
 import json
 import multiprocessing
 import os
-import sys
-import time
 
 import numpy as np
-from tqdm import tqdm
 
 from bert_jax.data import corpora, prepared_output, pretraining_examples, records, tokenization, user_paths
+from bert_jax.data.progress import ProgressLines
 from bert_jax.storage import atomic_files
 
 EVAL_SEED = 20_190_524  # held-out documents and masks never depend on the training seed
@@ -314,10 +312,6 @@ def write_metadata(out_dir: str, inputs: list[Input], opts: Options) -> dict | N
     return meta
 
 
-def _progress(total: int, unit: str):
-    return tqdm(total=total, unit=unit, unit_scale=True, desc="prepare-data", file=sys.stderr, smoothing=0.1)
-
-
 def prepare(
     inputs: list[Input],
     out_dir: str,
@@ -371,18 +365,15 @@ def _prepare_shards(
             if not atomic_files.writer_alive(stale):
                 os.remove(stale)
     by_bytes = not inputs[0].tfds_split
-    bar = _progress(
-        sum(inputs[i].size() for i in todo) if by_bytes else len(todo), "B" if by_bytes else "shard"
+    bar = ProgressLines(
+        "prepare-data",
+        sum(inputs[i].size() for i in todo) if by_bytes else len(todo),
+        "B" if by_bytes else "shards",
+        enabled=progress,
     )
-    if not progress:
-        bar.disable = True
-    start, tokens = time.perf_counter(), 0
 
     def finished(i: int, info: dict) -> None:
-        nonlocal tokens
-        tokens += info["tokens"]
-        bar.update(inputs[i].size() if by_bytes else 1)
-        bar.set_postfix_str(f"{tokens / (time.perf_counter() - start):,.0f} tokens/s")
+        bar.advance(inputs[i].size() if by_bytes else 1, tokens=info["tokens"])
 
     try:
         if num_workers <= 1 or len(todo) <= 1:

@@ -31,6 +31,7 @@ import time
 
 import jax
 
+from bert_jax.data.progress import human_bytes
 from bert_jax.pretraining import plan_compile, plan_fit
 from bert_jax.pretraining.objective import batch_shapes
 from bert_jax.pretraining.settings import PHASE_KEYS, Phase, PhaseStep, PretrainSettings, step_words
@@ -156,7 +157,7 @@ def _refuse_or_fix(job, fit: PhaseFit, phase: Phase, where: str):
     """The job with phase `fit.phase`'s step set as `plan`'s search finds it fits (one
     warning line), when its keys are the preset's; else `PhaseOutOfMemory`."""
     run, number = job.run, fit.phase
-    need, have = memory_fit.human(fit.peak_bytes), memory_fit.human(fit.capacity_bytes)
+    need, have = human_bytes(fit.peak_bytes), human_bytes(fit.capacity_bytes)
     what = (
         f"phase {number} (sequence {phase.max_seq_length}, steps {phase.start}-{phase.end}) needs "
         f"{need} per device, more than the {have} {where} holds"
@@ -170,12 +171,12 @@ def _refuse_or_fix(job, fit: PhaseFit, phase: Phase, where: str):
     if set_by_user(run, number):
         raise PhaseOutOfMemory(
             f"{what}: it would run out of memory; `bert-jax plan` finds {_flags(fix.keys)} "
-            f"fits ({memory_fit.human(fix.hbm_per_chip_bytes)}): set it"
+            f"fits ({human_bytes(fix.hbm_per_chip_bytes)}): set it"
         )
     if jax.process_index() == 0:
         print(
             f"warning: {what}: training it with {_flags(fix.keys)} "
-            f"({memory_fit.human(fix.hbm_per_chip_bytes)}), "
+            f"({human_bytes(fix.hbm_per_chip_bytes)}), "
             f"which `bert-jax plan` finds fits here (the preset's phase {number}, same gradient; "
             "set the keys yourself to choose)",
             flush=True,

@@ -5,7 +5,7 @@ tf.data; a bucket's through the path layer) and TFDS; JAX owns the accelerators,
 TensorFlow is shown none (`tf.config.set_visible_devices([], ...)`). Importing TensorFlow
 2.21 prints a dozen C++ lines of its own (oneDNN notices, CUDA probing, "failed call to
 cuInit"), logged before its logging starts, so ``TF_CPP_MIN_LOG_LEVEL`` no longer silences
-them: the import runs with the process's stderr pointed at /dev/null (Python errors still
+them: the import, and the hiding of its devices, run with stderr pointed at /dev/null (Python errors still
 raise). ``BERT_JAX_DEBUG=1``, or ``TF_CPP_MIN_LOG_LEVEL=0``, keeps the lines. Importing is
 deferred to first use: TensorFlow 2.21 costs 5-8 s of CPU and ~0.5 GB per process, and
 ~3 s more when Keras 3, which it imports, finds scikit-learn and matplotlib installed (its
@@ -76,11 +76,14 @@ def tensorflow() -> ModuleType:
     """`tensorflow`, with no GPU or TPU of its own."""
     with _without_keras_extras():
         tf = _import("tensorflow")
-    for kind in ("GPU", "TPU"):
-        try:
-            tf.config.set_visible_devices([], kind)
-        except (RuntimeError, ValueError):  # already initialised, or no such device type
-            pass
+    # Hiding the devices initialises TensorFlow's platforms, which logs CUDA's probing
+    # ("failed call to cuInit") at ERROR level on a machine without a GPU: quiet too.
+    with quiet_stderr():
+        for kind in ("GPU", "TPU"):
+            try:
+                tf.config.set_visible_devices([], kind)
+            except (RuntimeError, ValueError):  # already initialised, or no such device type
+                pass
     return tf
 
 

@@ -28,7 +28,7 @@ from typing import Any, Protocol
 
 import jax
 
-from bert_jax.training.metric_writer import format_eta
+from bert_jax.data.progress import format_duration
 from bert_jax.training.settings import TrainingSettings
 from bert_jax.training.throughput import Throughput
 
@@ -157,7 +157,7 @@ def progress_line(
     return (
         f"step {step:>7}/{total}  loss {values['loss']:.4f}  "
         + "".join(f"{k} {values[k]:.4f}  " for k in console_keys if k in values)
-        + f"{rate}eta {format_eta(eta)}"
+        + f"{rate}eta {format_duration(eta)}"
     )
 
 

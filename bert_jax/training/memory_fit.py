@@ -24,6 +24,7 @@ import os
 import numpy as np
 
 from bert_jax.data import page_cache
+from bert_jax.data.progress import human_bytes
 
 HOST = "host"
 DEVICE = "device"
@@ -54,15 +55,6 @@ def device_bytes() -> tuple[int | None, str]:
     return (int(limit) if limit else host_bytes()), device.platform
 
 
-def human(n: float) -> str:
-    """``805306368`` → ``768 MiB``; binary units up to PiB."""
-    for unit in ("bytes", "KiB", "MiB", "GiB", "TiB"):
-        if n < 1024:
-            return f"{n:.0f} {unit}" if unit == "bytes" or n >= 10 else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:,.0f} PiB"
-
-
 def refuse_above(setting: str, what: str, need: int, where: str, advice: str) -> None:
     """Raises ValueError (one line naming `setting`) when `need` bytes exceed what `where`
     (HOST or DEVICE) has available; does nothing where that is unknown."""
@@ -73,8 +65,8 @@ def refuse_above(setting: str, what: str, need: int, where: str, advice: str) ->
         place = f"one {platform} device holds"
     if available is not None and need > available:
         raise ValueError(
-            f"{setting}: {what} needs at least {human(need)}, "
-            f"more than the {human(available)} {place}: {advice}"
+            f"{setting}: {what} needs at least {human_bytes(need)}, "
+            f"more than the {human_bytes(available)} {place}: {advice}"
         )
 
 

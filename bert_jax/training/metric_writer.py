@@ -178,11 +178,3 @@ def _plain(v: Any) -> Any:
     if hasattr(v, "item"):
         v = v.item()
     return float(v) if isinstance(v, float) else v
-
-
-def format_eta(seconds: float) -> str:
-    if seconds != seconds:  # NaN
-        return "?"
-    m, s = divmod(int(seconds), 60)
-    h, m = divmod(m, 60)
-    return f"{h}:{m:02d}:{s:02d}"

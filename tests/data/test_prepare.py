@@ -149,7 +149,8 @@ def test_cli_prepares_with_progress_and_pretrain_streams_it(corpus, tmp_path) ->
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert "tokens/s" in proc.stderr and "3 shards" in proc.stdout
+    last = [line for line in proc.stdout.splitlines() if line.startswith("prepare-data:")][-1]
+    assert "(100%)" in last and "tokens/s in " in last and "3 shards" in proc.stdout
     # The two-phase schedule takes the folder prepared for each phase's sequence length.
     short = tmp_path / "prepared32"
     inputs = prepare.list_inputs(str(corpus / "wiki-*.txt"))

@@ -119,8 +119,9 @@ def test_prose_with_a_paragraph_a_line_is_split_into_sentences(tmp_path, capsys)
     ]
     assert corpora.keep_usable(docs, str(prose)) == [docs[0], docs[2], docs[3]]
     assert warnings(capsys) == [f"warning: {prose}: skipped 1 documents with fewer than two sentences"]
+    # Named as prepare-data names the input, so a run that reads it both ways says so once.
     assert corpora.load_documents("text", str(prose)) == [docs[0], docs[2], docs[3]]
-    assert warnings(capsys) == [f"warning: text {prose}: skipped 1 documents with fewer than two sentences"]
+    assert warnings(capsys) == []
     list(corpora.read_text_file(str(prose)))  # read again (the vocabulary, then each length)
     assert warnings(capsys) == []
 

@@ -1,6 +1,7 @@
 """TensorFlow as bert_jax imports it: without Keras 3's scikit-learn and matplotlib extras
 (which bert_jax never uses through Keras), and with both importable afterwards."""
 
+import os
 import subprocess
 import sys
 
@@ -35,3 +36,18 @@ def test_extras_imported_before_tensorflow_are_left_alone() -> None:
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-3000:]
+
+
+def test_import_and_hidden_devices_print_nothing_under_a_users_log_level() -> None:
+    # TF_CPP_MIN_LOG_LEVEL=2 lets ERROR lines through, and hiding TensorFlow's devices logs
+    # CUDA's failed probe at ERROR level on a machine without a GPU.
+    code = (
+        "from bert_jax.storage import tensorflow_runtime\ntensorflow_runtime.tensorflow_text()\nprint('ok')\n"
+    )
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    env.pop("BERT_JAX_DEBUG", None)
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, env=env, timeout=300
+    )
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-3000:]
+    assert proc.stderr == "", proc.stderr[-3000:]

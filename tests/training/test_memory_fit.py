@@ -45,12 +45,7 @@ def test_a_batch_the_host_or_a_device_cannot_hold_is_refused_naming_its_key(smal
         _check(global_batch_size=8192, grad_accum_steps=4)  # eval batches are not split
 
 
-def test_memory_is_read_from_the_machine_and_sizes_are_written_for_people() -> None:
+def test_memory_is_read_from_the_machine() -> None:
     assert memory_fit.host_bytes() > 0
     available, platform = memory_fit.device_bytes()
     assert available > 0 and platform == "cpu"
-    assert [memory_fit.human(n) for n in (512, 3 * 1024**2 // 2, 47 * 1024**4)] == [
-        "512 bytes",
-        "1.5 MiB",
-        "47 TiB",
-    ]
