@@ -60,8 +60,10 @@ class MaskedLMHead(nn.Module):
         how = num.weight_grad(*table.shape)
         table = table.astype(num.dtype)
         if labels is not None:
-            return ops.masked_lm_cross_entropy(h, table, bias, labels, c.vocab_size, how, _vocab_sharded)
-        return _vocab_sharded(mask_padded_vocab(ops.tied_logits(h, table, bias, how), c))
+            return ops.masked_lm_cross_entropy(
+                h, table, bias, labels, c.vocab_size, how, _vocab_sharded, num.bias_grad_form
+            )
+        return _vocab_sharded(mask_padded_vocab(ops.tied_logits(h, table, bias, how, num.bias_grad_form), c))
 
 
 def _vocab_sharded(logits: Array) -> Array:

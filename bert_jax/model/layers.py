@@ -115,7 +115,8 @@ class Dense(nn.Module):
         kernel, bias = self.weights(inputs.shape[-1])
         deferred, bias = (bias, None) if self.defer_bias else (None, bias)
         x2 = inputs.reshape(-1, inputs.shape[-1]).astype(self.numerics.dtype)
-        y = ops.dense(x2, kernel, bias, self.numerics.weight_grad(*kernel.shape, self.copy))
+        num = self.numerics
+        y = ops.dense(x2, kernel, bias, num.weight_grad(*kernel.shape, self.copy), num.bias_grad_form)
         y = y.reshape(*inputs.shape[:-1], self.features)
         return (y, deferred) if self.defer_bias else y
 

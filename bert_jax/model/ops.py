@@ -11,8 +11,10 @@ one activation, ~1 ms for BERT-Base's [1024, 3072]) and multiplies row-major;
 ``"copy_g"`` transposes ``g`` and the product instead, for an ``x`` that XLA would
 recompute column by column inside its copy (the GELU output: 6x slower than a copy).
 Measured on a Zen 4 host (256-bit FMA units, where AVX and AVX-512 peak alike): the
-BERT-Base step is as fast either way, within this machine's noise. The bias gradient is
-a matrix-vector product (XLA's CPU column sum is ~10x slower).
+BERT-Base step is as fast either way, within this machine's noise. The bias gradient
+(`bias_grad`, `BIAS_GRADS`) is a matrix-vector product, ``"matvec"`` (XLA's CPU column
+sum is ~10x slower), or a float32 reduction, ``"sum"``, which XLA:GPU fuses into the
+kernel that writes the gradient instead of reading ``[N, M]`` again in a matmul.
 
 GELU (`gelu`): the exact (erf) form, as BERT and Hugging Face use it. `jax.nn.gelu`
 evaluates it through ``erfc`` (two branches, both computed) and differentiates that;
@@ -69,6 +71,7 @@ Array = jax.Array
 
 
 WEIGHT_GRADS = ("direct", "copy_x", "copy_g")
+BIAS_GRADS = ("matvec", "sum")
 
 
 def _weight_grad(x: Array, g: Array, how: str) -> Array:
@@ -88,15 +91,20 @@ def _weight_grad(x: Array, g: Array, how: str) -> Array:
     return jnp.matmul(x.T, g, preferred_element_type=f32)
 
 
-def _column_sum(g: Array) -> Array:
-    """Sum over rows of a 2-D array as a matrix-vector product, in float32."""
+def _column_sum(g: Array, how: str = "matvec") -> Array:
+    """Sum over rows of a 2-D array in float32: a matrix-vector product (``"matvec"``) or a
+    reduction (``"sum"``)."""
+    if how == "sum":
+        return jnp.sum(g, axis=0, dtype=jnp.float32)
     return jnp.matmul(jnp.ones((g.shape[0],), g.dtype), g, preferred_element_type=jnp.float32)
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(3,))
-def dense(x: Array, kernel: Array, bias: Array | None, weight_grad: str = "direct") -> Array:
+@functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4))
+def dense(
+    x: Array, kernel: Array, bias: Array | None, weight_grad: str = "direct", bias_grad: str = "matvec"
+) -> Array:
     """``[N, K] @ [K, M] + [M]`` (no bias when `bias` is None); `weight_grad`
-    (`WEIGHT_GRADS`): see the module docstring."""
+    (`WEIGHT_GRADS`) and `bias_grad` (`BIAS_GRADS`): see the module docstring."""
     return _affine(x, kernel, bias)
 
 
@@ -105,15 +113,17 @@ def _affine(x: Array, kernel: Array, bias: Array | None) -> Array:
     return y if bias is None else y + bias
 
 
-def _dense_fwd(x: Array, kernel: Array, bias: Array | None, weight_grad: str) -> tuple[Array, tuple]:
+def _dense_fwd(
+    x: Array, kernel: Array, bias: Array | None, weight_grad: str, bias_grad: str
+) -> tuple[Array, tuple]:
     return _affine(x, kernel, bias), (x, kernel, bias)
 
 
-def _dense_bwd(weight_grad: str, res: tuple, g: Array) -> tuple[Array, Array, Array | None]:
+def _dense_bwd(weight_grad: str, bias_grad: str, res: tuple, g: Array) -> tuple[Array, Array, Array | None]:
     x, kernel, bias = res
     dx = (g @ kernel.T).astype(x.dtype)
     dk = _weight_grad(x, g, weight_grad).astype(kernel.dtype)
-    return dx, dk, None if bias is None else _column_sum(g).astype(bias.dtype)
+    return dx, dk, None if bias is None else _column_sum(g, bias_grad).astype(bias.dtype)
 
 
 dense.defvjp(_dense_fwd, _dense_bwd)
@@ -302,20 +312,22 @@ def _logits(h: Array, embedding: Array, bias: Array) -> Array:
     return jnp.einsum("...h,vh->...v", h, embedding, preferred_element_type=jnp.float32) + bias
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(3,))
-def tied_logits(h: Array, embedding: Array, bias: Array, weight_grad: str = "direct") -> Array:
+@functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4))
+def tied_logits(
+    h: Array, embedding: Array, bias: Array, weight_grad: str = "direct", bias_grad: str = "matvec"
+) -> Array:
     """``[..., H] x [V, H] → [..., V]`` float32 logits plus a float32 ``[V]`` bias."""
     return _logits(h, embedding, bias)
 
 
 def _tied_logits_fwd(
-    h: Array, embedding: Array, bias: Array, weight_grad: str
+    h: Array, embedding: Array, bias: Array, weight_grad: str, bias_grad: str
 ) -> tuple[Array, tuple[Array, Array, Array]]:
     return _logits(h, embedding, bias), (h, embedding, bias)
 
 
 def _tied_logits_bwd(
-    weight_grad: str, res: tuple[Array, Array, Array], g: Array
+    weight_grad: str, bias_grad: str, res: tuple[Array, Array, Array], g: Array
 ) -> tuple[Array, Array, Array]:
     h, embedding, bias = res
     g2 = g.reshape(-1, g.shape[-1])  # [N, V] float32
@@ -323,7 +335,7 @@ def _tied_logits_bwd(
     dh = (g2.astype(embedding.dtype) @ embedding).astype(h.dtype).reshape(h.shape)
     # [V, N] @ [N, H]: the embedding gradient is a weight gradient (see `dense`).
     d_embedding = _weight_grad(g2, h2.astype(jnp.float32), weight_grad).astype(embedding.dtype)
-    return dh, d_embedding, _column_sum(g2).astype(bias.dtype)
+    return dh, d_embedding, _column_sum(g2, bias_grad).astype(bias.dtype)
 
 
 tied_logits.defvjp(_tied_logits_fwd, _tied_logits_bwd)
@@ -374,7 +386,7 @@ def _vocab_logits(z: Array, bias: Array, vocab_size: int) -> Array:
     return mask_padding_columns(z + bias.astype(jnp.float32), vocab_size)
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5, 6))
+@functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5, 6, 7))
 def masked_lm_cross_entropy(
     h: Array,
     table: Array,
@@ -383,6 +395,7 @@ def masked_lm_cross_entropy(
     vocab_size: int,
     weight_grad: str = "direct",
     constrain=_identity,
+    bias_grad: str = "matvec",
 ) -> tuple[Array, Array]:
     """`tied_logits` then `softmax_cross_entropy`, with the padding columns (ids >=
     `vocab_size`) masked, in one op: per-row cross-entropy and "label is the arg-max".
@@ -394,11 +407,18 @@ def masked_lm_cross_entropy(
     (the compute dtype; float32 stays float32), and both matmuls and the bias gradient
     read that. `constrain` is applied to the ``[..., V]`` arrays (a sharding constraint
     naming the vocabulary axis)."""
-    return _mlm_xent_fwd(h, table, bias, labels, vocab_size, weight_grad, constrain)[0]
+    return _mlm_xent_fwd(h, table, bias, labels, vocab_size, weight_grad, constrain, bias_grad)[0]
 
 
 def _mlm_xent_fwd(
-    h: Array, table: Array, bias: Array, labels: Array, vocab_size: int, weight_grad: str, constrain
+    h: Array,
+    table: Array,
+    bias: Array,
+    labels: Array,
+    vocab_size: int,
+    weight_grad: str,
+    constrain,
+    bias_grad: str,
 ) -> tuple[tuple[Array, Array], tuple[Array, ...]]:
     z = constrain(jnp.einsum("...h,vh->...v", h, table, preferred_element_type=jnp.float32))
     logits = _vocab_logits(z, bias, vocab_size)
@@ -414,7 +434,12 @@ def _mlm_xent_fwd(
 
 
 def _mlm_xent_bwd(
-    vocab_size: int, weight_grad: str, constrain, res: tuple[Array, ...], g: tuple[Array, Array]
+    vocab_size: int,
+    weight_grad: str,
+    constrain,
+    bias_grad: str,
+    res: tuple[Array, ...],
+    g: tuple[Array, Array],
 ) -> tuple[Array, Array, Array, None]:
     h, table, bias, labels, z, lse = res
     vocab = jax.lax.broadcasted_iota(jnp.int32, z.shape, z.ndim - 1)
@@ -425,7 +450,7 @@ def _mlm_xent_bwd(
     h2 = h.reshape(-1, h.shape[-1]).astype(table.dtype)  # [N, H]
     dh = jnp.matmul(d2, table, preferred_element_type=jnp.float32).astype(h.dtype).reshape(h.shape)
     d_table = _weight_grad(d2, h2, weight_grad).astype(table.dtype)
-    return dh, d_table, _column_sum(d2).astype(bias.dtype), None
+    return dh, d_table, _column_sum(d2, bias_grad).astype(bias.dtype), None
 
 
 masked_lm_cross_entropy.defvjp(_mlm_xent_fwd, _mlm_xent_bwd)

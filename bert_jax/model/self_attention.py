@@ -77,9 +77,9 @@ class _HeadsDense(nn.Module):
         # the backward pass (~4% of a BERT-Base step).
         lead = x.shape[: x.ndim - (1 if self.to_heads else 2)]
         x2 = x.reshape(-1, h if self.to_heads else n * d).astype(num.dtype)
-        # The bias too is added to the 2-D product: its gradient is then a mat-vec on the
-        # 2-D gradient the kernel gradient uses, not on one more transposed copy.
-        y = ops.dense(x2, k2, bias, num.weight_grad(*k2.shape))
+        # The bias too is added to the 2-D product: its gradient is then a column sum of the
+        # 2-D gradient the kernel gradient uses, not of one more transposed copy.
+        y = ops.dense(x2, k2, bias, num.weight_grad(*k2.shape), num.bias_grad_form)
         y = y.reshape(*lead, n, d) if self.to_heads else y.reshape(*lead, h)
         return (y, deferred) if self.defer_bias else y
 
@@ -110,7 +110,7 @@ def _stacked_qkv(
         bias = jnp.stack([(zeros if b is None else b).reshape(n, d) for b in biases], axis=1)  # [N, 3, D]
     x2 = x.reshape(-1, h).astype(num.dtype)
     added = None if bias is None or not add_bias else bias.reshape(-1)
-    y = ops.dense(x2, kernel.reshape(h, -1), added, num.weight_grad(h, 3 * n * d))
+    y = ops.dense(x2, kernel.reshape(h, -1), added, num.weight_grad(h, 3 * n * d), num.bias_grad_form)
     y = y.reshape(*x.shape[:-1], n, 3, d)
     y = nn.with_logical_constraint(
         y, ("activation_batch", "activation_length", "activation_heads", None, "activation_kv")

@@ -267,8 +267,8 @@ NOT_COMPARED = (
     "preset", "log_every_steps", "checkpoint_every_steps", "keep_checkpoints", "async_checkpointing",
     "stop_after_step", "compilation_cache_dir", "eval_every_steps", "eval_steps", "eval_batch_size",
     "baseline_batches", "attention_kernel", "norm_kernel", "layer_loop", "remat_policy",
-    "phase2_remat_policy", "weight_grad_matmul", "mesh_shape", "sharding_rules", "grad_accum_steps",
-    "phase2_grad_accum_steps", "data.cache_dir",
+    "phase2_remat_policy", "weight_grad_matmul", "bias_grad", "mesh_shape", "sharding_rules",
+    "grad_accum_steps", "phase2_grad_accum_steps", "data.cache_dir",
 )  # fmt: skip
 
 

@@ -90,7 +90,8 @@ class TrainingSettings:
 
     seed: int = 42
     # How this run computes the model, never saved with it (`bert_jax.model.numerics`):
-    # compute_dtype, param_dtype, remat_policy, weight_grad_matmul, dropout_rng, attention_kernel.
+    # compute_dtype, param_dtype, layer_loop, remat_policy, weight_grad_matmul, bias_grad,
+    # dropout_rng, attention_kernel, norm_kernel.
     numerics: Numerics = flat(Numerics)
     # Device mesh (data, fsdp, tensor); -1 takes the remaining devices.
     mesh_shape: tuple[int, int, int] = (-1, 1, 1)

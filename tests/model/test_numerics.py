@@ -33,11 +33,16 @@ def test_platform_decides_auto_and_nothing_else() -> None:
     auto = Numerics(compute_dtype="bfloat16")
     assert auto.for_platform("cpu").weight_grad_matmul == "transposed_copy_wide"
     assert auto.for_platform("tpu").weight_grad_matmul == "direct"
-    assert auto.for_platform("gpu") == auto.replace(weight_grad_matmul="direct", layer_loop="unroll")
+    assert auto.for_platform("gpu") == auto.replace(
+        weight_grad_matmul="direct", bias_grad="sum", layer_loop="unroll"
+    )
+    # Bias gradients: a reduction XLA:GPU fuses; a mat-vec elsewhere (and before a decision).
+    assert [auto.for_platform(p).bias_grad_form for p in ("tpu", "gpu", "cpu")] == ["matvec", "sum", "matvec"]
+    assert auto.bias_grad_form == "matvec"
     # Layers: scanned on a TPU (compile time on a pod), unrolled elsewhere (the faster step).
     assert [auto.for_platform(p).scanned for p in ("tpu", "gpu", "cpu")] == [True, False, False]
     assert not auto.scanned  # undecided: unrolled, as inference and conversion build models
-    chosen = Numerics(weight_grad_matmul="transposed_copy", layer_loop="unroll")
+    chosen = Numerics(weight_grad_matmul="transposed_copy", bias_grad="sum", layer_loop="unroll")
     assert chosen.for_platform("tpu") is chosen
     # Narrow layers keep the direct form under "transposed_copy_wide".
     wide = Numerics(weight_grad_matmul="transposed_copy_wide")
@@ -81,7 +86,11 @@ def test_a_cpu_checkpoint_gets_the_tpus_numerics(tmp_path) -> None:
     # (The layers scanned, the TPU's choice: a resumed run would keep the workdir's
     # unrolled ones, `test_pretrain`'s layer-loop test.)
     assert run.numerics == Numerics(
-        compute_dtype="bfloat16", remat_policy="full", weight_grad_matmul="direct", layer_loop="scan"
+        compute_dtype="bfloat16",
+        remat_policy="full",
+        weight_grad_matmul="direct",
+        bias_grad="matvec",
+        layer_loop="scan",
     )
     with jax.set_mesh(mesh):
         compiled = run.train_step.lower(run.abstract_state, run.abstract_batch(8, 32, 5)).compile()

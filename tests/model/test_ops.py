@@ -17,7 +17,8 @@ from bert_jax.model.numerics import Numerics
 
 
 @pytest.mark.parametrize("weight_grad", ops.WEIGHT_GRADS)
-def test_dense_gradients_match_autodiff(weight_grad: str) -> None:
+@pytest.mark.parametrize("bias_grad", ops.BIAS_GRADS)
+def test_dense_gradients_match_autodiff(weight_grad: str, bias_grad: str) -> None:
     k = jax.random.split(jax.random.key(3), 4)
     x = jax.random.normal(k[0], (24, 16))
     kernel = jax.random.normal(k[1], (16, 40)) * 0.2
@@ -25,7 +26,7 @@ def test_dense_gradients_match_autodiff(weight_grad: str) -> None:
     cot = jax.random.normal(k[3], (24, 40))
 
     def ours(x, kernel, bias):
-        return jnp.sum(jnp.tanh(ops.dense(x, kernel, bias, weight_grad)) * cot)
+        return jnp.sum(jnp.tanh(ops.dense(x, kernel, bias, weight_grad, bias_grad)) * cot)
 
     def plain(x, kernel, bias):
         return jnp.sum(jnp.tanh(x @ kernel + bias) * cot)
@@ -71,17 +72,20 @@ def _check_against_autodiff(loss_and_top, words: int) -> None:
 
 
 @pytest.mark.parametrize("weight_grad", ops.WEIGHT_GRADS)
-def test_tied_logits_and_cross_entropy_match_autodiff(weight_grad: str) -> None:
+@pytest.mark.parametrize("bias_grad", ops.BIAS_GRADS)
+def test_tied_logits_and_cross_entropy_match_autodiff(weight_grad: str, bias_grad: str) -> None:
     def loss_and_top(h, table, bias, labels):
-        return ops.softmax_cross_entropy(ops.tied_logits(h, table, bias, weight_grad), labels)
+        logits = ops.tied_logits(h, table, bias, weight_grad, bias_grad)
+        return ops.softmax_cross_entropy(logits, labels)
 
     _check_against_autodiff(loss_and_top, 50)
 
 
 @pytest.mark.parametrize("weight_grad", ops.WEIGHT_GRADS)
-def test_masked_lm_cross_entropy_matches_autodiff_of_masked_logits(weight_grad: str) -> None:
+@pytest.mark.parametrize("bias_grad", ops.BIAS_GRADS)
+def test_masked_lm_cross_entropy_matches_autodiff_of_masked_logits(weight_grad: str, bias_grad: str) -> None:
     def loss_and_top(h, table, bias, labels):
-        return ops.masked_lm_cross_entropy(h, table, bias, labels, 43, weight_grad)
+        return ops.masked_lm_cross_entropy(h, table, bias, labels, 43, weight_grad, bias_grad=bias_grad)
 
     _check_against_autodiff(loss_and_top, 43)
 
