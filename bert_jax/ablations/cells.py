@@ -52,7 +52,7 @@ def cell_plan(table: AblationTable, row: str, column: str) -> dict[str, Any]:
     job = col.finetune  # the column's fine-tuning settings
     changes: dict[str, Any] = {
         "init_checkpoint": settings.model_from,  # resolved to its folder at run time
-        "data.do_lower_case": table.pretraining[settings.model_from].data.do_lower_case,
+        "data.do_lower_case": table.pretraining[settings.model_from].data.lower_case,
         "save_best_model": False,  # one model per cell and seed would fill the disk
         "random_init_baseline": False,  # the table has its own random_init row
         **({"random_init": True} if random_init else {}),

@@ -40,7 +40,11 @@ def define_flags() -> None:
     )
     flags.DEFINE_string("output_file", None, "Output prefix: PREFIX-00000-of-0000K.tfrecord.")
     flags.DEFINE_string("vocab_file", "", "vocab.txt (default: bundled bert-base-uncased).")
-    flags.DEFINE_bool("do_lower_case", True, "Lower-case and strip accents.")
+    flags.DEFINE_bool(
+        "do_lower_case",
+        None,
+        "Lower-case and strip accents (default: the casing recorded beside the vocabulary, else true).",
+    )
     flags.DEFINE_bool("do_whole_word_mask", False, "Mask whole words (all their pieces).")
     flags.DEFINE_integer("max_seq_length", 128, "Maximum sequence length.")
     flags.register_validator("max_seq_length", lambda v: v >= 8, "must be at least 8")

@@ -32,7 +32,11 @@ def define_flags() -> None:
     flags.DEFINE_integer("tfds_num_shards", 64, "Parts of the TFDS split, one shard each.", lower_bound=1)
     flags.DEFINE_string("output_dir", None, "The prepared folder (shared by all hosts of a pod).")
     flags.DEFINE_string("vocab_file", "", "vocab.txt (default: bundled bert-base-uncased).")
-    flags.DEFINE_bool("do_lower_case", True, "Lower-case and strip accents.")
+    flags.DEFINE_bool(
+        "do_lower_case",
+        None,
+        "Lower-case and strip accents (default: the casing recorded beside the vocabulary, else true).",
+    )
     flags.DEFINE_enum("tokenizer", "wordpiece", ["wordpiece", "sentencepiece"], "Tokenizer kind.")
     flags.DEFINE_integer("max_seq_length", 128, "Maximum sequence length.")
     flags.register_validator("max_seq_length", lambda v: v >= 8, "must be at least 8")

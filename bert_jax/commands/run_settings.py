@@ -5,10 +5,13 @@ Every command and the Python API (`bert_jax.pretrain`, `bert_jax.finetune`) go t
 these functions: `run_config.check` (the config is for this job; no removed name), then the
 resolver (`bert_jax.training.resolver`: each key typed, range-checked beside its field,
 an unknown key named). A pre-training config's ``model.vocab_size=0`` becomes the
-tokenizer's size here (`model_vocab.planned_size`), on the typed settings.
+tokenizer's size here (`model_vocab.planned_size`), on the typed settings, and its
+``data.do_lower_case`` unset the casing recorded beside its vocabulary.
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 import ml_collections
 
@@ -29,7 +32,11 @@ def pretrain_settings(config: ml_collections.ConfigDict) -> PretrainSettings:
     size known without reading data (a run then checks it, `model_vocab.check_run_size`)."""
     run_config.check(config, "pretrain")
     data = resolver.resolve(DataSettings, config.data, "config.data")
+    # The casing decided once (as recorded beside the vocabulary where not given); the
+    # config as written says it too, as the run used it (a resume compares it).
+    data = dataclasses.replace(data, do_lower_case=data.lower_case)
     written = config.to_dict()
+    written["data"]["do_lower_case"] = data.do_lower_case
     size = resolver.resolve(VocabSize, config.model, "config.model", partial=True).vocab_size
     written["model"]["vocab_size"] = model_vocab.planned_size(size, data)
     model = resolver.read(BertConfig, written["model"], "config.model")

@@ -43,7 +43,8 @@ class Options:
     """The flags that determine the prepared instances (recorded in metadata.json)."""
 
     vocab_file: str = ""
-    do_lower_case: bool = True
+    # None: as recorded beside the vocabulary, else True (`tokenization.casing`; `resolved`).
+    do_lower_case: bool | None = None
     tokenizer: str = "wordpiece"
     max_seq_length: int = 128
     dupe_factor: int = 10
@@ -67,9 +68,13 @@ class Options:
         return cls(**{n: flag_values[n].value for n in names})
 
     def resolved(self) -> Options:
-        if self.tokenizer == "wordpiece" and not self.vocab_file:
-            return dataclasses.replace(self, vocab_file=tokenization.default_vocab_file())
-        return self
+        """These options with the casing decided and the default vocabulary named."""
+        out = dataclasses.replace(
+            self, do_lower_case=tokenization.casing(self.do_lower_case, self.vocab_file)
+        )
+        if out.tokenizer == "wordpiece" and not out.vocab_file:
+            return dataclasses.replace(out, vocab_file=tokenization.default_vocab_file())
+        return out
 
     def flags(self) -> dict:
         out = dataclasses.asdict(self)

@@ -18,7 +18,7 @@ from bert_jax.storage import files
 def prepare_options(c: DataSettings, max_seq_length: int, seed: int):
     return prepare.Options(
         vocab_file=run_vocabulary.tokenizer_of(c).vocab_file,
-        do_lower_case=c.do_lower_case,
+        do_lower_case=c.lower_case,
         tokenizer=c.tokenizer,
         max_seq_length=max_seq_length,
         dupe_factor=c.dupe_factor,
@@ -90,7 +90,7 @@ def open_prepared(c: DataSettings, split: str, max_seq_length: int, seed: int) -
         vocab_file=run_vocabulary.tokenizer_of(c).vocab_file,
         max_seq_length=max_seq_length,
         nsp=c.nsp,
-        do_lower_case=c.do_lower_case,
+        do_lower_case=c.lower_case,
         full_sentences=c.full_sentences,
     )
     if data.size == 0 and split == "eval":

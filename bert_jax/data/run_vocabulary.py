@@ -21,7 +21,7 @@ def vocab_size_of(data: DataSettings) -> int:
 
 def tokenizer_of(c: DataSettings) -> tokenization.Tokenizer:
     """The tokenizer the data config names (cached: the vocab is read once)."""
-    return tokenization.cached_tokenizer(vocab_file_of(c), c.do_lower_case, c.tokenizer)
+    return tokenization.cached_tokenizer(vocab_file_of(c), c.lower_case, c.tokenizer)
 
 
 def vocab_file_of(c: DataSettings) -> str:
@@ -44,7 +44,7 @@ def vocab_file_of(c: DataSettings) -> str:
         )
     inputs = corpus_inputs.builtin_inputs(c)
     learner = "spm-bpe-wordpiece-1"  # `vocab_learning.build_wordpiece_vocab`'s method
-    raw = json.dumps([c.source, corpus_inputs.stamp(inputs), size, c.do_lower_case, c.eval_fraction, learner])
+    raw = json.dumps([c.source, corpus_inputs.stamp(inputs), size, c.lower_case, c.eval_fraction, learner])
     path = os.path.join(
         corpus_inputs.cache_dir(c), f"vocab-{hashlib.sha256(raw.encode()).hexdigest()[:16]}.txt"
     )
@@ -56,7 +56,7 @@ def vocab_file_of(c: DataSettings) -> str:
             for doc in prepare.split_held_out(item.documents(), c.eval_fraction, i)[0]
             for s in doc
         )
-        vocab = vocab_learning.build_wordpiece_vocab(sentences, size, c.do_lower_case)
+        vocab = vocab_learning.build_wordpiece_vocab(sentences, size, c.lower_case)
         atomic_files.write_text(path, "\n".join(vocab) + "\n")
     return path
 

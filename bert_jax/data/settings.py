@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from bert_jax.data import tokenization
 from bert_jax.setting_fields import (
     FRACTION,
     NON_NEGATIVE_INT,
@@ -42,7 +43,9 @@ class DataSettings:
     # (cached; for small corpora), instead of vocab_file; model.vocab_size=0 takes its size
     # (`bert_jax.pretraining.model_vocab`).
     learned_vocab_size: int = setting(0, NON_NEGATIVE_INT)
-    do_lower_case: bool = True
+    # None: the casing recorded beside vocab_file (`tokenization.CASING_FILE`, as `convert`
+    # and transformers write it), else lower-case (the bundled bert-base-uncased's rule).
+    do_lower_case: bool | None = None
     tokenizer: str = "wordpiece"  # or "sentencepiece" (vocab_file = a .model file)
     masked_lm_prob: float = setting(0.15, OPEN_PROBABILITY)
     mask_token_prob: float = setting(0.8, PROBABILITY)
@@ -58,6 +61,12 @@ class DataSettings:
     full_sentences: bool = False
     eval_fraction: float = setting(0.05, FRACTION)  # held-out documents of the built-in sources
     cache_dir: str = ""  # "" = ~/.cache/bert_jax
+
+    @property
+    def lower_case(self) -> bool:
+        """Whether the run lower-cases: ``do_lower_case`` where given, else as recorded beside
+        ``vocab_file`` (`tokenization.casing`; a learned vocabulary is lower-cased)."""
+        return tokenization.casing(self.do_lower_case, "" if self.learned_vocab_size else self.vocab_file)
 
     def __post_init__(self) -> None:
         if self.mask_token_prob + self.random_token_prob > 1.0 + 1e-9:

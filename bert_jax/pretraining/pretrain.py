@@ -247,7 +247,7 @@ def keep_vocab(data: DataSettings, workdir: str) -> None:
         files.copy_file(src, dst)  # whole: readers never see half a vocabulary
     record = files.join(workdir, tokenization.CASING_FILE)
     if name != "tokenizer.json" and not files.exists(record):
-        atomic_files.write_json(record, {"do_lower_case": data.do_lower_case}, indent=2)
+        atomic_files.write_json(record, {"do_lower_case": data.lower_case}, indent=2)
 
 
 def saved_step(workdir: str) -> int:

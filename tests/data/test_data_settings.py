@@ -1,6 +1,7 @@
 """`DataSettings`: the typed ``data`` block, and the cache keys built from it (prepared
 folders, learned vocabularies) unchanged from the ones the raw config block gave, so a
-user's prepared data and learned vocabularies stay valid."""
+user's prepared data and learned vocabularies stay valid; the casing taken from beside the
+vocabulary where not given."""
 
 import dataclasses
 import os
@@ -8,7 +9,8 @@ import os
 import ml_collections
 import pytest
 
-from bert_jax.data import corpus_inputs, prepare, prepared_cache, run_vocabulary, vocab_learning
+from bert_jax.commands import run_settings
+from bert_jax.data import corpus_inputs, prepare, prepared_cache, run_vocabulary, tokenization, vocab_learning
 from bert_jax.data.settings import DataSettings
 from bert_jax.training import resolver
 from configs import defaults
@@ -99,3 +101,30 @@ def test_a_block_missing_a_key_is_named_in_one_line() -> None:
     del block["cache_dir"]
     with pytest.raises(ValueError, match=r"^config\.data\.cache_dir is missing"):
         resolver.resolve(DataSettings, block, "config.data")
+
+
+def test_pretraining_takes_the_casing_recorded_beside_its_vocabulary(tmp_path) -> None:
+    cased = tmp_path / "cased"
+    cased.mkdir()
+    vocab = cased / "vocab.txt"
+    vocab.write_text("\n".join(VOCAB) + "\n")
+    (cased / tokenization.CASING_FILE).write_text('{"do_lower_case": false}')
+
+    def settings(**data):
+        config = pretrain_config.get_config("demo")
+        config.data.update(data)
+        return run_settings.pretrain_settings(config)
+
+    ran = settings(vocab_file=str(vocab), learned_vocab_size=0)
+    assert ran.data.do_lower_case is False and ran.config["data"]["do_lower_case"] is False
+    assert run_vocabulary.tokenizer_of(ran.data).do_lower_case is False
+    assert settings(vocab_file=str(vocab), learned_vocab_size=0, do_lower_case=True).data.lower_case
+    (cased / tokenization.CASING_FILE).unlink()  # nothing recorded: lower-case
+    assert settings(vocab_file=str(vocab), learned_vocab_size=0).data.do_lower_case is True
+    assert settings().data.do_lower_case is True  # the demo's learned vocabulary
+
+    # prepare-data and create-data decide it alike.
+    (cased / tokenization.CASING_FILE).write_text('{"do_lower_case": false}')
+    assert prepare.Options(vocab_file=str(vocab)).resolved().do_lower_case is False
+    assert prepare.Options(vocab_file=str(vocab), do_lower_case=True).resolved().do_lower_case is True
+    assert prepare.Options().resolved().do_lower_case is True
