@@ -5,8 +5,8 @@ Every command and the Python API (`bert_jax.pretrain`, `bert_jax.finetune`) go t
 these functions: `run_config.check` (the config is for this job; no removed name), then the
 resolver (`bert_jax.training.resolver`: each key typed, range-checked beside its field,
 an unknown key named). A pre-training config's ``model.vocab_size=0`` becomes the
-tokenizer's size here (`model_vocab.planned_size`), on the typed settings, and its
-``data.do_lower_case`` unset the casing recorded beside its vocabulary.
+tokenizer's size here (`model_vocab.planned_size`), on the typed settings, and a
+``data.do_lower_case`` left unset becomes the casing recorded beside its vocabulary.
 """
 
 from __future__ import annotations
