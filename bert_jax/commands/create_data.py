@@ -39,7 +39,12 @@ def define_flags() -> None:
         "a one-line document (prose, a paragraph a line) is split into sentences.",
     )
     flags.DEFINE_string("output_file", None, "Output prefix: PREFIX-00000-of-0000K.tfrecord.")
-    flags.DEFINE_string("vocab_file", "", "vocab.txt (default: bundled bert-base-uncased).")
+    flags.DEFINE_string(
+        "vocab_file",
+        "",
+        "vocab.txt, SentencePiece .model or tokenizer.json, or a folder holding one "
+        "(default: bundled bert-base-uncased).",
+    )
     flags.DEFINE_bool(
         "do_lower_case",
         None,

@@ -45,7 +45,11 @@ def define_flags() -> None:
     flags.register_validator(
         "max_seq_length", lambda v: v >= 3, "must be at least 3 (room for [CLS], a token and [SEP])"
     )
-    flags.DEFINE_string("vocab_file", None, "vocab.txt (default: the one beside the checkpoint).")
+    flags.DEFINE_string(
+        "vocab_file",
+        None,
+        "vocab.txt or tokenizer.json, or a folder holding one (default: the one beside the checkpoint).",
+    )
     flags.DEFINE_bool(
         "do_lower_case",
         None,

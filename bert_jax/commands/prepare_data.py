@@ -31,7 +31,12 @@ def define_flags() -> None:
     flags.DEFINE_string("tfds_split", "train", "The TFDS split.")
     flags.DEFINE_integer("tfds_num_shards", 64, "Parts of the TFDS split, one shard each.", lower_bound=1)
     flags.DEFINE_string("output_dir", None, "The prepared folder (shared by all hosts of a pod).")
-    flags.DEFINE_string("vocab_file", "", "vocab.txt (default: bundled bert-base-uncased).")
+    flags.DEFINE_string(
+        "vocab_file",
+        "",
+        "vocab.txt, SentencePiece .model or tokenizer.json, or a folder holding one "
+        "(default: bundled bert-base-uncased).",
+    )
     flags.DEFINE_bool(
         "do_lower_case",
         None,

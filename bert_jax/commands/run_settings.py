@@ -5,8 +5,9 @@ Every command and the Python API (`bert_jax.pretrain`, `bert_jax.finetune`) go t
 these functions: `run_config.check` (the config is for this job; no removed name), then the
 resolver (`bert_jax.training.resolver`: each key typed, range-checked beside its field,
 an unknown key named). A pre-training config's ``model.vocab_size=0`` becomes the
-tokenizer's size here (`model_vocab.planned_size`), on the typed settings, and a
-``data.do_lower_case`` left unset becomes the casing recorded beside its vocabulary.
+tokenizer's size here (`model_vocab.planned_size`), on the typed settings, a folder as
+``data.vocab_file`` the tokenizer file in it, and a ``data.do_lower_case`` left unset the
+casing recorded beside its vocabulary.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import dataclasses
 import ml_collections
 
 from bert_jax.ablations.spec import AblationTable
+from bert_jax.data import tokenization
 from bert_jax.data.settings import DataSettings
 from bert_jax.finetuning import finetune as finetuning
 from bert_jax.finetuning.settings import FinetuneSettings
@@ -32,11 +34,14 @@ def pretrain_settings(config: ml_collections.ConfigDict) -> PretrainSettings:
     size known without reading data (a run then checks it, `model_vocab.check_run_size`)."""
     run_config.check(config, "pretrain")
     data = resolver.resolve(DataSettings, config.data, "config.data")
-    # The casing decided once (as recorded beside the vocabulary where not given); the
-    # config as written says it too, as the run used it (a resume compares it).
+    # The vocabulary's file (a folder given stands for the tokenizer file in it) and its
+    # casing (as recorded beside it where not given) decided once; the config as written
+    # says them too, as the run used them (a resume compares it).
+    vocab_file, kind = tokenization.vocab_in_folder(data.vocab_file, data.tokenizer)
+    data = dataclasses.replace(data, vocab_file=vocab_file, tokenizer=kind)
     data = dataclasses.replace(data, do_lower_case=data.lower_case)
     written = config.to_dict()
-    written["data"]["do_lower_case"] = data.do_lower_case
+    written["data"].update(vocab_file=vocab_file, tokenizer=kind, do_lower_case=data.do_lower_case)
     size = resolver.resolve(VocabSize, config.model, "config.model", partial=True).vocab_size
     written["model"]["vocab_size"] = model_vocab.planned_size(size, data)
     model = resolver.read(BertConfig, written["model"], "config.model")

@@ -25,7 +25,8 @@ def define_flags() -> None:
     flags.DEFINE_string(
         "vocab_file",
         None,
-        "vocab.txt, SentencePiece .model or tokenizer.json (default: bundled bert-base-uncased).",
+        "vocab.txt, SentencePiece .model or tokenizer.json, or a folder holding one "
+        "(default: bundled bert-base-uncased).",
     )
     flags.DEFINE_enum(
         "tokenizer", "wordpiece", ["wordpiece", "sentencepiece"], "Tokenizer kind of --vocab_file."

@@ -68,9 +68,14 @@ class Options:
         return cls(**{n: flag_values[n].value for n in names})
 
     def resolved(self) -> Options:
-        """These options with the casing decided and the default vocabulary named."""
+        """These options with the casing decided and the vocabulary named: the default one,
+        or the file in a folder given (`tokenization.vocab_in_folder`)."""
+        vocab_file, kind = tokenization.vocab_in_folder(self.vocab_file, self.tokenizer)
         out = dataclasses.replace(
-            self, do_lower_case=tokenization.casing(self.do_lower_case, self.vocab_file)
+            self,
+            vocab_file=vocab_file,
+            tokenizer=kind,
+            do_lower_case=tokenization.casing(self.do_lower_case, vocab_file),
         )
         if out.tokenizer == "wordpiece" and not out.vocab_file:
             return dataclasses.replace(out, vocab_file=tokenization.default_vocab_file())

@@ -94,6 +94,20 @@ def vocab_beside(checkpoint: str) -> str:
     )
 
 
+def vocab_in_folder(path: str, kind: str = "wordpiece") -> tuple[str, str]:
+    """A vocabulary given as a folder (a Hugging Face or bert_jax checkpoint's, or
+    `build-vocab`'s output) as the tokenizer file in it and that file's kind: its
+    ``spm.model`` first for ``kind="sentencepiece"``, else as `vocab_beside` (vocab.txt,
+    spm.model, tokenizer.json). Any other path comes back as given."""
+    if not path or not os.path.isdir(path):
+        return path, kind
+    names = sorted(SAVED_NAMES, key=lambda n: n != "spm.model") if kind == "sentencepiece" else SAVED_NAMES
+    for name in names:
+        if os.path.isfile(os.path.join(path, name)):
+            return os.path.join(path, name), "sentencepiece" if name == "spm.model" else kind
+    raise FileNotFoundError(f"vocab file {path} is a folder holding none of {', '.join(SAVED_NAMES)}")
+
+
 def load_vocab(path: str) -> list[str]:
     """Tokens of a vocab.txt, one per line; the special tokens must all be present (or, for
     a tokenizer.json, the special tokens' roles)."""
@@ -342,7 +356,9 @@ def load_tokenizer(
     """``kind="wordpiece"``: a vocab.txt (default: bundled bert-base-uncased);
     ``kind="sentencepiece"``: a SentencePiece ``.model`` file; a Hugging Face
     ``tokenizer.json`` whatever the kind (`tokenizer_json`; casing is the file's own).
-    ``do_lower_case`` None: the casing recorded beside the vocabulary, else True (`casing`)."""
+    ``do_lower_case`` None: the casing recorded beside the vocabulary, else True (`casing`).
+    A folder stands for the tokenizer file in it (`vocab_in_folder`)."""
+    vocab_file, kind = vocab_in_folder(vocab_file, kind)
     if kind == "tokenizer_json" or _tokenizer_json().is_tokenizer_json(vocab_file):
         return _tokenizer_json().TokenizerJson(vocab_file)
     do_lower_case = casing(do_lower_case, vocab_file)

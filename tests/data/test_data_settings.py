@@ -128,3 +128,18 @@ def test_pretraining_takes_the_casing_recorded_beside_its_vocabulary(tmp_path) -
     assert prepare.Options(vocab_file=str(vocab)).resolved().do_lower_case is False
     assert prepare.Options(vocab_file=str(vocab), do_lower_case=True).resolved().do_lower_case is True
     assert prepare.Options().resolved().do_lower_case is True
+
+
+def test_a_vocabulary_folder_is_resolved_to_its_file_once(tmp_path) -> None:
+    """Pre-training, `prepare-data` and `create-data` take a folder as the vocabulary: the
+    run and its config as written name the file in it, so the prepared data and a resume
+    are those of the file given directly."""
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("\n".join(VOCAB) + "\n")
+    config = pretrain_config.get_config("demo")
+    config.data.update(vocab_file=str(tmp_path), learned_vocab_size=0)
+    ran = run_settings.pretrain_settings(config)
+    assert ran.data.vocab_file == ran.config["data"]["vocab_file"] == str(vocab)
+    assert ran.data.tokenizer == ran.config["data"]["tokenizer"] == "wordpiece"
+    given = prepare.Options(vocab_file=str(vocab)).resolved()
+    assert prepare.Options(vocab_file=str(tmp_path)).resolved() == given

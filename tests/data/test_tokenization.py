@@ -118,3 +118,24 @@ def test_the_casing_recorded_beside_a_vocabulary_is_used_unless_one_is_given(tmp
     (tmp_path / "tokenizer_config.json").write_text("[1]")
     with pytest.raises(ValueError, match=r"tokenizer_config.json is not a tokenizer config"):
         tokenization.load_tokenizer(str(vocab))
+
+
+def test_a_folder_stands_for_the_tokenizer_file_in_it(tmp_path) -> None:
+    """As `transformers.AutoTokenizer` takes a folder: its vocab.txt, else spm.model (the
+    SentencePiece kind), else tokenizer.json; a folder holding none is one line naming it."""
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nhello\nHello\n")
+    (tmp_path / "tokenizer_config.json").write_text('{"do_lower_case": false}')
+    folder = tokenization.load_tokenizer(str(tmp_path))
+    assert folder.vocab_file == str(vocab) and folder.tokenize(["Hello hello"]) == [[6, 5]]
+    assert tokenization.vocab_in_folder(str(vocab), "wordpiece") == (str(vocab), "wordpiece")
+    (tmp_path / "spm.model").write_bytes(b"\0")  # only its name is read here
+    assert tokenization.vocab_in_folder(str(tmp_path)) == (str(vocab), "wordpiece")
+    spm = (str(tmp_path / "spm.model"), "sentencepiece")
+    assert tokenization.vocab_in_folder(str(tmp_path), "sentencepiece") == spm
+    vocab.unlink()
+    assert tokenization.vocab_in_folder(str(tmp_path)) == spm
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(FileNotFoundError, match=r"^vocab file .*empty is a folder holding none of vocab.txt"):
+        tokenization.load_tokenizer(str(empty))
