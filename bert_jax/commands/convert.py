@@ -29,7 +29,9 @@ def define_flags() -> None:
     )
     flags.DEFINE_string("dst", None, "Where to write (a folder; for tf, a folder or a prefix).")
     flags.DEFINE_enum("dst_format", "bert_jax", ["bert_jax", "hf", "tf"], "Output format.")
-    flags.DEFINE_string("vocab_file", "", "The vocabulary (default: the vocab.txt beside --src).")
+    flags.DEFINE_string(
+        "vocab_file", "", "The vocabulary, or a folder holding it (default: the one beside --src)."
+    )
     flags.DEFINE_enum(
         "do_lower_case",
         "auto",
@@ -100,11 +102,12 @@ def main(argv: list[str]) -> None:
     folder = output_folder(FLAGS.dst, FLAGS.dst_format)
     earlier = check_dst(folder, FLAGS.overwrite, {"--src": FLAGS.src, "--vocab_file": FLAGS.vocab_file})
     params, config = convert.load_checkpoint(FLAGS.src, vocab_pad_multiple=FLAGS.vocab_pad_multiple or None)
-    vocab = FLAGS.vocab_file or tokenization.vocab_beside(FLAGS.src)  # refuses before writing
+    given_vocab, _ = tokenization.vocab_in_folder(FLAGS.vocab_file)  # a folder: the file in it
+    vocab = given_vocab or tokenization.vocab_beside(FLAGS.src)  # refuses before writing
     if not vocab.endswith(".model"):  # a SentencePiece model is read by check_tokenizer_size
         tokenization.load_vocab(vocab)
     convert.check_tokenizer_size(vocab, config)
-    convert.check_same_vocabulary(FLAGS.vocab_file, FLAGS.src, "--vocab_file")  # ids it never learned
+    convert.check_same_vocabulary(given_vocab, FLAGS.src, "--vocab_file")  # ids it never learned
     given = FLAGS.do_lower_case
     casing = tokenization.recorded_casing(FLAGS.src) if given == "auto" else given == "true"
     with user_paths.removed_if_failed(folder):

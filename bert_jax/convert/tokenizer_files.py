@@ -153,11 +153,13 @@ def set_special_ids(folder: str, vocab_file: str) -> None:
 def check_same_vocabulary(vocab_file: str, checkpoint: str, flag: str) -> None:
     """A vocabulary given for a checkpoint that ships its own (``vocab.txt``,
     ``spm.model`` or ``tokenizer.json`` beside it) must hold the same tokens in the same
-    order; otherwise one line naming both files (ids the model never learned would follow)."""
+    order (a folder given: the file in it); otherwise one line naming both files (ids the
+    model never learned would follow)."""
     from bert_jax.data import tokenization  # deferred: loads TensorFlow for WordPiece
 
     if not vocab_file or not os.path.exists(checkpoint):
         return
+    vocab_file, _ = tokenization.vocab_in_folder(vocab_file)  # a folder: the file in it
     try:
         shipped = tokenization.vocab_beside(checkpoint)
     except FileNotFoundError:

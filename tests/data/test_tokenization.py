@@ -139,3 +139,18 @@ def test_a_folder_stands_for_the_tokenizer_file_in_it(tmp_path) -> None:
     empty.mkdir()
     with pytest.raises(FileNotFoundError, match=r"^vocab file .*empty is a folder holding none of vocab.txt"):
         tokenization.load_tokenizer(str(empty))
+
+
+def test_a_vocabulary_folder_given_for_a_checkpoint_is_compared_by_its_file(tmp_path) -> None:
+    """`features`, `convert` and fine-tuning compare a vocabulary given for a checkpoint with
+    the one it ships; a folder given is compared by the file in it."""
+    from bert_jax import convert
+
+    checkpoint, same, other = (tmp_path / n for n in ("ckpt", "same", "other"))
+    tokens = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "hello"]
+    for folder, extra in ((checkpoint, []), (same, []), (other, ["world"])):
+        folder.mkdir()
+        (folder / "vocab.txt").write_text("\n".join(tokens + extra) + "\n")
+    convert.check_same_vocabulary(str(same), str(checkpoint), "--vocab_file")
+    with pytest.raises(ValueError, match=rf"^--vocab_file {other / 'vocab.txt'} differs from {checkpoint}"):
+        convert.check_same_vocabulary(str(other), str(checkpoint), "--vocab_file")
