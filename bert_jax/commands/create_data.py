@@ -24,6 +24,7 @@ import tempfile
 import numpy as np
 from absl import flags
 
+from bert_jax.commands import vocab_flags
 from bert_jax.data import masking, prepare, tfrecords, user_paths
 from bert_jax.data.progress import ProgressLines
 from bert_jax.storage import atomic_files, files, tensorflow_runtime
@@ -39,17 +40,7 @@ def define_flags() -> None:
         "a one-line document (prose, a paragraph a line) is split into sentences.",
     )
     flags.DEFINE_string("output_file", None, "Output prefix: PREFIX-00000-of-0000K.tfrecord.")
-    flags.DEFINE_string(
-        "vocab_file",
-        "",
-        "vocab.txt, SentencePiece .model or tokenizer.json, or a folder holding one "
-        "(default: bundled bert-base-uncased).",
-    )
-    flags.DEFINE_bool(
-        "do_lower_case",
-        None,
-        "Lower-case and strip accents (default: the casing recorded beside the vocabulary, else true).",
-    )
+    vocab_flags.define()
     flags.DEFINE_bool("do_whole_word_mask", False, "Mask whole words (all their pieces).")
     flags.DEFINE_integer("max_seq_length", 128, "Maximum sequence length.")
     flags.register_validator("max_seq_length", lambda v: v >= 8, "must be at least 8")

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from absl import flags
 
+from bert_jax.commands import vocab_flags
 from bert_jax.data import prepare
 
 FLAGS = flags.FLAGS
@@ -31,18 +32,7 @@ def define_flags() -> None:
     flags.DEFINE_string("tfds_split", "train", "The TFDS split.")
     flags.DEFINE_integer("tfds_num_shards", 64, "Parts of the TFDS split, one shard each.", lower_bound=1)
     flags.DEFINE_string("output_dir", None, "The prepared folder (shared by all hosts of a pod).")
-    flags.DEFINE_string(
-        "vocab_file",
-        "",
-        "vocab.txt, SentencePiece .model or tokenizer.json, or a folder holding one "
-        "(default: bundled bert-base-uncased).",
-    )
-    flags.DEFINE_bool(
-        "do_lower_case",
-        None,
-        "Lower-case and strip accents (default: the casing recorded beside the vocabulary, else true).",
-    )
-    flags.DEFINE_enum("tokenizer", "wordpiece", ["wordpiece", "sentencepiece"], "Tokenizer kind.")
+    vocab_flags.define()
     flags.DEFINE_integer("max_seq_length", 128, "Maximum sequence length.")
     flags.register_validator("max_seq_length", lambda v: v >= 8, "must be at least 8")
     flags.DEFINE_integer(

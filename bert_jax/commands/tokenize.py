@@ -15,6 +15,7 @@ import os
 
 from absl import flags
 
+from bert_jax.commands import vocab_flags
 from bert_jax.data import text_files, tokenization, user_paths
 from bert_jax.storage import atomic_files
 
@@ -22,22 +23,9 @@ FLAGS = flags.FLAGS
 
 
 def define_flags() -> None:
-    flags.DEFINE_string(
-        "vocab_file",
-        None,
-        "vocab.txt, SentencePiece .model or tokenizer.json, or a folder holding one "
-        "(default: bundled bert-base-uncased).",
-    )
-    flags.DEFINE_enum(
-        "tokenizer", "wordpiece", ["wordpiece", "sentencepiece"], "Tokenizer kind of --vocab_file."
-    )
+    vocab_flags.define()
     flags.DEFINE_string("input", None, "Text file, one text per line.")
     flags.DEFINE_string("output", None, "Output .jsonl, one list of ids per line.")
-    flags.DEFINE_bool(
-        "do_lower_case",
-        None,
-        "Lower-case and strip accents (default: the casing recorded beside the vocabulary, else true).",
-    )
     flags.DEFINE_bool("overwrite", False, "Replace an existing --output.")
     flags.mark_flags_as_required(["input", "output"])
 

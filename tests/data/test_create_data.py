@@ -91,3 +91,29 @@ def test_a_bucket_prefix_gets_the_same_files_and_overwrite_replaces_them(tmp_pat
         again = _create_data(text, f"gs://{pod.BUCKET}/tf/d", "--num_shards=3", "--overwrite", env=env)
         assert again.returncode == 0, again.stderr[-2000:]
         assert pod.objects(url, "tf/") == [f"tf/d-0000{i}-of-00003.tfrecord" for i in range(3)]
+
+
+def test_a_sentencepiece_model_in_a_folder_writes_its_ids(tmp_path) -> None:
+    """`create-data` takes the vocabulary flags `prepare-data` takes: a SentencePiece model
+    (here a folder holding ``spm.model``, which selects the kind) gives records of its ids."""
+    from bert_jax.data import tokenization, vocab_learning
+
+    docs = corpora.load_documents("wiki_excerpt")[:12]
+    text = tmp_path / "corpus.txt"
+    text.write_text("\n\n".join("\n".join(d) for d in docs) + "\n")
+    (tmp_path / "vocab").mkdir()
+    vocab_learning.train_sentencepiece([s for d in docs for s in d], str(tmp_path / "vocab" / "spm"), 500)
+    tok = tokenization.load_tokenizer(str(tmp_path / "vocab" / "spm.model"), kind="sentencepiece")
+    proc = _create_data(text, tmp_path / "data", f"--vocab_file={tmp_path / 'vocab'}")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    (file,) = tmp_path.glob("data-*.tfrecord")
+    ids = [
+        list(tf.train.Example.FromString(r.numpy()).features.feature["input_ids"].int64_list.value)
+        for r in tf.data.TFRecordDataset(str(file)).take(20)
+    ]
+    assert all(row[0] == tok.special.cls and max(row) < tok.vocab_size for row in ids)
+    assert sum(i not in vars(tok.special).values() for row in ids for i in row) > 500  # text, not specials
+    proc = _create_data(text, tmp_path / "other", f"--vocab_file={tmp_path / 'vocab' / 'spm.model'}",
+                        "--tokenizer=sentencepiece")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert (tmp_path / "other-00000-of-00001.tfrecord").read_bytes() == file.read_bytes()
