@@ -54,6 +54,8 @@ def main(argv: list[str]) -> None:
     predictions = _load(pred_file, "PRED_FILE")
     if not isinstance(predictions, dict):
         raise ValueError(f"PRED_FILE {pred_file} must map question ids to answer strings")
+    if not any(qa for article in data for p in article.get("paragraphs", []) for qa in p.get("qas", [])):
+        raise ValueError(f'DATA_FILE {data_file} holds no questions (no "qas" in its "data")')
     if FLAGS.version == "1.1":
         version = document.get("version")
         if version != "1.1":
@@ -62,7 +64,13 @@ def main(argv: list[str]) -> None:
         text = json.dumps(result)
     else:
         na_probs = _load(FLAGS.na_prob_file, "--na_prob_file") if FLAGS.na_prob_file else None
-        result = scorers.squad_v2(data, predictions, na_probs, FLAGS.na_prob_thresh)
+        try:
+            result = scorers.squad_v2(data, predictions, na_probs, FLAGS.na_prob_thresh)
+        except ValueError as e:  # a question without a prediction or a no-answer probability
+            source = (
+                f"--na_prob_file {FLAGS.na_prob_file}" if "no-answer" in str(e) else f"PRED_FILE {pred_file}"
+            )
+            raise ValueError(f"{source}: {e} (of DATA_FILE {data_file})") from None
         text = json.dumps(result, indent=2)
     if FLAGS.out_file:
         with user_paths.removed_if_failed(os.path.dirname(FLAGS.out_file)):

@@ -154,6 +154,27 @@ def test_eval_squad_command_prints_the_official_json(tmp_path) -> None:
         assert got.stdout == want.stdout and got.stdout.startswith("{")
 
 
+def test_eval_squad_names_the_file_each_error_is_about(tmp_path) -> None:
+    empty = _write(tmp_path, "empty.json", {"version": "1.1", "data": []})
+    pred = _write(tmp_path, "pred.json", {})
+    got = _run("-m", "bert_jax", "eval-squad", empty, pred)
+    assert got.returncode == 1 and f"error: DATA_FILE {empty} holds no questions" in got.stderr
+    dataset = build_squad(version_2=True, n_articles=1)
+    data = _write(tmp_path, "dev.json", dataset)
+    ids = [qa["id"] for p in dataset["data"][0]["paragraphs"] for qa in p["qas"]]
+    some = _write(tmp_path, "some.json", {ids[0]: ""})
+    got = _run("-m", "bert_jax", "eval-squad", "--version=2.0", data, some)
+    line = f"error: PRED_FILE {some}: {len(ids) - 1} question(s) have no prediction: "
+    assert got.returncode == 1 and line in got.stderr and f"(of DATA_FILE {data})" in got.stderr
+    whole = _write(tmp_path, "whole.json", dict.fromkeys(ids, ""))
+    na = _write(tmp_path, "na.json", {ids[0]: 0.5})
+    got = _run("-m", "bert_jax", "eval-squad", "--version=2.0", data, whole, f"--na_prob_file={na}")
+    assert (
+        got.returncode == 1 and f"error: --na_prob_file {na}: the no-answer probabilities lack" in got.stderr
+    )
+    assert len(got.stderr.strip().splitlines()) == 1
+
+
 def test_wrong_answer_start_names_file_and_question(tmp_path) -> None:
     dataset = build_squad(version_2=False, n_articles=2)
     qa = dataset["data"][1]["paragraphs"][0]["qas"][1]
