@@ -52,7 +52,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--name", required=True, help="TPU VM (node) name")
     p.add_argument("--zone", required=True)
     p.add_argument("--project", default="")
-    p.add_argument("--topology", default="v5e:2x2", help="e.g. v4:2x2x4, v5e:4x4, v6e:8x8")
+    p.add_argument(
+        "--topology",
+        default="v5e:2x2",
+        help="e.g. v4:2x2x4, v5e:4x4, v6e:8x8, or an accelerator type (v4-32, v5litepod-16)",
+    )
     p.add_argument("--queued", action="store_true", help="use queued resources")
     p.add_argument("--spot", action="store_true", help="spot / preemptible capacity")
     p.add_argument(

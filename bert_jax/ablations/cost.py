@@ -147,7 +147,7 @@ def estimate(
     return {
         "table": table.table,
         "preset": table.preset,
-        "topology": topology,
+        "topology": topo.name,
         "chips": chips,
         "peak_flops_per_chip": peak,
         "mfu": mfu,

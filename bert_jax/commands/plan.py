@@ -26,7 +26,11 @@ def define_flags() -> None:
     config_flags.DEFINE_config_file(
         "config", None, "Run config, e.g. configs/pretrain.py:base.", lock_config=True
     )
-    flags.DEFINE_string("topology", None, "TPU topology, e.g. v5e:4x4, v4:2x2x4, v5p:4x4x4.")
+    flags.DEFINE_string(
+        "topology",
+        None,
+        "TPU topology, e.g. v5e:4x4, v4:2x2x4, v5p:4x4x4, or an accelerator type (v5litepod-16, v4-32).",
+    )
     flags.DEFINE_integer(
         "num_slices",
         1,

@@ -41,27 +41,22 @@ class NoTpuCompiler(OSError):
     """libtpu (the TPU compiler `plan` compiles with) is not installed."""
 
 
-# libtpu lays a topology out in hosts of 2x2 chips (its default host bounds), so it
-# describes a slice whose first two sizes are even: Cloud TPU's slices of that kind.
-SLICE_SHAPES = {
-    2: ("2x2", "2x4", "4x4", "4x8", "8x8", "8x16", "16x16"),  # v5e, v6e: chips in a plane
-    3: ("2x2x1", "2x2x2", "2x2x4", "2x4x4", "4x4x4", "4x4x8", "4x8x8", "8x8x8"),  # v4, v5p: a cube
-}
-
-
 def check_topology(topology_name: str) -> hardware.Topology:
     """The parsed topology, when libtpu can describe it; else one line listing the
-    shapes it can (before libtpu is loaded)."""
+    shapes it can (before libtpu is loaded). libtpu lays a topology out in hosts of 2x2
+    chips (its default host bounds), so it describes a slice whose first two sizes are
+    even: Cloud TPU's slices of that kind."""
     try:
         topo = hardware.parse_topology(topology_name)
     except ValueError as e:
         raise ValueError(f"--topology {topology_name}: {e}") from None
     if any(d % 2 for d in topo.dims[:2]):
         gen = topo.generation.name
-        shapes = SLICE_SHAPES[3 if gen in ("v4", "v5p") else 2]
+        shapes = hardware.slice_shapes(topo.generation).values()
+        shapes = [s for s in shapes if all(int(d) % 2 == 0 for d in s.split("x")[:2])]
         raise ValueError(
             f"--topology {topology_name}: libtpu describes slices of whole 2x2-chip hosts, so the first "
-            f"two sizes must be even, e.g. {', '.join(f'{gen}:{s}' for s in shapes)}"
+            f"two sizes must be even, e.g. {', '.join(f'{gen}:{s}' for s in shapes[:8])}"
         )
     return topo
 
@@ -82,13 +77,12 @@ def quiet_libtpu(topo: hardware.Topology) -> None:
 def topology_devices(topology_name: str, num_slices: int = 1) -> list[jax.Device]:
     """The devices of a TPU slice, or of `num_slices` such slices (multislice: each device
     has its ``slice_index``), as libtpu describes them (no TPU needed)."""
-    quiet_libtpu(check_topology(topology_name))
+    topo = check_topology(topology_name)
+    quiet_libtpu(topo)
     if num_slices < 1:
         raise ValueError(f"--num_slices {num_slices}: must be at least 1")
     try:
-        desc = topologies.get_topology_desc(
-            platform="tpu", topology_name=topology_name, num_slices=num_slices
-        )
+        desc = topologies.get_topology_desc(platform="tpu", topology_name=topo.name, num_slices=num_slices)
     except Exception as e:
         if importlib.util.find_spec("libtpu") is None or "not installed" in str(e):
             raise NoTpuCompiler(
@@ -186,7 +180,7 @@ def placement(run: PretrainSettings, topology_name: str, num_slices: int = 1) ->
     except ValueError as e:
         raise ValueError(f"config.{e}" if str(e).startswith("mesh_shape") else str(e)) from None
     chips_used = max(1, len(devices) // devices_per_chip)
-    return Placement(topology_name, topo, devices, devices_per_chip, mesh, chips_used, num_slices)
+    return Placement(topo.name, topo, devices, devices_per_chip, mesh, chips_used, num_slices)
 
 
 def _batch_shape(run: PretrainSettings) -> tuple[int, int, int]:

@@ -77,15 +77,56 @@ class Topology:
         return max(1, self.num_chips // 4)
 
 
+# The shape gcloud gives each slice size of an ``--accelerator-type`` (chips; Cloud TPU's
+# documented default topologies): v5e and v6e chips in a plane, v4 and v5p in a cube.
+SLICE_SHAPES: dict[int, dict[int, str]] = {
+    2: {1: "1x1", 4: "2x2", 8: "2x4", 16: "4x4", 32: "4x8", 64: "8x8", 128: "8x16", 256: "16x16"},
+    3: {
+        4: "2x2x1", 8: "2x2x2", 16: "2x2x4", 32: "2x4x4", 64: "4x4x4", 128: "4x4x8", 256: "4x8x8",
+        512: "8x8x8", 1024: "8x8x16", 2048: "8x16x16", 4096: "16x16x16",
+    },
+}  # fmt: skip
+
+
+def slice_shapes(generation: TpuGeneration) -> dict[int, str]:
+    """`SLICE_SHAPES` of a generation: chips -> ``AxB[xC]``."""
+    return SLICE_SHAPES[3 if generation.cores_per_chip == 2 else 2]
+
+
 def parse_topology(name: str) -> Topology:
-    """``v5e:4x4`` → Topology; a clear error for anything else."""
-    match = re.fullmatch(r"(v\d+[a-z]?):(\d+(?:x\d+){1,2})", name.strip())
+    """``v5e:4x4`` → Topology; so does gcloud's accelerator type of that slice
+    (``v5litepod-16``, also ``v5e-16``; ``v4-32`` and ``v5p-32`` count TensorCores), as the
+    shape gcloud gives it (`SLICE_SHAPES`), named ``GEN:AxB[xC]``; a clear error for
+    anything else."""
+    text = name.strip()
+    typed = re.fullmatch(r"(v\d+[a-z]*)-(\d+)", text)
+    if typed:
+        return _accelerator_type(text, typed.group(1), int(typed.group(2)))
+    match = re.fullmatch(r"(v\d+[a-z]?):(\d+(?:x\d+){1,2})", text)
     if not match:
-        raise ValueError(f"topology {name!r} is not of the form GEN:AxB[xC] (e.g. v5e:4x4, v4:2x2x4)")
+        raise ValueError(
+            f"topology {name!r} is neither of the form GEN:AxB[xC] (e.g. v5e:4x4, v4:2x2x4) nor "
+            "an accelerator type (e.g. v5litepod-16, v4-32)"
+        )
     gen_name, dims = match.groups()
     if gen_name not in TPU_GENERATIONS:
         raise ValueError(f"unknown TPU generation {gen_name!r}; known: {sorted(TPU_GENERATIONS)}")
-    return Topology(name.strip(), TPU_GENERATIONS[gen_name], tuple(int(d) for d in dims.split("x")))
+    return Topology(text, TPU_GENERATIONS[gen_name], tuple(int(d) for d in dims.split("x")))
+
+
+def _accelerator_type(text: str, prefix: str, count: int) -> Topology:
+    by_prefix = {g.accelerator_prefix: g for g in TPU_GENERATIONS.values()}
+    gen = by_prefix.get(prefix) or TPU_GENERATIONS.get(prefix)
+    if gen is None:
+        known = sorted(by_prefix)
+        raise ValueError(f"unknown accelerator type {text!r}: its prefix is none of {known}")
+    shapes = slice_shapes(gen)
+    chips, left = divmod(count, gen.cores_per_chip)
+    if left or chips not in shapes:
+        sizes = ", ".join(f"{gen.accelerator_prefix}-{c * gen.cores_per_chip}" for c in shapes)
+        raise ValueError(f"accelerator type {text!r} is not a slice gcloud makes; it makes {sizes}")
+    dims = shapes[chips]
+    return Topology(f"{gen.name}:{dims}", gen, tuple(int(d) for d in dims.split("x")))
 
 
 def peak_flops_for_device_kind(device_kind: str) -> float | None:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from bert_jax.training import hardware
 from bert_jax.training.hardware import parse_topology
 from tests.conftest import ROOT
 from tests.helpers import fake_bucket, pod
@@ -46,7 +47,30 @@ def test_topology_names_map_to_gcloud_accelerator_types() -> None:
     with pytest.raises(ValueError, match="v9"):
         parse_topology("v9:2x2")
     with pytest.raises(ValueError, match="form"):
-        parse_topology("v4-32")
+        parse_topology("v4:32")
+
+
+def test_gcloud_accelerator_types_name_the_slices_gcloud_makes_of_them() -> None:
+    """An accelerator type as gcloud names it (v4 and v5p count TensorCores, v5e and v6e
+    chips) is the slice gcloud creates for it, named GEN:AxB[xC]; each maps back."""
+    for text, name in [
+        ("v5litepod-16", "v5e:4x4"),
+        ("v5e-8", "v5e:2x4"),
+        ("v6e-64", "v6e:8x8"),
+        ("v4-8", "v4:2x2x1"),
+        ("v4-32", "v4:2x2x4"),
+        ("v5p-128", "v5p:4x4x4"),
+    ]:
+        topo = parse_topology(text)
+        assert topo.name == name and parse_topology(name) == topo, text
+    for gen in hardware.TPU_GENERATIONS.values():
+        for chips, dims in hardware.slice_shapes(gen).items():
+            topo = parse_topology(f"{gen.name}:{dims}")
+            assert topo.num_chips == chips and parse_topology(topo.accelerator_type) == topo
+    with pytest.raises(ValueError, match=r"'v4-12' is not a slice gcloud makes; it makes v4-8, v4-16, "):
+        parse_topology("v4-12")
+    with pytest.raises(ValueError, match=r"unknown accelerator type 'v9-8'"):
+        parse_topology("v9-8")
 
 
 def test_create_pod() -> None:

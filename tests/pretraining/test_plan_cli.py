@@ -30,8 +30,8 @@ def test_a_plan_prints_only_its_own_lines(tmp_path) -> None:
     # process lacks cannot be loaded back (JAX warned on the second plan), so plan keeps
     # its compiles out of it.
     env = {**ENV, "JAX_COMPILATION_CACHE_DIR": str(tmp_path / "jax_cache")}
-    for _ in range(2):
-        proc = bert_jax(*PLAN, "--topology=v5e:2x2", env=env)
+    for topology in ("v5e:2x2", "v5litepod-4"):  # the second as gcloud's accelerator type
+        proc = bert_jax(*PLAN, f"--topology={topology}", env=env)
         assert proc.returncode == 0 and proc.stderr == "", proc.stderr[-3000:]
         lines = proc.stdout.splitlines()
         # The compile says what it compiles before it starts and what it found after it; then
