@@ -50,7 +50,9 @@ def define_flags() -> None:
     flags.DEFINE_bool(
         "dry_run", False, "Write the report (paper's figures, configs, cells done); run nothing."
     )
-    flags.DEFINE_string("plan", None, "Estimate time and cost on this TPU slice (e.g. v5e:4x4); run nothing.")
+    flags.DEFINE_string(
+        "plan", None, "Estimate time and cost on this TPU slice (v5e:4x4, v5litepod-16); run nothing."
+    )
     flags.DEFINE_float("mfu", 0.45, "Model-FLOPs utilisation assumed by --plan.")
     flags.DEFINE_float("chip_hour_usd", 0.0, "Price of one chip-hour, for --plan's cost (0: not priced).")
     flags.DEFINE_bool("plan_compile", False, "--plan compiles each pre-training row's step (minutes a row).")
