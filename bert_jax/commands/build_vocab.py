@@ -5,10 +5,12 @@ model, or a ModernBERT-style byte-level BPE ``tokenizer.json`` (`vocab_learning.
 from text in the original format (`--input_file`, a glob), or from the embedded Wikipedia
 excerpt when no input is given. Use the result with `--config.data.vocab_file=PATH` (and
 `--config.data.tokenizer=sentencepiece` for a SentencePiece model; a tokenizer.json is
-recognised as such). For ``bpe``, ``--output`` is the ``tokenizer.json`` to write or its
-folder; ``tokenizer_config.json`` and
-``special_tokens_map.json`` are written beside it, so that `transformers.AutoTokenizer`
-loads the folder. An existing output is refused unless ``--overwrite``.
+recognised as such). ``--output`` may be a folder (one that exists, or a path ending in
+/): it gets ``vocab.txt``, ``spm.model`` or ``tokenizer.json``, and every command takes the
+folder as its vocabulary. For ``bpe``, ``tokenizer_config.json`` and
+``special_tokens_map.json`` are written beside the ``tokenizer.json``, so that
+`transformers.AutoTokenizer` loads the folder. An existing output is refused unless
+``--overwrite``.
 """
 
 from __future__ import annotations
@@ -30,7 +32,8 @@ def define_flags() -> None:
     flags.DEFINE_string(
         "output",
         None,
-        "vocab.txt to write, the SentencePiece model prefix, or (bpe) the tokenizer.json or its folder.",
+        "vocab.txt to write, the SentencePiece model prefix, or (bpe) the tokenizer.json; or a "
+        "folder, to hold vocab.txt, spm.model or tokenizer.json.",
     )
     flags.DEFINE_integer("vocab_size", 8000, "Target vocabulary size.", lower_bound=1)
     flags.DEFINE_enum("tokenizer", "wordpiece", ["wordpiece", "sentencepiece", "bpe"], "Which kind.")
@@ -42,9 +45,13 @@ def define_flags() -> None:
 
 
 def output_paths(kind: str, output: str) -> list[str]:
-    """The files `kind` writes for ``--output``, the tokenizer's own first."""
+    """The files `kind` writes for ``--output``, the tokenizer's own first. A folder (one
+    that exists, or a path ending in /) gets the names the vocabulary-folder readers look
+    for (`tokenization.vocab_in_folder`): ``vocab.txt``, ``spm.model``, ``tokenizer.json``."""
+    folder = os.path.isdir(output) or output.endswith(("/", os.sep))
     if kind == "sentencepiece":
-        return [f"{output}.model", f"{output}.vocab"]
+        prefix = os.path.join(output, "spm") if folder else output
+        return [f"{prefix}.model", f"{prefix}.vocab"]
     if kind == "bpe":
         if output.endswith(".json") and os.path.basename(output) != "tokenizer.json":
             raise ValueError(
@@ -54,7 +61,7 @@ def output_paths(kind: str, output: str) -> list[str]:
         folder = os.path.dirname(output) if output.endswith(".json") else output
         names = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
         return [os.path.join(folder, n) for n in names]
-    return [output]
+    return [os.path.join(output, "vocab.txt") if folder else output]
 
 
 def main(argv: list[str]) -> None:
@@ -77,7 +84,8 @@ def main(argv: list[str]) -> None:
         if kind == "sentencepiece":
             os.makedirs(folder or ".", exist_ok=True)
             try:
-                path = vocab_learning.train_sentencepiece(sentences, FLAGS.output, FLAGS.vocab_size, lower)
+                prefix = outputs[0].removesuffix(".model")
+                path = vocab_learning.train_sentencepiece(sentences, prefix, FLAGS.vocab_size, lower)
             except RuntimeError as e:  # SentencePiece's own refusal, e.g. a size the text cannot fill
                 raise ValueError(f"--tokenizer=sentencepiece --vocab_size={FLAGS.vocab_size}: {e}") from None
         elif kind == "bpe":
@@ -88,7 +96,7 @@ def main(argv: list[str]) -> None:
                 atomic_files.write_text(os.path.join(folder, name), text)
         else:
             vocab = vocab_learning.build_wordpiece_vocab(sentences, FLAGS.vocab_size, lower)
-            path = FLAGS.output
+            path = outputs[0]
             atomic_files.write_text(path, "\n".join(vocab) + "\n")
             _say_placeholders(sum(t.startswith("[unused") for t in vocab), len(vocab))
     print(f"wrote {path} from {len(sentences):,} sentences")

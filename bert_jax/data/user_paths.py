@@ -64,10 +64,13 @@ def input_files(patterns: list[str], flag: str) -> list[str]:
 
 
 def output_file(path: str, flag: str, overwrite: bool) -> None:
-    """Refuses a folder, an existing non-empty file unless `overwrite`, and a local path
-    whose folder cannot be made or written (`files.check_can_create`)."""
+    """Refuses a folder (or a path ending in /), an existing non-empty file unless
+    `overwrite`, and a local path whose folder cannot be made or written
+    (`files.check_can_create`)."""
     if not path:
         raise ValueError(f"{flag} is empty: pass a file name")
+    if path.endswith(("/", os.sep)):
+        raise IsADirectoryError(f"{flag} {path} names a folder (it ends in /): give a file name")
     if files.is_remote(path):
         exists = files.exists(path)
     elif os.path.isdir(path):

@@ -51,9 +51,14 @@ def write_bytes(path: str, data: bytes) -> None:
         return
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     tmp = temp_path(path)
-    with open(tmp, "wb") as f:
-        f.write(data)
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:  # a full disk, a path that is a folder: no temporary file left
+        with contextlib.suppress(OSError):
+            os.remove(tmp)
+        raise
 
 
 def write_with(path: str, writer: Callable[[str], None]) -> None:

@@ -91,6 +91,7 @@ def _cases(w: Path) -> list[tuple[list[str], list[str]]]:
         ("tokenize --input={w}/adir --output={new}/o.jsonl", ["--input {w}/adir is a folder, not a file"]),
         ("tokenize --input={w}/in.txt --output={w}/done.jsonl", ["--output {w}/done.jsonl already exists"]),
         ("tokenize --input={w}/in.txt --output={w}/adir", ["--output {w}/adir is a folder"]),
+        ("tokenize --input={w}/in.txt --output={new}/", ["--output {new}/ names a folder (it ends in /)"]),
         ("tokenize --input={w}/in.txt --output={new}/o.jsonl --vocab_file={sp}", not_wordpiece),
         (
             "tokenize --input={w}/in.txt --output={new}/o.jsonl --vocab_file={w}/adir",

@@ -21,16 +21,20 @@ def _text(tmp_path) -> Path:
 
 def test_build_wordpiece_vocab_and_use_it(tmp_path) -> None:
     """Learned in two processes from the same text: the same vocabulary (every host of a
-    pod learns its own), of exactly the size asked."""
+    pod learns its own), of exactly the size asked; the second into a folder (a new path
+    ending in /), as its vocab.txt, which the tokenizer takes as the folder."""
     text = _text(tmp_path)
     vocab = tmp_path / "vocab.txt"
-    for out in (vocab, tmp_path / "again.txt"):
+    for out in (str(vocab), f"{tmp_path}/again/"):
         cmd = ["build-vocab", f"--input_file={text}", f"--output={out}", "--vocab_size=2000"]
         proc = subprocess.run(
             [sys.executable, "-m", "bert_jax", *cmd], capture_output=True, text=True, cwd=ROOT, timeout=600
         )
         assert proc.returncode == 0, proc.stderr[-2000:]
-    assert vocab.read_bytes() == (tmp_path / "again.txt").read_bytes()
+    assert vocab.read_bytes() == (tmp_path / "again" / "vocab.txt").read_bytes()
+    assert tokenization.load_tokenizer(str(tmp_path / "again")).vocab_file == str(
+        tmp_path / "again" / "vocab.txt"
+    )
     tokens = vocab.read_text().splitlines()
     assert tokens[:5] == list(tokenization.SPECIAL_TOKENS) and len(tokens) == len(set(tokens)) == 2000
     assert {"t", "##t", "the"} <= set(tokens)

@@ -41,3 +41,10 @@ def test_a_failed_write_leaves_the_old_file_and_no_temporary_one(tmp_path) -> No
     with pytest.raises(RuntimeError, match="writer died"):
         atomic_files.write_with(str(target), dies)
     assert os.listdir(tmp_path) == ["model.safetensors"] and target.read_bytes() == b"old"
+    # A rename that fails (the target is a folder) leaves no temporary file either.
+    (tmp_path / "folder").mkdir()
+    with pytest.raises(OSError):
+        atomic_files.write_text(str(tmp_path / "folder"), "text")
+    assert sorted(os.listdir(tmp_path)) == ["folder", "model.safetensors"] and not os.listdir(
+        tmp_path / "folder"
+    )
