@@ -2,7 +2,7 @@
 
     from bert_jax import BertModel, load_checkpoint, load_tokenizer
     params, config = load_checkpoint("path/to/hf_or_tf_or_bert_jax_checkpoint")
-    tok = load_tokenizer("path/to/vocab.txt")
+    tok = load_tokenizer("path/to/hf_or_tf_or_bert_jax_checkpoint")  # or a vocab file
     batch = tok.encode_pairs(["Paris is in France."], None, max_seq_length=16)
     sequence, pooled, _ = BertModel(config).apply(
         {"params": params["bert"]}, batch["input_ids"], batch["input_mask"], batch["segment_ids"]

@@ -96,16 +96,22 @@ def vocab_beside(checkpoint: str) -> str:
 
 def vocab_in_folder(path: str, kind: str = "wordpiece") -> tuple[str, str]:
     """A vocabulary given as a folder (a Hugging Face or bert_jax checkpoint's, or
-    `build-vocab`'s output) as the tokenizer file in it and that file's kind: its
-    ``spm.model`` first for ``kind="sentencepiece"``, else as `vocab_beside` (vocab.txt,
-    spm.model, tokenizer.json). Any other path comes back as given."""
-    if not path or not os.path.isdir(path):
+    `build-vocab`'s output) or as an original TF checkpoint's prefix (``.../bert_model.ckpt``,
+    its folder then) as the tokenizer file there and that file's kind: its ``spm.model``
+    first for ``kind="sentencepiece"``, else as `vocab_beside` (vocab.txt, spm.model,
+    tokenizer.json). Any other path comes back as given."""
+    if path and not os.path.exists(path) and os.path.exists(f"{path}.index"):
+        folder = os.path.dirname(path) or "."
+    elif path and os.path.isdir(path):
+        folder = path
+    else:
         return path, kind
     names = sorted(SAVED_NAMES, key=lambda n: n != "spm.model") if kind == "sentencepiece" else SAVED_NAMES
     for name in names:
-        if os.path.isfile(os.path.join(path, name)):
-            return os.path.join(path, name), "sentencepiece" if name == "spm.model" else kind
-    raise FileNotFoundError(f"vocab file {path} is a folder holding none of {', '.join(SAVED_NAMES)}")
+        if os.path.isfile(os.path.join(folder, name)):
+            return os.path.join(folder, name), "sentencepiece" if name == "spm.model" else kind
+    where = "is a folder holding" if folder == path else "is a TF checkpoint whose folder holds"
+    raise FileNotFoundError(f"vocab file {path} {where} none of {', '.join(SAVED_NAMES)}")
 
 
 def load_vocab(path: str) -> list[str]:

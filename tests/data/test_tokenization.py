@@ -139,6 +139,15 @@ def test_a_folder_stands_for_the_tokenizer_file_in_it(tmp_path) -> None:
     empty.mkdir()
     with pytest.raises(FileNotFoundError, match=r"^vocab file .*empty is a folder holding none of vocab.txt"):
         tokenization.load_tokenizer(str(empty))
+    # An original TF checkpoint's prefix (its files are PREFIX.index, PREFIX.data-*): the
+    # vocabulary in its folder, as `load_checkpoint` takes the same path.
+    (tmp_path / "vocab.txt").write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nhello\n")
+    (tmp_path / "bert_model.ckpt.index").write_bytes(b"")
+    prefix = str(tmp_path / "bert_model.ckpt")
+    assert tokenization.vocab_in_folder(prefix) == (str(tmp_path / "vocab.txt"), "wordpiece")
+    (empty / "bert_model.ckpt.index").write_bytes(b"")
+    with pytest.raises(FileNotFoundError, match=r"is a TF checkpoint whose folder holds none of vocab.txt"):
+        tokenization.load_tokenizer(str(empty / "bert_model.ckpt"))
 
 
 def test_a_vocabulary_folder_given_for_a_checkpoint_is_compared_by_its_file(tmp_path) -> None:
