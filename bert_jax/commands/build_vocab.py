@@ -48,9 +48,9 @@ def output_paths(kind: str, output: str) -> list[str]:
     """The files `kind` writes for ``--output``, the tokenizer's own first. A folder (one
     that exists, or a path ending in /) gets the names the vocabulary-folder readers look
     for (`tokenization.vocab_in_folder`): ``vocab.txt``, ``spm.model``, ``tokenizer.json``."""
-    folder = os.path.isdir(output) or output.endswith(("/", os.sep))
+    into_folder = os.path.isdir(output) or output.endswith(("/", os.sep))
     if kind == "sentencepiece":
-        prefix = os.path.join(output, "spm") if folder else output
+        prefix = os.path.join(output, "spm") if into_folder else output
         return [f"{prefix}.model", f"{prefix}.vocab"]
     if kind == "bpe":
         if output.endswith(".json") and os.path.basename(output) != "tokenizer.json":
@@ -61,7 +61,7 @@ def output_paths(kind: str, output: str) -> list[str]:
         folder = os.path.dirname(output) if output.endswith(".json") else output
         names = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
         return [os.path.join(folder, n) for n in names]
-    return [os.path.join(output, "vocab.txt") if folder else output]
+    return [os.path.join(output, "vocab.txt") if into_folder else output]
 
 
 def main(argv: list[str]) -> None:

@@ -54,7 +54,7 @@ def main(argv: list[str]) -> None:
     predictions = _load(pred_file, "PRED_FILE")
     if not isinstance(predictions, dict):
         raise ValueError(f"PRED_FILE {pred_file} must map question ids to answer strings")
-    if not any(qa for article in data for p in article.get("paragraphs", []) for qa in p.get("qas", [])):
+    if next(iter(scorers.questions(data)), None) is None:
         raise ValueError(f'DATA_FILE {data_file} holds no questions (no "qas" in its "data")')
     if FLAGS.version == "1.1":
         version = document.get("version")

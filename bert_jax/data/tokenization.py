@@ -81,14 +81,19 @@ def casing(given: bool | None, vocab_file: str) -> bool:
     return True if recorded is None else recorded
 
 
+def _saved_file(folder: str, names: tuple[str, ...] | list[str]) -> str | None:
+    """The first of the tokenizer files `names` (of `SAVED_NAMES`) that `folder` holds."""
+    return next((os.path.join(folder, n) for n in names if os.path.exists(os.path.join(folder, n))), None)
+
+
 def vocab_beside(checkpoint: str) -> str:
     """The tokenizer file stored with a checkpoint (folder, workdir or file prefix): its
     ``vocab.txt``, else ``spm.model``, else a Hugging Face ``tokenizer.json`` (a ModernBERT
     folder has only that)."""
     folder = checkpoint if os.path.isdir(checkpoint) else os.path.dirname(checkpoint)
-    for name in SAVED_NAMES:
-        if os.path.exists(os.path.join(folder, name)):
-            return os.path.join(folder, name)
+    found = _saved_file(folder, SAVED_NAMES)
+    if found:
+        return found
     raise FileNotFoundError(
         f"no vocab_file given and {folder} holds none of {', '.join(SAVED_NAMES)}: pass the vocab file"
     )
@@ -107,9 +112,9 @@ def vocab_in_folder(path: str, kind: str = "wordpiece") -> tuple[str, str]:
     else:
         return path, kind
     names = sorted(SAVED_NAMES, key=lambda n: n != "spm.model") if kind == "sentencepiece" else SAVED_NAMES
-    for name in names:
-        if os.path.isfile(os.path.join(folder, name)):
-            return os.path.join(folder, name), "sentencepiece" if name == "spm.model" else kind
+    found = _saved_file(folder, names)
+    if found:
+        return found, "sentencepiece" if os.path.basename(found) == "spm.model" else kind
     where = "is a folder holding" if folder == path else "is a TF checkpoint whose folder holds"
     raise FileNotFoundError(f"vocab file {path} {where} none of {', '.join(SAVED_NAMES)}")
 

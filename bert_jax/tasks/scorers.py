@@ -111,7 +111,8 @@ def _f1_v2(gold: str, prediction: str) -> float | int:
     return (2 * precision * recall) / (precision + recall)
 
 
-def _questions(dataset: Iterable[Mapping[str, Any]]) -> Iterable[Mapping[str, Any]]:
+def questions(dataset: Iterable[Mapping[str, Any]]) -> Iterable[Mapping[str, Any]]:
+    """Every question (`qas` entry) of a SQuAD `data` list, in order."""
     for article in dataset:
         for paragraph in article["paragraphs"]:
             yield from paragraph["qas"]
@@ -123,7 +124,7 @@ def squad_v1(dataset: Sequence[Mapping[str, Any]], predictions: Mapping[str, str
     `dataset` is the ``"data"`` list of the official JSON.
     """
     exact = f1 = total = 0
-    for qa in _questions(dataset):
+    for qa in questions(dataset):
         total += 1
         if qa["id"] not in predictions:
             print(f"Unanswered question {qa['id']} will receive score 0.", file=sys.stderr)
@@ -142,7 +143,7 @@ def _raw_scores_v2(
 ) -> tuple[dict[str, int], dict[str, float | int]]:
     exact, f1 = {}, {}
     missing = []
-    for qa in _questions(dataset):
+    for qa in questions(dataset):
         qid = qa["id"]
         golds = [a["text"] for a in qa["answers"] if normalize_answer(a["text"])] or [""]
         if qid not in predictions:
@@ -198,7 +199,7 @@ def squad_v2(
 ) -> dict[str, Any]:
     """SQuAD v2.0 scores with the official keys (``exact``, ``f1``, ``total``, ``HasAns_*``,
     ``NoAns_*``, and with `na_probs` the tuned ``best_exact``/``best_f1`` and thresholds)."""
-    has_answer = {qa["id"]: bool(qa["answers"]) for qa in _questions(dataset)}
+    has_answer = {qa["id"]: bool(qa["answers"]) for qa in questions(dataset)}
     if not has_answer:
         raise ValueError("the SQuAD dataset has no questions")
     probs = na_probs if na_probs is not None else {k: 0.0 for k in predictions}
