@@ -11,6 +11,7 @@ so that a restart loop restarts only what a restart can fix.
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import os
 import re
@@ -21,7 +22,7 @@ from typing import Any, NoReturn
 from absl import app, flags
 
 from bert_jax.storage import emulator, files
-from bert_jax.training import exit_codes, hardware
+from bert_jax.training import exit_codes, hardware, run_config
 from bert_jax.training.run_config import REMOVED_KEYS, config_file
 
 # name -> (module, one-line description)
@@ -119,18 +120,48 @@ def flag_error_message(error: Exception, args: list[str]) -> str:
         names = re.findall(r"'([\w.]+)'", plain) or [plain.strip("\"' ")]
         key = names[0]
         hint = re.search(r'Did you mean "([\w.]+)"', plain)
-        suggestion = f"; did you mean {hint.group(1)!r}?" if hint else ""
         for arg in args:
             name = arg.lstrip("-").split("=", 1)[0]
             flag, _, path = name.partition(".")
             if path and key in path.split("."):
                 if path in REMOVED_KEYS:
                     return f"config key {path!r} (from {arg}) was removed: set --{flag}.{REMOVED_KEYS[path]}"
+                parts = path.split(".")
+                if hint:  # ml_collections' spelling of the one name it lacks, as a whole key
+                    parts[parts.index(key)] = hint.group(1)
+                    near = [".".join(parts)]
+                else:
+                    near = nearby_keys(path, _config_spec(flag, args))
+                suggestion = f"; did you mean {' or '.join(repr(k) for k in near)}?" if near else ""
                 return f"unknown config key {path!r} (from {arg}): --{flag} has no such field{suggestion}"
-        return f"unknown config key {key!r}{suggestion}"
+        return f"unknown config key {key!r}" + (f"; did you mean {hint.group(1)!r}?" if hint else "")
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
     last = lines[-1] if lines else text  # a config file's own error is the last line
     return re.sub(r"^\w+(Error|Exception): ", "", last)
+
+
+def _config_spec(flag: str, args: list[str]) -> str | None:
+    """The ``PATH[:ARG]`` given as ``--flag`` (the config file a key was set in)."""
+    for arg in args:
+        if arg.startswith(f"--{flag}="):
+            return arg.split("=", 1)[1]
+    return None
+
+
+def nearby_keys(path: str, spec: str | None, most: int = 2) -> list[str]:
+    """Keys of the config `spec` (as loaded, before any override) that a mistyped dotted
+    `path` probably meant: those with its last name under another block
+    (``training.num_train_steps`` → ``num_train_steps``), else the closest spellings of the
+    whole path. Empty when the config cannot be loaded."""
+    if not spec:
+        return []
+    try:
+        keys = list(run_config.flat(run_config.load_config(spec).to_dict()))
+    except Exception:  # the config's own error is reported where it is used
+        return []
+    leaf = path.rsplit(".", 1)[-1]
+    same_leaf = [k for k in keys if k.rsplit(".", 1)[-1] == leaf]
+    return same_leaf[:most] or difflib.get_close_matches(path, keys, n=most, cutoff=0.75)
 
 
 def guarded(name: str, main: Callable[[list[str]], Any]) -> Callable[[list[str]], Any]:

@@ -121,6 +121,25 @@ def test_user_errors_are_one_line_with_exit_code_1(tmp_path) -> None:
             "field; did you mean 'num_train_steps'?",
         ),
         (
+            [
+                "pretrain",
+                "--config=configs/pretrain.py:tiny",
+                "--config.training.num_train_steps=5",
+                f"--workdir={tmp_path}/d",
+            ],
+            "unknown config key 'training.num_train_steps' (from --config.training.num_train_steps=5): "
+            "--config has no such field; did you mean 'num_train_steps'?",
+        ),
+        (
+            [
+                "finetune",
+                "--config=configs/bbc.py",
+                "--config.model.hiden_dropout_prob=0",
+                f"--workdir={tmp_path}/d",
+            ],
+            "did you mean 'model.hidden_dropout_prob'?",
+        ),
+        (
             ["pretrain", "--config=configs/pretrain.py:tiny", f"--workdir={text}"],
             f"--workdir {text} is a file, not a folder",
         ),
@@ -331,3 +350,14 @@ def test_build_vocab_says_when_the_text_cannot_fill_the_size_asked(tmp_path) -> 
         f"warning: the text has pieces for {500 - unused} of --vocab_size=500 entries; the other {unused}"
         in (proc.stdout)
     )
+
+
+def test_a_mistyped_config_key_is_matched_to_the_configs_own_keys() -> None:
+    from bert_jax.commands.cli import nearby_keys
+
+    spec = "configs/pretrain.py:tiny"
+    assert nearby_keys("training.num_train_steps", spec) == ["num_train_steps"]  # under another block
+    assert nearby_keys("model.max_seq_length", spec) == ["max_seq_length"]
+    assert nearby_keys("data.vocab", spec) == ["data.vocab_file"]  # the closest spelling
+    assert nearby_keys("nothing.like.it", spec) == []
+    assert nearby_keys("num_train_steps", "configs/nofile.py") == []  # no config: no guess
