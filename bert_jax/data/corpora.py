@@ -21,7 +21,11 @@ sentence pair and would be skipped whole. So a ``text`` document that is a singl
 paragraph and split into sentences (`split_paragraph`: after ``.``, ``!`` or ``?`` and
 an optional closing quote or bracket, at whitespace followed by a capital letter, a digit
 or an opening quote or bracket); the documents split are counted in one ``warning:``
-line per file. Documents of two or more lines are read as they are, one sentence per line.
+line per file. Documents of two or more lines are read as they are, one sentence per line,
+unless most of their lines hold several sentences (`_lines_are_paragraphs`): a file of one
+document (or paragraph) a line with no blank lines, as gensim's Lee corpus or a dataset's
+``text`` column written out; each such line is then a document of its sentences, counted
+in another ``warning:`` line.
 """
 
 from __future__ import annotations
@@ -166,17 +170,40 @@ def read_text_file(name: str, start: int = 0, end: int = -1) -> Iterator[Documen
     text = text_files.read_text(name, start, end)
     if not text.strip():
         raise ValueError(f"input file {name} is empty")
-    split = 0
+    split = lines = 0
     for doc in _line_groups(text):
+        if len(doc) > 1 and _lines_are_paragraphs(doc):
+            lines += len(doc)
+            yield from (split_paragraph(line) for line in doc)
+            continue
         sentences = split_paragraph(doc[0]) if len(doc) == 1 else doc
         split += len(sentences) > len(doc)
         yield sentences
+    where = name if start == 0 and end < 0 else f"{name}[bytes {start}:{end if end >= 0 else 'end'}]"
     if split:
-        where = name if start == 0 and end < 0 else f"{name}[bytes {start}:{end if end >= 0 else 'end'}]"
         warn_once(
             f"{where}: split {split} one-line documents (paragraphs) into sentences at . ! or ? before a "
             "capital; the text format is one sentence per line, a blank line between documents"
         )
+    if lines:
+        warn_once(
+            f"{where}: read {lines} lines of several sentences each, with no blank line between them, as "
+            "one document a line, split into sentences at . ! or ? before a capital; the text format is "
+            "one sentence per line, a blank line between documents"
+        )
+
+
+PARAGRAPH_SAMPLE = 32  # lines of a document looked at to tell paragraphs from sentences
+
+
+def _lines_are_paragraphs(doc: Document) -> bool:
+    """Whether a document's lines are paragraphs (or documents: a file of one document a
+    line) rather than sentences: more than half of its first `PARAGRAPH_SAMPLE` lines hold
+    two or more sentences. A sentence a line rarely splits (an abbreviation before a
+    capital: "Mr. Smith"); such a file would otherwise be one document of paragraph-long
+    "sentences", each longer than a pair's room, which pairs into nothing."""
+    sample = doc[:PARAGRAPH_SAMPLE]
+    return 2 * sum(len(split_paragraph(line)) > 1 for line in sample) > len(sample)
 
 
 def _line_groups(text: str) -> Iterator[Document]:

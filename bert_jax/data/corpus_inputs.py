@@ -15,9 +15,9 @@ def cache_dir(c: DataSettings) -> str:
 
 
 # How `corpora.read_text_file` reads a text file, in the stamp of each: a vocabulary or
-# folder prepared from a file before one-line documents were split into sentences is not
-# reused for it.
-TEXT_READER = "one-line-documents-split"
+# folder prepared from a file before one-line documents were split into sentences, or
+# before lines of several sentences were read as documents, is not reused for it.
+TEXT_READER = "paragraph-lines-as-documents"
 
 
 def stamp(inputs: list) -> list:

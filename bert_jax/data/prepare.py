@@ -300,7 +300,14 @@ def write_metadata(out_dir: str, inputs: list[Input], opts: Options) -> dict | N
     tok = load_tokenizer(opts)
     totals = {k: sum(i[k] for i in infos) for k in ("documents", "tokens", "train", "eval")}
     if totals["train"] == 0:
-        raise NoUsableDocuments(f"no usable documents (two or more sentences) in {inputs[0].describe()} ...")
+        where = f"{inputs[0].describe()}{' ...' if len(inputs) > 1 else ''}"
+        if not totals["documents"]:
+            raise NoUsableDocuments(f"no usable documents (two or more sentences) in {where}")
+        raise NoUsableDocuments(
+            f"the {totals['documents']} document(s) of {where} make no training row at "
+            f"max_seq_length={opts.max_seq_length}: a sentence pair needs sentences shorter than the row "
+            "or a second document (one sentence per line, a blank line between documents)"
+        )
     meta = {
         "format_version": records.FORMAT_VERSION,
         "flags": opts.flags(),

@@ -151,6 +151,13 @@ def test_bad_input_gives_clear_errors(tmp_path) -> None:
     c = dataclasses.replace(c, input_files=str(one_sentence_docs))
     with pytest.raises(ValueError, match="no usable documents"):
         next(_it(c, process_index=0, process_count=1))
+    # One document whose sentences are each longer than a row: no pair fits, and the line says why.
+    long_sentences = tmp_path / "long.txt"
+    long_sentences.write_text("".join(f"{'word ' * 80}end {i}.\n" for i in range(4)))
+    c = dataclasses.replace(c, input_files=str(long_sentences))
+    no_row = r"the 1 document\(s\) of .*long\.txt make no training row at max_seq_length="
+    with pytest.raises(ValueError, match=no_row):
+        next(_it(c, process_index=0, process_count=1))
     # Non-UTF-8 bytes and a very long line: replaced and kept, not a crash.
     messy = tmp_path / "messy.txt"
     lines = []

@@ -126,6 +126,31 @@ def test_prose_with_a_paragraph_a_line_is_split_into_sentences(tmp_path, capsys)
     assert warnings(capsys) == []
 
 
+def test_a_file_of_one_document_a_line_reads_each_line_as_a_document(tmp_path, capsys) -> None:
+    """No blank line anywhere and most lines of several sentences (gensim's Lee corpus, a
+    dataset's text column written out): each line is a document of its sentences, said in
+    one warning; before, the file was one document of line-long "sentences" that paired
+    into nothing at a short length. A document of sentence lines with an abbreviation
+    here and there stays as it is."""
+    lines = [f"Story {i} begins here. It goes on for a while! Then it ends in {i}." for i in range(5)]
+    flat = tmp_path / "lines.txt"
+    flat.write_text("\n".join([*lines, "A lone headline"]) + "\n")
+    docs = list(corpora.read_text_file(str(flat)))
+    assert docs[0] == ["Story 0 begins here.", "It goes on for a while!", "Then it ends in 0."]
+    assert len(docs) == 6 and docs[-1] == ["A lone headline"]
+    assert warnings(capsys) == [
+        f"warning: {flat}: read 6 lines of several sentences each, with no blank line between them, as one "
+        "document a line, split into sentences at . ! or ? before a capital; the text format is one sentence "
+        "per line, a blank line between documents"
+    ]
+    sentences = tmp_path / "sentences.txt"
+    sentences.write_text("Mr. Smith went to town.\nHe bought bread.\nThe shop was shut.\n")
+    assert list(corpora.read_text_file(str(sentences))) == [
+        ["Mr. Smith went to town.", "He bought bread.", "The shop was shut."]
+    ]
+    assert warnings(capsys) == []
+
+
 def test_pretraining_on_prose_says_what_it_split_and_skipped(tmp_path, capsys) -> None:
     """`pretrain --config.data.source=text` prepares through the same reader: the prose's
     paragraphs become documents, with the two warning lines, instead of nothing."""
