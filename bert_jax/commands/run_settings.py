@@ -49,9 +49,15 @@ def pretrain_settings(config: ml_collections.ConfigDict) -> PretrainSettings:
 
 
 def finetune_settings(config: ml_collections.ConfigDict) -> FinetuneSettings:
-    """The settings of a fine-tuning config."""
+    """The settings of a fine-tuning config, a folder given as ``data.vocab_file`` taken
+    as the tokenizer file in it, as pre-training takes one (the config as written names
+    the file, as the run used it)."""
     run_config.check(config, "finetune")
-    return resolver.resolve(FinetuneSettings, config, config=config.to_dict())
+    settings = resolver.resolve(FinetuneSettings, config, config=config.to_dict())
+    vocab_file, _ = tokenization.vocab_in_folder(settings.data.vocab_file)
+    if vocab_file == settings.data.vocab_file:
+        return settings
+    return resolver.updated(settings, {"data.vocab_file": vocab_file})
 
 
 def pretrain(config: ml_collections.ConfigDict, workdir: str) -> JobResult:

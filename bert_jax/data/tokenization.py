@@ -104,13 +104,15 @@ def vocab_in_folder(path: str, kind: str = "wordpiece") -> tuple[str, str]:
     `build-vocab`'s output) or as an original TF checkpoint's prefix (``.../bert_model.ckpt``,
     its folder then) as the tokenizer file there and that file's kind: its ``spm.model``
     first for ``kind="sentencepiece"``, else as `vocab_beside` (vocab.txt, spm.model,
-    tokenizer.json). Any other path comes back as given."""
+    tokenizer.json). Any other path comes back as given, a SentencePiece ``.model`` file as
+    ``sentencepiece`` whatever `kind` says (no other kind reads one: a checkpoint's
+    ``spm.model`` named as its vocabulary)."""
     if path and not os.path.exists(path) and os.path.exists(f"{path}.index"):
         folder = os.path.dirname(path) or "."
     elif path and os.path.isdir(path):
         folder = path
     else:
-        return path, kind
+        return path, "sentencepiece" if path.endswith(".model") and kind == "wordpiece" else kind
     names = sorted(SAVED_NAMES, key=lambda n: n != "spm.model") if kind == "sentencepiece" else SAVED_NAMES
     found = _saved_file(folder, names)
     if found:

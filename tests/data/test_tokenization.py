@@ -163,3 +163,12 @@ def test_a_vocabulary_folder_given_for_a_checkpoint_is_compared_by_its_file(tmp_
     convert.check_same_vocabulary(str(same), str(checkpoint), "--vocab_file")
     with pytest.raises(ValueError, match=rf"^--vocab_file {other / 'vocab.txt'} differs from {checkpoint}"):
         convert.check_same_vocabulary(str(other), str(checkpoint), "--vocab_file")
+    # Fine-tuning decides the file at its settings' edge, as pre-training does: the run's
+    # settings and the config it records name the file, not the folder.
+    from bert_jax.commands import run_settings
+    from configs import finetune as finetune_config
+
+    c = finetune_config.get_config("bbc")
+    c.data.vocab_file = str(same)
+    settings = run_settings.finetune_settings(c)
+    assert settings.data.vocab_file == settings.config["data"]["vocab_file"] == str(same / "vocab.txt")

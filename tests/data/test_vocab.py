@@ -49,6 +49,10 @@ def test_sentencepiece_tokenizer_feeds_the_pipeline(tmp_path) -> None:
     model = vocab_learning.train_sentencepiece(sentences, str(tmp_path / "sp"), 1000)
     tok = tokenization.load_tokenizer(model, kind="sentencepiece")
     assert (tok.special.pad, tok.special.unk) == (0, 1)
+    # Named without its kind, as fine-tuning and `features` name a checkpoint's spm.model
+    # beside it: a .model file is read as what it is, not refused as a broken vocab.txt.
+    assert tokenization.vocab_in_folder(model) == (model, "sentencepiece")
+    assert tokenization.load_tokenizer(model).tokenize(["hello there"]) == tok.tokenize(["hello there"])
     assert tok.vocab[tok.special.mask] == "[MASK]"
     c = DataSettings(
         source="text", input_files=str(text), tokenizer="sentencepiece", vocab_file=model,
