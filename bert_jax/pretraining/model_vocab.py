@@ -62,7 +62,24 @@ def run_size(vocab_size: int, data: DataSettings) -> int:
     return size or vocab
 
 
-def check_run_size(vocab_size: int, data: DataSettings) -> None:
+UNUSED_SHARE = 0.1  # a table this much larger than the vocabulary is said (`check_run_size`)
+
+
+def check_run_size(vocab_size: int, data: DataSettings) -> str | None:
     """What a run checks before it trains: the vocabulary learned where the data config
-    learns one (once, cached) and the model's size holding the tokenizer's ids (`run_size`)."""
-    run_size(vocab_size, data)
+    learns one (once, cached) and the model's size holding the tokenizer's ids (`run_size`).
+    Returns a warning when more than `UNUSED_SHARE` of an explicit size's rows are no
+    token's (a preset's size beside a user's smaller vocabulary): never an input or a
+    target, they only cost memory, time and a larger first loss."""
+    size = run_size(vocab_size, data)
+    if not vocab_size or data.source == "synthetic":
+        return None
+    vocab = run_vocabulary.vocab_size_of(data)
+    if size - vocab <= UNUSED_SHARE * size:
+        return None
+    name = run_vocabulary.vocab_file_of(data) or "bert-base-uncased"
+    return (
+        f"config.model.vocab_size={size} has {size - vocab:,} rows more than the {vocab:,} tokens of "
+        f"{name}: no token uses them; set --config.data.vocab_file to the vocabulary the size is for, or "
+        "--config.model.vocab_size=0 to size the model to this one"
+    )

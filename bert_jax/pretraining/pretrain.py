@@ -171,10 +171,12 @@ def check_run(settings: PretrainSettings) -> None:
     `check_recipe` (contradictory switches, before a vocabulary is learned), its batches
     against this host's and devices' memory (`batch_memory`), then the vocabulary
     (`model_vocab.check_run_size`: learned once where the data config learns one; an
-    explicit size the tokenizer's ids do not fit refused)."""
+    explicit size the tokenizer's ids do not fit refused, one far larger said)."""
     check_recipe(settings)
     batch_memory.check(settings, sharding.make_mesh(settings.training.mesh_shape))
-    model_vocab.check_run_size(settings.model.vocab_size, settings.data)
+    unused = model_vocab.check_run_size(settings.model.vocab_size, settings.data)
+    if unused and jax.process_index() == 0:
+        print(f"warning: {unused}", flush=True)
 
 
 def check_recipe(run: PretrainSettings) -> None:

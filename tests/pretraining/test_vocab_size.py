@@ -124,6 +124,27 @@ def test_zero_reads_a_given_vocabulary_files_size(tmp_path) -> None:
     assert model_vocab.planned_size(*_sizes(c)) == model_vocab.run_size(*_sizes(c)) == 12
 
 
+def test_a_table_far_larger_than_the_vocabulary_is_said_in_one_warning(tmp_path, capsys) -> None:
+    """A preset's size beside a user's small vocabulary: the run goes on, and says which
+    rows no token uses and the two ways out; a size that fits, or 0, says nothing."""
+    words = ["the", "cat", "sat", "on", "mat", "##s", "dog"]
+    path = tmp_path / "vocab.txt"
+    path.write_text("\n".join([*tokenization.SPECIAL_TOKENS, *words]) + "\n")
+    c = tiny_pretraining(**{"data.source": "text", "data.vocab_file": str(path), "model.vocab_size": 64})
+    assert model_vocab.check_run_size(*_sizes(c)) == (
+        f"config.model.vocab_size=64 has 52 rows more than the 12 tokens of {path}: no token uses them; set "
+        "--config.data.vocab_file to the vocabulary the size is for, or --config.model.vocab_size=0 to size "
+        "the model to this one"
+    )
+    pretrain.check_run(run_settings.pretrain_settings(c))
+    assert [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("warning:")] == [
+        f"warning: {model_vocab.check_run_size(*_sizes(c))}"
+    ]
+    for fits in (13, 0):  # one spare row is within the share; 0 is the vocabulary's own size
+        c.model.vocab_size = fits
+        assert model_vocab.check_run_size(*_sizes(c)) is None
+
+
 def test_zero_without_a_tokenizer_is_refused_in_one_line(tmp_path) -> None:
     c = tiny_pretraining(**{"model.vocab_size": 0})
     for read in (model_vocab.planned_size, model_vocab.run_size):
