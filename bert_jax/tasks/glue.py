@@ -1,7 +1,8 @@
 """GLUE (paper §4.1): the nine tasks from the original TSV release or from TFDS `glue/*`.
 
 Local files: ``<data_dir>/<Folder>/{train,dev,test}.tsv`` exactly as the GLUE download
-script lays them out (MNLI: ``dev_matched``/``dev_mismatched``/``test_matched``/
+script lays them out, or ``<data_dir>/{train,dev,test}.tsv`` with the task's own folder as
+``data_dir`` (MNLI: ``dev_matched``/``dev_mismatched``/``test_matched``/
 ``test_mismatched``). Columns are found by each file's header names; CoLA's train/dev
 have no header (columns by position). With ``data_dir="tfds"`` (or ``"tfds:<dir>"`` for a
 TFDS data folder) the same splits come from ``tfds.load("glue/<task>")``.
@@ -133,8 +134,14 @@ def read_tsv(task: str, data_dir: str, split: str) -> list[Example]:
     their ``index`` column as ``guid`` (for the submission file)."""
     layout = LAYOUTS[task]
     path = os.path.join(data_dir, layout.folder, f"{split}.tsv")
+    own = os.path.join(data_dir, f"{split}.tsv")  # data_dir as the task's own folder
+    if not os.path.exists(path) and os.path.exists(own):
+        path = own
     if not os.path.exists(path):
-        raise FileNotFoundError(f"GLUE {task}: {path} does not exist")
+        raise FileNotFoundError(
+            f"GLUE {task}: {path} does not exist (config.data_dir is the GLUE download's folder, "
+            f"holding {layout.folder}/, or the task's own folder, holding {split}.tsv)"
+        )
     csv.field_size_limit(sys.maxsize)
     with open(path, encoding="utf-8-sig", newline="") as f:
         rows = list(csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE))

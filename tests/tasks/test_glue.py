@@ -147,8 +147,12 @@ def test_bad_glue_files_name_the_file_and_line(tmp_path) -> None:
     _replace(tmp_path, "STS-B", "dev.tsv", GLUE_FILES["STS-B"]["dev.tsv"].replace("0.000", "high"))
     with pytest.raises(ValueError, match=r"STS-B/dev\.tsv:2: score 'high' is not a number"):
         glue.read("stsb", root, "dev")
-    with pytest.raises(FileNotFoundError, match=r"SST-2/train\.tsv does not exist"):
+    with pytest.raises(
+        FileNotFoundError, match=r"SST-2/train\.tsv does not exist \(config\.data_dir is the GLUE"
+    ):
         glue.read("sst2", str(tmp_path / "nowhere"), "train")
+    # The task's own folder as data_dir (its train.tsv there) reads the same examples.
+    assert glue.read("sst2", str(Path(root) / "SST-2"), "train") == glue.read("sst2", root, "train")
     with pytest.raises(ValueError, match="unknown task 'sst3'"):
         get_task("sst3")
 
