@@ -1,4 +1,4 @@
-"""SQuAD: `--config=configs/squad.py:1.1` or `:2.0` (paper §4.2, §4.3).
+"""SQuAD: `--config=configs/squad.py:1.1` or `:2.0` (`v1.1`, `2`, ... too; paper §4.2, §4.3).
 
 `data_dir` holds the official `train-v1.1.json`/`dev-v1.1.json` (or v2.0); `train_file`
 /`dev_file` override the names. v1.1: 3 epochs, lr 5e-5, batch 32; v2.0: 2 epochs,
@@ -19,9 +19,14 @@ from bert_jax.training.resolver import to_config
 defaults = run_config.sibling(__file__, "defaults")
 
 
+# The version as written after the colon: 1.1 / 2.0, with or without a "v", or its major.
+VERSIONS = {"1.1": "1.1", "1": "1.1", "2.0": "2.0", "2": "2.0"}
+
+
 def get_config(version: str = "1.1") -> ml_collections.ConfigDict:
-    if version not in ("1.1", "2.0"):
-        raise ValueError(f"SQuAD version {version!r}: choose 1.1 or 2.0")
+    given, version = version, VERSIONS.get(version.lower().removeprefix("v"), "")
+    if not version:
+        raise ValueError(f"SQuAD version {given!r}: choose configs/squad.py:1.1 or configs/squad.py:2.0")
     c = defaults.finetuning()
     c.task = f"squad{version}"
     # doc_stride, max_query_length, n_best_size, max_answer_length, null_score_diff_threshold

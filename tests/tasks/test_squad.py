@@ -332,3 +332,14 @@ def test_task_scores_only_the_questions_it_kept(tokenizer, tmp_path) -> None:
     assert set(json.loads((tmp_path / "out" / "null_odds.json").read_text())) == {
         e.qas_id for e in split.meta.examples
     }
+
+
+def test_the_config_takes_the_version_as_users_write_it() -> None:
+    from configs import squad as squad_config
+
+    for written, task in (("1.1", "squad1.1"), ("v1.1", "squad1.1"), ("1", "squad1.1"), ("V2", "squad2.0")):
+        assert squad_config.get_config(written).task == task
+    with pytest.raises(
+        ValueError, match=r"^SQuAD version '3': choose configs/squad.py:1.1 or configs/squad.py:2.0$"
+    ):
+        squad_config.get_config("3")
