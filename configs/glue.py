@@ -3,8 +3,9 @@
 The paper's settings (§4.1): max sequence 128, batch 32, 3 epochs, lr from
 5e-5/4e-5/3e-5/2e-5 chosen on dev (`bert-jax finetune --sweep` runs the grid).
 `data_dir` is the folder of the GLUE download (`<data_dir>/SST-2/train.tsv`, ...), the
-task's own folder (`<data_dir>/train.tsv`), or `tfds` (`tfds:<dir>` for a TFDS data folder). `predict_test=True` writes the GLUE
-submission files (`SST-2.tsv`, `MNLI-m.tsv`, ...) under `<workdir>/test/`.
+task's own folder (`<data_dir>/train.tsv`), or `tfds` (`tfds:<dir>` for a TFDS data
+folder). `predict_test=True` writes the GLUE submission files (`SST-2.tsv`, `MNLI-m.tsv`,
+...) under `<workdir>/test/`.
 """
 
 from __future__ import annotations

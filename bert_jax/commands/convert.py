@@ -69,6 +69,7 @@ OUTPUT_NAMES = {
     "tokenizer_config.json",
     "special_tokens_map.json",
     "checkpoint",
+    "task.json",
 }
 
 
@@ -113,13 +114,27 @@ def main(argv: list[str]) -> None:
     with user_paths.removed_if_failed(folder):
         user_paths.replace(earlier, "--dst")
         folder = convert.save_checkpoint(
-            FLAGS.dst, params, config, FLAGS.dst_format, fold_segment=FLAGS.fold_segment_embedding
+            FLAGS.dst,
+            params,
+            config,
+            FLAGS.dst_format,
+            fold_segment=FLAGS.fold_segment_embedding,
+            label_names=convert.label_names(FLAGS.src),
         )
         convert.write_tokenizer_files(folder, vocab, True if casing is None else casing, config)
     heads = ""
+    modern = FLAGS.dst_format == "hf" and _model_type(folder) == "modernbert"
     if "mlm" in params:  # a ModernBERT export has no NSP head (`ModernBertForMaskedLM`)
-        modern = FLAGS.dst_format == "hf" and _model_type(folder) == "modernbert"
         heads = " with MLM/NSP heads" if "nsp" in params and not modern else " with the MLM head"
+    _, head = convert.split_task_head(params)
+    if head is None and os.path.exists(os.path.join(FLAGS.src, "head.msgpack")):
+        print(
+            f"warning: {FLAGS.src}/head.msgpack is not converted (a head of no transformers class, or "
+            "saved before its kind was recorded in task.json); the encoder is"
+        )
+    # (the TF graph holds no task head; a ModernBERT export only the sequence classifier)
+    if head is not None and FLAGS.dst_format != "tf" and (head[0] == "classifier" or not modern):
+        heads += f" with its {convert.HEADS[head[0]]}"
     if FLAGS.dst_format == "bert_jax" and config.vocab_pad_multiple > 1:
         heads += f", vocabulary padded to {config.padded_vocab_size} on load"
     print(

@@ -21,17 +21,21 @@ whatever the source says), exports drop the padding.
 
 from __future__ import annotations
 
+import json
 import os
 
-from bert_jax.convert.bert_jax_format import load_bert_jax, save_bert_jax
+from bert_jax.convert import hf_configs
+from bert_jax.convert.bert_jax_format import head_record, load_bert_jax, save_bert_jax
 from bert_jax.convert.hf_format import from_hf_state_dict, hf_config_dict, load_hf, save_hf, to_hf_state_dict
 from bert_jax.convert.layout import (
+    TASK_HEADS,
     Params,
     canonical,
     check_exportable,
     expected_shapes,
     flatten,
     for_config,
+    split_task_head,
     validate,
 )
 from bert_jax.convert.tf_format import load_tf, save_tf
@@ -52,6 +56,7 @@ __all__ = [
     "flatten",
     "from_hf_state_dict",
     "hf_config_dict",
+    "label_names",
     "load_bert_jax",
     "load_checkpoint",
     "load_hf",
@@ -60,6 +65,7 @@ __all__ = [
     "save_checkpoint",
     "save_hf",
     "save_tf",
+    "split_task_head",
     "to_hf_state_dict",
     "validate",
     "write_tokenizer_files",
@@ -85,7 +91,20 @@ def detect_format(path: str) -> str:
 
 
 # The heads a checkpoint may hold beside the encoder (`load_checkpoint`'s `heads`).
-HEADS = {"mlm": "masked-LM head", "nsp": "next-sentence head", "classifier": "sequence classifier"}
+HEADS = {"mlm": "masked-LM head", "nsp": "next-sentence head", **{k: v[0] for k, v in TASK_HEADS.items()}}
+
+
+def label_names(path: str) -> list[str] | None:
+    """The names of a checkpoint's classifier labels, where it records them: a bert_jax
+    folder's ``task.json`` (a fine-tuned model or an export), a Hugging Face folder's
+    ``id2label`` (not the ``LABEL_i`` `transformers` makes up)."""
+    fmt = detect_format(path)
+    if fmt == "bert_jax":
+        return head_record(path).get("labels") or None
+    if fmt == "hf":
+        with open(os.path.join(path, "config.json")) as f:
+            return hf_configs.label_names(json.load(f))
+    return None
 
 
 def load_checkpoint(
@@ -121,14 +140,21 @@ def load_checkpoint(
 
 
 def save_checkpoint(
-    path: str, params: Params, config: BertConfig, fmt: str, fold_segment: bool = False
+    path: str,
+    params: Params,
+    config: BertConfig,
+    fmt: str,
+    fold_segment: bool = False,
+    label_names: list[str] | None = None,
 ) -> str:
     """Writes the checkpoint (the vocabulary unpadded); returns the folder it is in.
 
     ``hf`` writes a `transformers` BERT for the paper's architecture and a ModernBERT for a
     model of that family; `fold_segment` lets a ModernBERT export fold row 0 of a segment
     embedding that was trained on segment 0 only (FULL-SENTENCES rows) into the word
-    embeddings, which is exact (docs/modernbert.md)."""
+    embeddings, which is exact (docs/modernbert.md). A task head (`layout.TASK_HEADS`) goes
+    to ``hf`` as its `transformers` class (`label_names` its ``id2label``) and to
+    ``bert_jax`` beside the encoder; the original TF graph has none of them (a warning)."""
     savers = {"hf": save_hf, "tf": save_tf, "bert_jax": save_bert_jax}
     if fmt not in savers:
         raise ValueError(f"unknown format {fmt!r}: bert_jax, hf or tf")
@@ -137,7 +163,13 @@ def save_checkpoint(
     if fmt == "tf" and "ckpt" not in os.path.basename(path.rstrip(os.sep)):
         path = os.path.join(path, "bert_model.ckpt")  # a folder, as the original release
     if fmt == "hf":
-        save_hf(path, params, config, fold_segment)
+        save_hf(path, params, config, fold_segment, label_names)
+    elif fmt == "bert_jax":
+        save_bert_jax(path, params, config, label_names)
     else:
-        savers[fmt](path, params, config)
+        params, head = split_task_head(params)
+        if head is not None:
+            what = TASK_HEADS[head[0]][0]
+            print(f"warning: the {what} is not written (the original TF graph holds the encoder)")
+        save_tf(path, params, config)
     return os.path.dirname(path) if fmt == "tf" else path

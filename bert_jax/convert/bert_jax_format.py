@@ -11,22 +11,25 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 from absl import logging
+from flax import serialization
 
 from bert_jax.convert import layout
 from bert_jax.convert.layout import Params
 from bert_jax.model.config import BertConfig
 
 
-def save_bert_jax(folder: str, params: Params, config: BertConfig) -> None:
+def save_bert_jax(
+    folder: str, params: Params, config: BertConfig, label_names: list[str] | None = None
+) -> None:
     """Params (scanned or not, padded or not) → ``folder/params`` and ``bert_config.json``.
 
     The tensors are written unpadded; the config keeps `vocab_pad_multiple`, so that a
-    load pads them again. A sequence classifier (``classifier``) is written beside them."""
-    params, classifier = layout.split_classifier(params)
+    load pads them again. A task head (`layout.TASK_HEADS`) is written beside them, its
+    kind and `label_names` in `TASK_RECORD`."""
+    params, head = layout.split_task_head(params)
     params = layout.canonical(params, config)
     layout.validate(params, config, "params to export")
-    if classifier is not None:
-        params["classifier"] = layout.check_classifier(classifier, config, "params to export")
+    params = layout.with_task_head(params, head, config, "params to export")
     folder = os.path.abspath(folder)
     os.makedirs(folder, exist_ok=True)
     with open(os.path.join(folder, "bert_config.json"), "w") as f:
@@ -34,6 +37,51 @@ def save_bert_jax(folder: str, params: Params, config: BertConfig) -> None:
     checkpointer = ocp.StandardCheckpointer()
     checkpointer.save(os.path.join(folder, "params"), params, force=True)
     checkpointer.wait_until_finished()
+    write_head_record(folder, params, label_names)
+
+
+TASK_RECORD = "task.json"  # a fine-tuned model's task, and its head's kind and labels
+HEAD_FILE = "head.msgpack"  # a fine-tuned model's task head (`finetuning.outputs.save_model`)
+
+
+def head_record(folder: str) -> dict:
+    """The ``head`` of a folder's `TASK_RECORD` (``{"kind": TASK_HEADS key, "labels": [...]}``),
+    or {} where there is none."""
+    path = os.path.join(folder, TASK_RECORD)
+    if not os.path.exists(path):
+        return {}
+    try:
+        with open(path) as f:
+            record = json.load(f)
+    except (OSError, ValueError) as e:
+        raise ValueError(f"{path} cannot be read: {e}") from None
+    return (record.get("head") or {}) if isinstance(record, dict) else {}
+
+
+def finetuned_head(folder: str) -> layout.TaskHead | None:
+    """The task head of a fine-tuned model folder (`HEAD_FILE`, of the kind its
+    `TASK_RECORD` names); None without one, or for a head of no `layout.TASK_HEADS` kind
+    (the feature-based BiLSTM, a folder saved before kinds were recorded): the encoder
+    then loads alone (`convert` says so)."""
+    path = os.path.join(folder, HEAD_FILE)
+    kind = head_record(folder).get("kind")
+    if not os.path.exists(path) or kind not in layout.TASK_HEADS:
+        return None
+    with open(path, "rb") as f:
+        head = serialization.msgpack_restore(f.read())
+    if len(head) != 1:
+        held = ", ".join(head)
+        raise ValueError(f"{path} holds {len(head)} heads ({held}), not the one {TASK_RECORD} names")
+    (tensors,) = head.values()
+    return kind, tensors
+
+
+def write_head_record(folder: str, params: Params, labels: list[str] | None) -> None:
+    """A `TASK_RECORD` naming the task head of `params` (none without one) and its labels."""
+    _, head = layout.split_task_head(params)
+    if head is not None:
+        with open(os.path.join(folder, TASK_RECORD), "w") as f:
+            json.dump({"head": {"kind": head[0], "labels": list(labels or [])}}, f, indent=2)
 
 
 def _restore_workdir_params(workdir: str) -> Params:
@@ -89,10 +137,8 @@ def load_bert_jax(path: str, expected: BertConfig | None = None) -> tuple[Params
             raise ValueError(f"{path}/params is not a readable orbax checkpoint: {e}") from e
     else:
         params = _restore_workdir_params(path)
-    params, classifier = layout.split_classifier(params)
+    params, head = layout.split_task_head(params)
     params = layout.canonical(params, config)
     layout.validate(params, config, path)
     params = layout.for_config(params, config)
-    if classifier is not None:
-        params["classifier"] = layout.check_classifier(classifier, config, path)
-    return params, config
+    return layout.with_task_head(params, head or finetuned_head(path), config, path), config

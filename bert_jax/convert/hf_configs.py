@@ -134,12 +134,25 @@ def attention_pattern(values: dict[str, Any], layers: int, every_default: int, s
     return 1, types
 
 
-def labels_dict(num_labels: int) -> dict[str, Any]:
-    """A classifier's label keys of a `transformers` config (none without a classifier)."""
+def labels_dict(num_labels: int, names: list[str] | None = None) -> dict[str, Any]:
+    """A classifier's label keys of a `transformers` config (none without a classifier):
+    its labels' `names` where they are known and as many, else ``LABEL_i``."""
     if not num_labels:
         return {}
+    if not names or len(names) != num_labels:
+        names = [f"LABEL_{i}" for i in range(num_labels)]
     return {
         "num_labels": num_labels,
-        "id2label": {str(i): f"LABEL_{i}" for i in range(num_labels)},
-        "label2id": {f"LABEL_{i}": i for i in range(num_labels)},
+        "id2label": {str(i): name for i, name in enumerate(names)},
+        "label2id": {name: i for i, name in enumerate(names)},
     }
+
+
+def label_names(values: dict[str, Any]) -> list[str] | None:
+    """A `transformers` config's label names in id order (None for the ``LABEL_i`` it makes
+    up, or none at all)."""
+    id2label = values.get("id2label") or {}
+    names = [str(id2label.get(str(i), id2label.get(i, ""))) for i in range(len(id2label))]
+    if not names or names == [f"LABEL_{i}" for i in range(len(names))]:
+        return None
+    return names

@@ -26,14 +26,18 @@ _IGNORABLE = (
 
 
 def from_hf_state_dict(
-    state: dict[str, np.ndarray], config: BertConfig, source: str = "state dict"
+    state: dict[str, np.ndarray],
+    config: BertConfig,
+    source: str = "state dict",
+    architectures: list[str] | None = None,
 ) -> Params:
-    """A Hugging Face BERT state dict (with or without the ``bert.`` prefix; a
-    BertForSequenceClassification's ``classifier.*`` too) → params, the vocabulary padded
-    for `config`."""
+    """A Hugging Face BERT state dict (with or without the ``bert.`` prefix; a fine-tuned
+    class's task head too: ``classifier.*``, as the folder's `architectures` say which
+    head it is, or ``qa_outputs.*``) → params, the vocabulary padded for `config`."""
     state = {k: np.asarray(v, np.float32) for k, v in state.items()}
     if not any(k.startswith("bert.") for k in state):
-        state = {(k if k.startswith(("cls.", "classifier.")) else f"bert.{k}"): v for k, v in state.items()}
+        tops = ("cls.", "classifier.", "qa_outputs.")
+        state = {(k if k.startswith(tops) else f"bert.{k}"): v for k, v in state.items()}
     heads = any(k.startswith("cls.predictions.transform") for k in state)
     if "cls.predictions.decoder.bias" in state:  # what transformers 5 computes with (4.x: the same tensor)
         state["cls.predictions.bias"] = state["cls.predictions.decoder.bias"]
@@ -46,22 +50,31 @@ def from_hf_state_dict(
         flat[entry.path] = layout.relayout(state[found], entry.hf_layout, found, source, config)
     if heads:
         flat.update(_decoder_from(state, used, config, source))
-    if "classifier.weight" in state:
-        flat[("classifier", "kernel")] = np.ascontiguousarray(state["classifier.weight"].T)
-        labels = state["classifier.weight"].shape[0]
-        flat[("classifier", "bias")] = state.get("classifier.bias", np.zeros(labels, np.float32))
-        used.update(("classifier.weight", "classifier.bias"))
+    for prefix in ("classifier", "qa_outputs"):
+        if f"{prefix}.weight" in state:
+            name = prefix if prefix == "qa_outputs" else _classifier_key(architectures)
+            flat[(name, "kernel")] = np.ascontiguousarray(state[f"{prefix}.weight"].T)
+            outputs = state[f"{prefix}.weight"].shape[0]
+            flat[(name, "bias")] = state.get(f"{prefix}.bias", np.zeros(outputs, np.float32))
+            used.update((f"{prefix}.weight", f"{prefix}.bias"))
     extra = sorted(k for k in state if k not in used and k not in _IGNORABLE)
     if extra:
         raise ValueError(f"{source}: unexpected tensors not in a BERT model: {', '.join(extra[:10])}")
-    params, classifier = layout.split_classifier(layout.nest(flat))
+    params, head = layout.split_task_head(layout.nest(flat))
     if "pooler" not in params.get("bert", {}):
         params["bert"]["pooler"] = _fresh_pooler(config, source)
     layout.validate(params, config, source)
     params = layout.for_config(params, config)
-    if classifier is not None:
-        params["classifier"] = layout.check_classifier(classifier, config, source)
-    return params
+    return layout.with_task_head(params, head, config, source)
+
+
+def _classifier_key(architectures: list[str] | None) -> str:
+    """Which task head a folder's ``classifier.*`` is, by the class `architectures` names
+    (a sequence classifier when it names none of the others)."""
+    for name, (_, cls) in layout.TASK_HEADS.items():
+        if cls in (architectures or []):
+            return name
+    return "classifier"
 
 
 def _decoder_from(state: dict, used: set[str], config: BertConfig, source: str) -> dict:
@@ -91,8 +104,8 @@ def _fresh_pooler(config: BertConfig, source: str) -> Params:
 
 
 def to_hf_state_dict(params: Params, config: BertConfig) -> dict[str, np.ndarray]:
-    """Params → a `transformers` BertForPreTraining (or BertForSequenceClassification with
-    a classifier, or BertModel without heads) state dict.
+    """Params → a `transformers` BertForPreTraining (or the class of its task head,
+    `layout.TASK_HEADS`, or BertModel without heads) state dict.
 
     The tied decoder weight (and its bias alias) are written too: `from_pretrained`
     then reports no missing keys, and the tie makes them the same tensors again.
@@ -103,7 +116,7 @@ def to_hf_state_dict(params: Params, config: BertConfig) -> dict[str, np.ndarray
             f"the Hugging Face BertModel cannot represent {', '.join(config.switches_on())}: "
             "a model of the ModernBERT family exports with save_hf"
         )
-    params, classifier = layout.split_classifier(params)
+    params, head = layout.split_task_head(params)
     params = layout.canonical(params, config)
     layout.validate(params, config, "params to export")
     heads = "mlm" in params
@@ -119,14 +132,22 @@ def to_hf_state_dict(params: Params, config: BertConfig) -> dict[str, np.ndarray
             decoder = np.asarray(flat[("mlm", "decoder")], np.float32)
         out["cls.predictions.decoder.weight"] = decoder
         out["cls.predictions.decoder.bias"] = out["cls.predictions.bias"]
-    if classifier is not None:
-        classifier = layout.check_classifier(classifier, config, "params to export")
-        out["classifier.weight"] = np.ascontiguousarray(classifier["kernel"].T)
-        out["classifier.bias"] = classifier["bias"]
+    if head is not None:
+        tensors = layout.check_task_head(head, config, "params to export")
+        prefix = "qa_outputs" if head[0] == "qa_outputs" else "classifier"
+        out[f"{prefix}.weight"] = np.ascontiguousarray(tensors["kernel"].T)
+        out[f"{prefix}.bias"] = tensors["bias"]
+        if head[0] in ("token_classifier", "qa_outputs"):  # their classes have no pooler
+            out = {k: v for k, v in out.items() if not k.startswith("bert.pooler.")}
     return out
 
 
-def hf_config_dict(config: BertConfig, architecture: str = "BertForPreTraining", num_labels: int = 0) -> dict:
+def hf_config_dict(
+    config: BertConfig,
+    architecture: str = "BertForPreTraining",
+    num_labels: int = 0,
+    label_names: list[str] | None = None,
+) -> dict:
     """`config.json` of `transformers.BertConfig` (the vocabulary unpadded, as the weights)."""
     out = {
         "architectures": [architecture],
@@ -146,13 +167,14 @@ def hf_config_dict(config: BertConfig, architecture: str = "BertForPreTraining",
         "tie_word_embeddings": config.tie_word_embeddings,
         "pad_token_id": 0,
     }
-    return {**out, **hf_configs.labels_dict(num_labels)}
+    return {**out, **hf_configs.labels_dict(num_labels, label_names)}
 
 
 def bert_architecture(params: Params) -> str:
     """The `transformers` BERT class that holds `params`' heads."""
-    if "classifier" in params:
-        return "BertForSequenceClassification"
+    _, head = layout.split_task_head(params)
+    if head is not None:
+        return layout.TASK_HEADS[head[0]][1]
     if "mlm" in params:
         return "BertForPreTraining" if "nsp" in params else "BertForMaskedLM"
     return "BertModel"
@@ -191,21 +213,27 @@ def load_hf(folder: str, expected: BertConfig | None = None) -> tuple[Params, Be
     layout.check_model_type(values, path, ("bert",))
     config = hf_configs.bert_config(values, path)
     layout.check_expected(config, expected, folder)
-    return from_hf_state_dict(_read_state(folder), config, folder), config
+    return from_hf_state_dict(_read_state(folder), config, folder, values.get("architectures")), config
 
 
-def save_hf(folder: str, params: Params, config: BertConfig, fold_segment: bool = False) -> None:
+def save_hf(
+    folder: str,
+    params: Params,
+    config: BertConfig,
+    fold_segment: bool = False,
+    label_names: list[str] | None = None,
+) -> None:
     """A BERT folder, or a ModernBERT one for a model of that family (`fold_segment`: fold
-    row 0 of a segment embedding trained on segment 0 only; `modernbert_format`)."""
+    row 0 of a segment embedding trained on segment 0 only; `modernbert_format`); a
+    classifier's `label_names` become its ``id2label``."""
     os.makedirs(folder, exist_ok=True)
+    labels = layout.head_outputs(params)
     if layout.hf_family(config) == "bert":
-        labels = np.shape(params["classifier"]["bias"])[0] if "classifier" in params else 0
         state = to_hf_state_dict(params, config)
-        hf_config = hf_config_dict(config, bert_architecture(params), labels)
+        hf_config = hf_config_dict(config, bert_architecture(params), labels, label_names)
     else:
         state, architecture, held = modernbert_format.to_state_dict(params, config, fold_segment)
-        labels = np.shape(params["classifier"]["bias"])[0] if "classifier" in params else 0
-        hf_config = modernbert_format.hf_config(held, architecture, labels)
+        hf_config = modernbert_format.hf_config(held, architecture, labels, label_names)
     # safetensors refuses shared memory: the tied decoder is written as its own copy.
     tensors = {k: np.array(v, copy=True) for k, v in state.items()}
     atomic_files.write_with(  # whole, and with the umask's mode (safetensors' own file is 0600)

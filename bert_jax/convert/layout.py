@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from bert_jax.convert import names
-from bert_jax.model import param_shapes, vocab_padding
+from bert_jax.model import heads, param_shapes, vocab_padding
 from bert_jax.model.config import ARCHITECTURE_KEYS, SHAPE_KEYS, BertConfig
 from bert_jax.model.encoder import BertModel, unstack_layers
 from bert_jax.model.heads import BertForPreTraining
@@ -130,20 +130,73 @@ def hf_family(config: BertConfig) -> str:
     return "modernbert" if [s for s in config.switches_on() if s != "tie_word_embeddings=False"] else "bert"
 
 
-def split_classifier(params: Params) -> tuple[Params, Params | None]:
-    """(the model's params without a sequence classifier, the classifier or None)."""
-    return {k: v for k, v in params.items() if k != "classifier"}, params.get("classifier")
+# A fine-tuned model's task head beside the encoder: its params key → what it is and the
+# `transformers` BERT class that holds it (the same tensor names: ``classifier.*``, or
+# ``qa_outputs.*`` for the span head). At most one per checkpoint.
+TASK_HEADS = {
+    "classifier": ("sequence classifier", "BertForSequenceClassification"),
+    "token_classifier": ("token classifier", "BertForTokenClassification"),
+    "choice_classifier": ("multiple-choice scorer", "BertForMultipleChoice"),
+    "qa_outputs": ("span head (question answering)", "BertForQuestionAnswering"),
+}
+_HEAD_OUTPUTS = {"choice_classifier": 1, "qa_outputs": 2}  # the others: one per label
+# The bert_jax model of each (`bert_jax.model.heads`), whose own params name it ``classifier``
+# (``qa_outputs`` for the span head).
+_HEAD_MODELS = {
+    heads.BertForSequenceClassification: "classifier",
+    heads.BertForTokenClassification: "token_classifier",
+    heads.BertForMultipleChoice: "choice_classifier",
+    heads.BertForQuestionAnswering: "qa_outputs",
+}
 
 
-def check_classifier(classifier: Params, config: BertConfig, source: str) -> Params:
-    """A sequence classifier (``kernel`` [H, labels], ``bias`` [labels]) that fits `config`."""
-    kernel, bias = np.asarray(classifier["kernel"], np.float32), np.asarray(classifier["bias"], np.float32)
-    if kernel.ndim != 2 or kernel.shape[0] != config.hidden_size or bias.shape != kernel.shape[1:]:
+def task_head_name(model: Any) -> str | None:
+    """The `TASK_HEADS` key of a fine-tuning model's head (None for another model: the
+    BiLSTM of the feature-based runs)."""
+    return _HEAD_MODELS.get(type(model))
+
+
+TaskHead = tuple[str, Params]  # (its key in TASK_HEADS, its kernel and bias)
+
+
+def split_task_head(params: Params) -> tuple[Params, TaskHead | None]:
+    """(the model's params without a task head, the task head or None)."""
+    found = [k for k in TASK_HEADS if k in params]
+    if len(found) > 1:
+        raise ValueError(f"params hold {len(found)} task heads ({', '.join(found)}): one at most")
+    rest = {k: v for k, v in params.items() if k not in TASK_HEADS}
+    return rest, ((found[0], params[found[0]]) if found else None)
+
+
+def with_task_head(params: Params, head: TaskHead | None, config: BertConfig, source: str) -> Params:
+    """`params` with `head` checked (`check_task_head`) beside them; as they are without one."""
+    if head is None:
+        return params
+    return {**params, head[0]: check_task_head(head, config, source)}
+
+
+def check_task_head(head: TaskHead, config: BertConfig, source: str) -> Params:
+    """A task head's ``kernel`` [H, outputs] and ``bias`` [outputs] that fit `config`: one
+    output per label, one for the multiple-choice scorer, two (start, end) for the span head."""
+    name, tensors = head
+    kernel, bias = np.asarray(tensors["kernel"], np.float32), np.asarray(tensors["bias"], np.float32)
+    outputs = _HEAD_OUTPUTS.get(name)
+    fits = kernel.ndim == 2 and kernel.shape[0] == config.hidden_size and bias.shape == kernel.shape[1:]
+    if not fits or (outputs is not None and kernel.shape[1] != outputs):
+        want = f"[{config.hidden_size}, {outputs if outputs is not None else 'labels'}]"
         raise ValueError(
-            f"{source}: a classifier of shape {kernel.shape} (bias {bias.shape}) does not fit "
-            f"hidden_size={config.hidden_size}"
+            f"{source}: a {TASK_HEADS[name][0]} of shape {kernel.shape} (bias {bias.shape}) does not "
+            f"fit hidden_size={config.hidden_size}: it needs {want}"
         )
     return {"kernel": kernel, "bias": bias}
+
+
+def head_outputs(params: Params) -> int:
+    """The labels of a sequence or token classifier in `params` (0 for none or another head)."""
+    for name in ("classifier", "token_classifier"):
+        if name in params:
+            return int(np.shape(params[name]["bias"])[0])
+    return 0
 
 
 def check_exportable(config: BertConfig, fmt: str, fold_segment: bool = False) -> None:

@@ -134,7 +134,9 @@ def cannot_hold(config: BertConfig, fold_segment: bool = False) -> list[str]:
     return reasons
 
 
-def hf_config(config: BertConfig, architecture: str, num_labels: int = 0) -> dict[str, Any]:
+def hf_config(
+    config: BertConfig, architecture: str, num_labels: int = 0, label_names: list[str] | None = None
+) -> dict[str, Any]:
     """`config.json` of `transformers.ModernBertConfig` for `config` (special token ids:
     `tokenizer_files.write_tokenizer_files` sets them from the tokenizer)."""
     c = config
@@ -176,7 +178,7 @@ def hf_config(config: BertConfig, architecture: str, num_labels: int = 0) -> dic
         # ModernBERT's own ids where its vocabulary is there, else none (set from a tokenizer).
         **{f"{r}_token_id": (i if c.vocab_size > 50283 else None) for r, i in _MODERNBERT_IDS.items()},
     }
-    return {**out, **hf_configs.labels_dict(num_labels)}
+    return {**out, **hf_configs.labels_dict(num_labels, label_names)}
 
 
 _MODERNBERT_IDS = {"pad": 50283, "bos": 50281, "eos": 50282, "cls": 50281, "sep": 50282}
@@ -225,12 +227,10 @@ def from_state_dict(
     params = layout.nest(flat)
     if "pooler" not in params["bert"]:
         params["bert"]["pooler"] = _fresh_pooler(config, source)
-    params, classifier = layout.split_classifier(params)
+    params, head = layout.split_task_head(params)
     layout.validate(params, config, source)
     params = layout.for_config(params, config)
-    if classifier is not None:
-        params["classifier"] = layout.check_classifier(classifier, config, source)
-    return params
+    return layout.with_task_head(params, head, config, source)
 
 
 def _decoder_from(state: dict, used: set[str], flat: names.Flat, c: BertConfig, source: str) -> names.Flat:
@@ -275,8 +275,14 @@ def to_state_dict(
     reasons = cannot_hold(config, fold_segment)
     if reasons:
         raise ValueError(f"--dst_format=hf: ModernBERT cannot represent {', '.join(reasons)}")
-    classifier = params.get("classifier")
-    params = layout.canonical({k: v for k, v in params.items() if k != "classifier"}, config)
+    params, head = layout.split_task_head(params)
+    classifier = head[1] if head is not None and head[0] == "classifier" else None
+    if head is not None and classifier is None:
+        print(
+            f"warning: the {layout.TASK_HEADS[head[0]][0]} is not written: ModernBERT's transformers "
+            "class for it puts a prediction head before it, which this model has not; the encoder is"
+        )
+    params = layout.canonical(params, config)
     params, c = fold_segments(params, config)
     layout.validate(params, c, "params to export")
     flat = layout.flatten(params)

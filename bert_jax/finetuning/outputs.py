@@ -15,6 +15,7 @@ import numpy as np
 from flax import serialization
 
 from bert_jax import convert
+from bert_jax.convert import layout
 from bert_jax.data import tokenization
 from bert_jax.model import param_shapes
 from bert_jax.storage import atomic_files
@@ -54,7 +55,8 @@ def write_json(path: str, value: Any) -> None:
 def save_model(folder: str, params: Any, inputs: Any, config: dict[str, Any], best: dict) -> None:
     """A fine-tuned model as a complete checkpoint: the encoder in the bert_jax export
     format (so `finetune`, `features` and `convert` read it), the task head
-    (``head.msgpack``), the vocabulary and ``task.json`` (task, config, dev scores).
+    (``head.msgpack``), the vocabulary and ``task.json`` (task, config, dev scores, the
+    head's kind and labels).
     Written beside the folder and swapped in, so a reader never sees half a model."""
     tmp = f"{folder}.tmp"  # one name: a killed save's leftover is removed by the next
     shutil.rmtree(tmp, ignore_errors=True)
@@ -67,7 +69,12 @@ def save_model(folder: str, params: Any, inputs: Any, config: dict[str, Any], be
         f.write(serialization.msgpack_serialize(jax.tree.map(np.asarray, head)))
     vocab = inputs.tokenizer.vocab_file
     shutil.copyfile(vocab, os.path.join(tmp, tokenization.saved_name(vocab)))
-    write_json(os.path.join(tmp, "task.json"), {"task": inputs.task.name, "best": best, "config": config})
+    # The head's kind and labels: `convert` writes it as its `transformers` class.
+    kind = layout.task_head_name(inputs.task.model(inputs.bert_config))
+    record = {"task": inputs.task.name, "best": best, "config": config}
+    if kind is not None:
+        record["head"] = {"kind": kind, "labels": list(inputs.task.label_names)}
+    write_json(os.path.join(tmp, "task.json"), record)
     shutil.rmtree(folder, ignore_errors=True)
     os.replace(tmp, folder)
 

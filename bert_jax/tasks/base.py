@@ -113,6 +113,9 @@ class Task:
     # Training rows may be packed (`bert_jax.finetuning.packing`): the model and loss take packed
     # batches (one label per example slot, weighted by ``label_weights``).
     packable: bool = False
+    # The names of the head's outputs where they are labels (a classifier's classes, NER's
+    # tags), in output order: an export's ``id2label``. () for a regression or another head.
+    label_names: tuple[str, ...] = ()
 
     def model(self, bert_config: Any) -> Any:
         """The flax module (a head of `bert_jax.model.heads`) with the encoder under ``bert``."""

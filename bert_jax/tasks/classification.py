@@ -24,6 +24,7 @@ class ClassificationTask(Task):
         self.eval_splits = spec.eval_splits
         self.test_splits = tuple(spec.test_files)
         self.regression = not spec.labels
+        self.label_names = spec.labels
 
     def model(self, bert_config: Any) -> Any:
         return BertForSequenceClassification(bert_config, num_labels=self.spec.num_labels)

@@ -128,6 +128,7 @@ class NerTask(Task):
     name = "conll2003"
     main_metric = "f1"
     test_splits = ("test",)
+    label_names = TAGS
 
     def model(self, bert_config: Any) -> Any:
         return BertForTokenClassification(bert_config, num_labels=len(TAGS))

@@ -35,6 +35,8 @@ def work(tmp_path_factory) -> Path:
     (w / "adir" / "a.txt").write_text("A line.\nAnother.\n")
     sentences = [s for d in docs for s in d]
     vocab_learning.train_sentencepiece(sentences, str(w / "sp"), 300)  # sp.model, sp.vocab
+    # The same model under a name that does not say what it is (a .model is read as one).
+    (w / "sp.bin").write_bytes((w / "sp.model").read_bytes())
     (w / "done.jsonl").write_text("[1]\n")
     (w / "vocab_out.txt").write_text("[PAD]\n")
     np.save(w / "feat.npy", np.zeros(2))
@@ -56,7 +58,7 @@ def _snapshot(root: Path) -> dict[str, tuple[int, int]]:
 
 def _cases(w: Path) -> list[tuple[list[str], list[str]]]:
     """(arguments, what the one error line must contain); ``new`` must not exist afterwards."""
-    sp = f"{w}/sp.model"
+    sp = f"{w}/sp.bin"
     not_wordpiece = [f"{sp} is not a WordPiece vocab.txt", "--tokenizer=sentencepiece"]
     cases = [
         ("prepare-data --input_file={w}/in.txt --output_dir={new} --vocab_file={sp}", not_wordpiece),
@@ -101,8 +103,8 @@ def _cases(w: Path) -> list[tuple[list[str], list[str]]]:
         ("convert --src={minilm} --dst={w}/mixed --overwrite", ["--dst {w}/mixed holds files", "notes.md"]),
         ("convert --src={w}/nope --dst={new}", ["--src {w}/nope does not exist"]),
         (
-            "convert --src={minilm} --dst={new} --vocab_file={sp}",
-            ["--vocab_file {sp} differs from", "vocab.txt"],
+            "convert --src={minilm} --dst={new} --vocab_file={w}/sp.model",
+            ["--vocab_file {w}/sp.model differs from", "vocab.txt"],
         ),
         (
             "features --checkpoint={minilm} --input={w}/in.txt --output={w}/feat.npy",

@@ -18,7 +18,13 @@ import torch
 import transformers
 
 from bert_jax import convert
-from bert_jax.model.heads import BertForMaskedLM, BertForSequenceClassification
+from bert_jax.model.heads import (
+    BertForMaskedLM,
+    BertForMultipleChoice,
+    BertForQuestionAnswering,
+    BertForSequenceClassification,
+    BertForTokenClassification,
+)
 from tests.conftest import ROOT
 
 ATOL = 1e-4
@@ -63,16 +69,35 @@ def _saved(model, folder, seed=0):
 
 
 def _logits(model, ids, mask) -> np.ndarray:
+    if isinstance(model, transformers.BertForMultipleChoice):  # the 3 rows as 3 choices of one
+        ids, mask = ids[None], mask[None]
     with torch.no_grad():
-        return model(input_ids=torch.tensor(ids), attention_mask=torch.tensor(mask)).logits.numpy()
+        out = model(input_ids=torch.tensor(ids), attention_mask=torch.tensor(mask))
+    if hasattr(out, "start_logits"):
+        return np.stack([out.start_logits.numpy(), out.end_logits.numpy()], -1)
+    return out.logits.numpy()
 
 
 def _ours(params, config, ids, mask) -> np.ndarray:
     ids, mask = jnp.asarray(ids), jnp.asarray(mask)
+    segments = jnp.zeros_like(ids)
     if "classifier" in params:
         labels = params["classifier"]["bias"].shape[0]
         model = BertForSequenceClassification(config, num_labels=labels)
-        return np.asarray(model.apply({"params": params}, ids, mask, jnp.zeros_like(ids)))
+        return np.asarray(model.apply({"params": params}, ids, mask, segments))
+    if "token_classifier" in params:
+        labels = params["token_classifier"]["bias"].shape[0]
+        model = BertForTokenClassification(config, num_labels=labels)
+        tagged = {**params, "classifier": params["token_classifier"]}  # the module's own name
+        return np.asarray(model.apply({"params": tagged}, ids, mask, segments))
+    if "qa_outputs" in params:
+        start, end = BertForQuestionAnswering(config).apply({"params": params}, ids, mask, segments)
+        return np.stack([np.asarray(start), np.asarray(end)], -1)
+    if "choice_classifier" in params:
+        scorer = {**params, "classifier": params["choice_classifier"]}
+        return np.asarray(
+            BertForMultipleChoice(config).apply({"params": scorer}, ids[None], mask[None], segments[None])
+        )
     segments = jnp.zeros_like(ids) if config.type_vocab_size else None
     return np.asarray(BertForMaskedLM(config).apply({"params": params}, ids, mask, segments))
 
@@ -130,6 +155,36 @@ def test_bert_sequence_classifier_round_trips(tmp_path) -> None:
     params, _ = convert.load_checkpoint(str(tmp_path / "hf"))
     assert params["classifier"]["kernel"].shape == (32, 3)
     _round_trip(reference, tmp_path, transformers.AutoModelForSequenceClassification)
+
+
+# Every fine-tuned head of `transformers`' BERT classes: its key in bert_jax's params and
+# that key's [H, outputs] kernel.
+TASK_CLASSES = {
+    "token": (transformers.BertForTokenClassification, transformers.AutoModelForTokenClassification,
+              "token_classifier", (32, 3)),
+    "span": (transformers.BertForQuestionAnswering, transformers.AutoModelForQuestionAnswering,
+             "qa_outputs", (32, 2)),
+    "choice": (transformers.BertForMultipleChoice, transformers.AutoModelForMultipleChoice,
+               "choice_classifier", (32, 1)),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("kind", sorted(TASK_CLASSES))
+def test_bert_task_heads_round_trip_as_their_own_class(kind, tmp_path) -> None:
+    """A token classifier, a span head and a multiple-choice scorer cross as themselves
+    (before, the first read as a sequence classifier and the other two were refused); a
+    token classifier's label names come back as they went."""
+    cls, auto_class, key, shape = TASK_CLASSES[kind]
+    tags = {0: "O", 1: "B-PER", 2: "I-PER"}
+    labels = dict(id2label=tags, label2id={v: k for k, v in tags.items()}) if kind == "token" else {}
+    config = transformers.BertConfig(**BERT, **labels)
+    reference = _saved(cls(config), tmp_path / "hf")
+    params, _ = convert.load_checkpoint(str(tmp_path / "hf"))
+    assert params[key]["kernel"].shape == shape and "classifier" not in params
+    _round_trip(reference, tmp_path, auto_class)
+    if kind == "token":
+        assert reference.config.id2label == tags
+        assert auto_class.from_pretrained(tmp_path / "back").config.id2label == tags
 
 
 @pytest.mark.parametrize("pattern", sorted(PATTERNS))

@@ -15,13 +15,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import transformers
 
 from bert_jax import convert
 from bert_jax.commands import run_settings
 from bert_jax.data import tokenization
 from bert_jax.finetuning import finetune, sweep
 from bert_jax.model import param_shapes
-from bert_jax.tasks import bbc, scorers
+from bert_jax.tasks import bbc, ner, scorers
 from bert_jax.tasks.base import MODEL_INPUTS
 from bert_jax.tasks.registry import get_task
 from bert_jax.training import run_config
@@ -41,6 +42,19 @@ def _tiny(config, checkpoint: str, **overrides):
     config.data.vocab_file = tokenization.default_vocab_file()
     config.log_every_steps = 5
     return run_config.set_keys(config, overrides)
+
+
+def _exports_as(saved: Path, auto_class, key: str, labels: list[str]) -> None:
+    """A fine-tuned ``best_model`` converts to the `transformers` class of its head, whole
+    (nothing missing, the head's weights its own) and with its labels' names."""
+    params, config = convert.load_checkpoint(str(saved))
+    dst = saved.parent / "hf_export"
+    convert.save_checkpoint(str(dst), params, config, "hf", label_names=convert.label_names(str(saved)))
+    model, info = auto_class.from_pretrained(str(dst), output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"], info
+    weight = model.state_dict()[f"{'qa_outputs' if key == 'qa_outputs' else 'classifier'}.weight"].numpy()
+    np.testing.assert_array_equal(weight, np.asarray(params[key]["kernel"]).T)
+    assert [model.config.id2label[i] for i in range(len(labels))] == labels
 
 
 def test_bbc_news_split_is_fixed_and_disjoint() -> None:
@@ -85,6 +99,12 @@ def test_glue_task_trains_and_writes_the_submission_file(tmp_path, tiny_checkpoi
     got = [x.split("\t")[1] for x in lines[1:]]
     assert set(got) <= {"0", "1"}  # labels, not logits or indices
     assert sum(g == ("1" if i % 2 else "0") for i, g in enumerate(got)) >= 9  # the best epoch's model
+    _exports_as(saved, transformers.AutoModelForSequenceClassification, "classifier", ["0", "1"])
+    # A folder saved before task.json named its head's kind: the encoder loads alone.
+    record = json.loads((saved / "task.json").read_text())
+    del record["head"]
+    (saved / "task.json").write_text(json.dumps(record))
+    assert sorted(convert.load_checkpoint(str(saved))[0]) == ["bert"]
 
 
 def test_squad_v2_end_to_end_writes_official_prediction_files(tmp_path, tiny_checkpoint) -> None:
@@ -148,6 +168,8 @@ def test_ner_end_to_end_scores_entities_as_seqeval(tmp_path, tiny_checkpoint) ->
     assert len(gold) == 30
     assert best.metrics["f1"] == pytest.approx(f1_score(gold, pred))
     assert (tmp_path / "run" / "test" / "test_predictions.txt").exists()
+    _exports_as(tmp_path / "run" / "best_model", transformers.AutoModelForTokenClassification,
+                "token_classifier", list(ner.TAGS))  # fmt: skip
 
 
 def _swag(root: Path) -> Path:
