@@ -66,11 +66,10 @@ def main(argv: list[str]) -> None:
         na_probs = _load(FLAGS.na_prob_file, "--na_prob_file") if FLAGS.na_prob_file else None
         try:
             result = scorers.squad_v2(data, predictions, na_probs, FLAGS.na_prob_thresh)
-        except ValueError as e:  # a question without a prediction or a no-answer probability
-            source = (
-                f"--na_prob_file {FLAGS.na_prob_file}" if "no-answer" in str(e) else f"PRED_FILE {pred_file}"
-            )
-            raise ValueError(f"{source}: {e} (of DATA_FILE {data_file})") from None
+        except scorers.MissingNoAnswerProbabilities as e:
+            raise ValueError(f"--na_prob_file {FLAGS.na_prob_file}: {e} (of DATA_FILE {data_file})") from None
+        except ValueError as e:  # a question without a prediction
+            raise ValueError(f"PRED_FILE {pred_file}: {e} (of DATA_FILE {data_file})") from None
         text = json.dumps(result, indent=2)
     if FLAGS.out_file:
         with user_paths.removed_if_failed(os.path.dirname(FLAGS.out_file)):

@@ -191,6 +191,11 @@ def best_null_threshold(
     return 100.0 * best / len(scores), threshold
 
 
+class MissingNoAnswerProbabilities(ValueError):
+    """Questions with a prediction but no no-answer probability (`squad_v2`): the
+    probabilities' file is at fault, not the predictions'."""
+
+
 def squad_v2(
     dataset: Sequence[Mapping[str, Any]],
     predictions: Mapping[str, str],
@@ -205,7 +210,9 @@ def squad_v2(
     probs = na_probs if na_probs is not None else {k: 0.0 for k in predictions}
     missing = [q for q in has_answer if q in predictions and q not in probs]
     if missing:
-        raise ValueError(f"the no-answer probabilities lack {len(missing)} question(s): {missing[:5]}")
+        raise MissingNoAnswerProbabilities(
+            f"the no-answer probabilities lack {len(missing)} question(s): {missing[:5]}"
+        )
     exact_raw, f1_raw = _raw_scores_v2(dataset, predictions)
 
     def thresholded(scores: Mapping[str, float]) -> dict[str, float]:

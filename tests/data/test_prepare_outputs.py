@@ -80,11 +80,11 @@ def test_an_unfinished_folder_resumes_only_for_the_same_inputs_and_vocabulary(te
 
 def test_refused_or_failed_preparations_leave_no_folder(texts, tmp_path) -> None:
     inputs = prepare.list_inputs(str(texts / "part-*.txt"))
-    binary = tmp_path / "sp.model"
+    binary = tmp_path / "sp.bin"  # binary, under a name that does not say SentencePiece
     binary.write_bytes(bytes([0x0A, 0xBC, 0xFF, 0x00]) * 16)
     bad_vocab = dataclasses.replace(OPTS, vocab_file=str(binary))
     with pytest.raises(
-        ValueError, match=r"sp\.model is not a WordPiece vocab\.txt .*--tokenizer=sentencepiece"
+        ValueError, match=r"sp\.bin is not a WordPiece vocab\.txt .*--tokenizer=sentencepiece"
     ):
         prepare.prepare(inputs, str(tmp_path / "a" / "b"), bad_vocab, progress=False)
     short = tmp_path / "short.txt"
