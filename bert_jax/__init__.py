@@ -47,6 +47,7 @@ _API = {
     "load_config": ("bert_jax.training.run_config", "load_config"),
     "pretrain": ("bert_jax.commands.run_settings", "pretrain"),
     "finetune": ("bert_jax.commands.run_settings", "finetune"),
+    "evaluate": ("bert_jax.commands.run_settings", "evaluate"),  # = bert-jax finetune --evaluate
     "JobResult": ("bert_jax.training.results", "JobResult"),  # what both jobs return
 }
 

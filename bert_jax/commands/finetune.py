@@ -5,6 +5,10 @@ A finished run in DIR is read back, not trained again; one of another config is 
 unless --overwrite, which trains anew in its place.
 With --sweep, runs the grid of `config.sweep` (batch sizes x learning rates x epochs x
 seeds) into DIR/bs<B>_lr<LR>_ep<E>_seed<S>/ and writes DIR/sweep_table.md.
+With --evaluate, trains nothing: scores the head of `config.init_checkpoint` (a run's
+best_model/, or a transformers folder of the task's class, e.g. BertForSequenceClassification
+for GLUE) on the task's evaluation splits, its classes matched to the task's by name, and
+writes DIR/evaluation.json and the prediction files under DIR/eval/.
 """
 
 from __future__ import annotations
@@ -33,6 +37,12 @@ def define_flags() -> None:
         "Train anew over a run in --workdir (its results, model, predictions and logs are replaced); "
         "without it a finished run is read back, and one of another config refused.",
     )
+    flags.DEFINE_bool(
+        "evaluate",
+        False,
+        "Train nothing: score config.init_checkpoint's own head (a best_model/, or a transformers "
+        "folder of the task's class) on the task's evaluation splits.",
+    )
     flags.mark_flags_as_required(["config", "workdir"])
 
 
@@ -48,6 +58,11 @@ def main(argv: list[str]) -> None:
         )
     workdir = os.path.abspath(FLAGS.workdir)
     files.check_reachable(workdir, "--workdir", writable=True)
+    if FLAGS.evaluate:
+        if FLAGS.sweep:
+            raise ValueError("--evaluate scores one checkpoint: drop --sweep")
+        run_settings.evaluate(FLAGS.config, workdir)
+        return
     if FLAGS.sweep:
         if FLAGS.overwrite:
             raise ValueError(

@@ -19,6 +19,7 @@ import ml_collections
 from bert_jax.ablations.spec import AblationTable
 from bert_jax.data import tokenization
 from bert_jax.data.settings import DataSettings
+from bert_jax.finetuning import evaluation
 from bert_jax.finetuning import finetune as finetuning
 from bert_jax.finetuning.settings import FinetuneSettings
 from bert_jax.model.config import BertConfig
@@ -68,6 +69,12 @@ def pretrain(config: ml_collections.ConfigDict, workdir: str) -> JobResult:
 def finetune(config: ml_collections.ConfigDict, workdir: str, *, overwrite: bool = False) -> JobResult:
     """`bert-jax finetune`: fine-tunes (or resumes, or reads back) the run of `config`."""
     return finetuning.finetune(finetune_settings(config), workdir, overwrite=overwrite)
+
+
+def evaluate(config: ml_collections.ConfigDict, workdir: str) -> JobResult:
+    """`bert-jax finetune --evaluate`: the scores of ``config.init_checkpoint``'s own head
+    on the task's evaluation splits, nothing trained (`finetuning.evaluation`)."""
+    return evaluation.evaluate_checkpoint(finetune_settings(config), workdir)
 
 
 def ablation_table(config: ml_collections.ConfigDict) -> AblationTable:

@@ -111,10 +111,13 @@ class FinetuningInputs:
     bert_config: Any  # the checkpoint's shape, with the run's dropout
     params: Any  # host (numpy) arrays: the checkpoint's encoder under a fresh head
     pooler: Any = None  # the checkpoint's pooler, kept for heads that do not use it (saving)
+    checkpoint_head: Any = None  # the checkpoint's own task head, if any (`convert.layout.TaskHead`)
 
 
-def load_inputs(settings: FinetuneSettings) -> FinetuningInputs:
-    """Loads the checkpoint and the task's splits; the head is fresh, the encoder loaded."""
+def load_inputs(settings: FinetuneSettings, read_train: bool = True) -> FinetuningInputs:
+    """Loads the checkpoint and the task's splits; the head is fresh, the encoder loaded.
+    Without `read_train` the training split is not read (an evaluation: the first evaluation
+    split stands in for it, for the model's shapes)."""
     task = get_task(settings.task)
     checkpoint = settings.init_checkpoint or default_checkpoint()
     settings = settings.for_checkpoint(checkpoint)
@@ -139,11 +142,14 @@ def load_inputs(settings: FinetuneSettings) -> FinetuningInputs:
     batch_sizes = {"global_batch_size": settings.global_batch_size, "eval_batch_size": settings.eval_batch}
     for key, rows in batch_sizes.items():
         batches.check_batch_memory(key, rows, settings.max_seq_length, bert_config)
-    _say(f"reading and tokenizing {task.name}: {', '.join(('train', *task.eval_splits))} ...")
+    read = ("train", *task.eval_splits) if read_train else task.eval_splits
+    _say(f"reading and tokenizing {task.name}: {', '.join(read)} ...")
     began = time.perf_counter()
-    train = task.load(settings.task_data, tok, "train")
     evals = [task.load(settings.task_data, tok, s) for s in task.eval_splits]
-    rows = ", ".join(f"{split.name} {len(split):,}" for split in (train, *evals))
+    train = task.load(settings.task_data, tok, "train") if read_train else evals[0]
+    rows = ", ".join(
+        f"{split.name} {len(split):,}" for split in ((train,) if read_train else ()) + tuple(evals)
+    )
     _say(f"  rows: {rows} ({time.perf_counter() - began:.1f} s)")
     model = task.model(bert_config)
     init_params = lambda key, *sample: nn.meta.unbox(model.init(key, *sample))["params"]
@@ -159,7 +165,8 @@ def load_inputs(settings: FinetuneSettings) -> FinetuningInputs:
     encoder = jax.eval_shape(init_params, key, *sample)["bert"]
     params = {**jax.device_get(head), "bert": param_shapes.merge_params(encoder, loaded["bert"], checkpoint)}
     pooler = jax.device_get(loaded["bert"].get("pooler"))
-    return FinetuningInputs(task, checkpoint, tok, train, evals, bert_config, params, pooler)
+    _, own_head = convert.split_task_head(loaded)
+    return FinetuningInputs(task, checkpoint, tok, train, evals, bert_config, params, pooler, own_head)
 
 
 def _say(line: str) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import random
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -83,7 +84,47 @@ def test_finetuning_real_minilm_on_bbc_news_reaches_high_dev_accuracy(tmp_path) 
     assert list((tmp_path / "tensorboard").iterdir())
 
 
-def test_glue_task_trains_and_writes_the_submission_file(tmp_path, tiny_checkpoint) -> None:
+def _evaluates_as_trained(c, saved: Path, accuracy: float, tmp_path: Path, capsys) -> None:
+    """`finetune --evaluate` of the saved model, and of its transformers export, scores what
+    the run reported, trains nothing and reads no training data; an export whose classes
+    are stored in another order is matched by their names; one that does not name them is
+    taken in order, with a warning line."""
+    import safetensors.numpy
+
+    capsys.readouterr()
+    (Path(c.data_dir) / "SST-2" / "train.tsv").rename(tmp_path / "train.tsv")  # not read
+    for source in (saved, saved.parent / "hf_export"):
+        c.init_checkpoint = str(source)
+        result = run_settings.evaluate(c, str(tmp_path / "evaluated" / source.name))
+        assert result.metrics["accuracy"] == pytest.approx(accuracy), source
+    assert json.loads((tmp_path / "evaluated" / "hf_export" / "evaluation.json").read_text())["scores"] == {
+        "accuracy": pytest.approx(accuracy)
+    }
+    swapped = tmp_path / "swapped"
+    shutil.copytree(saved.parent / "hf_export", swapped)
+    state = safetensors.numpy.load_file(str(swapped / "model.safetensors"))
+    state = {**state, "classifier.weight": state["classifier.weight"][::-1].copy(),
+             "classifier.bias": state["classifier.bias"][::-1].copy()}  # fmt: skip
+    safetensors.numpy.save_file(state, str(swapped / "model.safetensors"), metadata={"format": "pt"})
+    config = json.loads((swapped / "config.json").read_text())
+    config["id2label"], config["label2id"] = {"0": "1", "1": "0"}, {"1": 0, "0": 1}
+    (swapped / "config.json").write_text(json.dumps(config))
+    c.init_checkpoint = str(swapped)
+    assert run_settings.evaluate(c, str(tmp_path / "evaluated" / "swapped")).metrics["accuracy"] == (
+        pytest.approx(accuracy)
+    )
+    assert "warning" not in capsys.readouterr().out
+    config["id2label"], config["label2id"] = {"0": "LABEL_0", "1": "LABEL_1"}, {"LABEL_0": 0, "LABEL_1": 1}
+    (swapped / "config.json").write_text(json.dumps(config))
+    unnamed = run_settings.evaluate(c, str(tmp_path / "evaluated" / "unnamed")).metrics["accuracy"]
+    assert unnamed == pytest.approx(1.0 - accuracy)  # two classes, swapped
+    assert f"warning: {swapped} does not name its classes: taken in sst2's order ['0', '1']" in (
+        capsys.readouterr().out
+    )
+    (tmp_path / "train.tsv").rename(Path(c.data_dir) / "SST-2" / "train.tsv")
+
+
+def test_glue_task_trains_and_writes_the_submission_file(tmp_path, tiny_checkpoint, capsys) -> None:
     data = write_sst2(tmp_path / "glue")
     c = _tiny(glue_config.get_config("sst2"), tiny_checkpoint, data_dir=str(data), max_seq_length=48,
               global_batch_size=8, learning_rate=2e-3, num_epochs=6, predict_test=True)  # fmt: skip
@@ -100,6 +141,7 @@ def test_glue_task_trains_and_writes_the_submission_file(tmp_path, tiny_checkpoi
     assert set(got) <= {"0", "1"}  # labels, not logits or indices
     assert sum(g == ("1" if i % 2 else "0") for i, g in enumerate(got)) >= 9  # the best epoch's model
     _exports_as(saved, transformers.AutoModelForSequenceClassification, "classifier", ["0", "1"])
+    _evaluates_as_trained(c, saved, best.metrics["accuracy"], tmp_path, capsys)
     # A folder saved before task.json named its head's kind: the encoder loads alone.
     record = json.loads((saved / "task.json").read_text())
     del record["head"]
@@ -170,6 +212,10 @@ def test_ner_end_to_end_scores_entities_as_seqeval(tmp_path, tiny_checkpoint) ->
     assert (tmp_path / "run" / "test" / "test_predictions.txt").exists()
     _exports_as(tmp_path / "run" / "best_model", transformers.AutoModelForTokenClassification,
                 "token_classifier", list(ner.TAGS))  # fmt: skip
+    for source in ("best_model", "hf_export"):  # the tagger scored again, as saved and as exported
+        c.init_checkpoint = str(tmp_path / "run" / source)
+        again = run_settings.evaluate(c, str(tmp_path / "evaluated" / source)).metrics["f1"]
+        assert again == pytest.approx(best.metrics["f1"])
 
 
 def _swag(root: Path) -> Path:
