@@ -130,7 +130,10 @@ def cannot_hold(config: BertConfig, fold_segment: bool = False) -> list[str]:
     if c.causal_attention:
         reasons.append("causal_attention=True (it attends both ways)")
     if c.type_vocab_size > 1 and not fold_segment:
-        reasons.append(f"type_vocab_size={c.type_vocab_size} (a segment embedding; it has none)")
+        reasons.append(
+            f"type_vocab_size={c.type_vocab_size} (a segment embedding; it has none: "
+            "--fold_segment_embedding folds it in, exact for a model trained on segment 0 alone)"
+        )
     return reasons
 
 

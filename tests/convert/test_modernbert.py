@@ -249,7 +249,8 @@ def test_segment_embedding_trained_on_one_segment_is_folded_exactly(segments, tm
     assert held == config.replace(type_vocab_size=0, tie_word_embeddings=False)  # the decoder keeps its table
     assert np.array_equal(_mlm(folded, held, ids, mask), ours)
     if segments == 2:
-        with pytest.raises(ValueError, match=r"type_vocab_size=2 \(a segment embedding; it has none\)"):
+        refusal = r"type_vocab_size=2 \(a segment embedding; it has none: --fold_segment_embedding folds"
+        with pytest.raises(ValueError, match=refusal):
             convert.save_checkpoint(str(tmp_path / "refused"), params, config, "hf")
     convert.save_checkpoint(str(tmp_path / "hf"), params, config, "hf", fold_segment=segments == 2)
     theirs = transformers.ModernBertForMaskedLM.from_pretrained(
