@@ -197,6 +197,13 @@ def _getter(state: dict[str, np.ndarray], used: set[str], source: str) -> names.
     return get
 
 
+# ModernBERT's task classes whose classifier bert_jax reads into no model of its own: each
+# puts its prediction head (`head.*`) before it, per token or per choice.
+_PER_TOKEN_CLASSES = (
+    "ModernBertForTokenClassification", "ModernBertForQuestionAnswering", "ModernBertForMultipleChoice",
+)  # fmt: skip
+
+
 def from_state_dict(
     state: dict[str, np.ndarray], config: BertConfig, source: str, architectures: list[str] | None = None
 ) -> Params:
@@ -215,7 +222,14 @@ def from_state_dict(
                 flat.update(names.head_from_hf(get, *names.MLM_HEAD, config))
         if mlm:
             flat.update(_decoder_from(state, used, flat, config, source))
-        if "classifier.weight" in state:
+        other = [a for a in architectures or [] if a in _PER_TOKEN_CLASSES]
+        if "classifier.weight" in state and other:  # a head bert_jax's models cannot compute
+            used.update(k for k in ("classifier.weight", "classifier.bias") if k in state)
+            print(
+                f"warning: {source}: the classifier of {other[0]} is not read (its prediction head "
+                "comes before it, which bert_jax's token, span and choice heads have not); the encoder is"
+            )
+        elif "classifier.weight" in state:
             flat[("classifier", "kernel")] = np.ascontiguousarray(get("classifier.weight").T)
             flat[("classifier", "bias")] = get("classifier.bias")
     except ValueError as e:

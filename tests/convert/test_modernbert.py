@@ -177,6 +177,26 @@ def test_sequence_classification_head_both_ways(pooling, tmp_path) -> None:
     assert float(np.abs(_torch_logits(again, ids, mask) - want).max()) <= ATOL
 
 
+def test_a_modernbert_token_classifier_loads_its_encoder_and_says_its_head_is_not_read(
+    tmp_path, capsys
+) -> None:
+    """ModernBertForTokenClassification's classifier follows a per-token prediction head
+    bert_jax's token head has not: read as a sequence classifier it would be wrong
+    silently; its encoder loads, and one warning line says the head is not read."""
+    _hf(
+        transformers.ModernBertForTokenClassification,
+        tmp_path / "hf",
+        num_labels=3,
+        **SHAPES["alternating_untied"],
+    )
+    capsys.readouterr()
+    params, _ = convert.load_checkpoint(str(tmp_path / "hf"))
+    assert sorted(params) == ["bert"]
+    assert capsys.readouterr().out.startswith(
+        f"warning: {tmp_path / 'hf'}: the classifier of ModernBertForTokenClassification is not read"
+    )
+
+
 def test_masked_lm_head_is_the_pooler_as_transformers_loads_it(tmp_path) -> None:
     """`transformers` fills ModernBertForSequenceClassification's head from a masked-LM
     checkpoint's ``head.*``; bert_jax's pooler is loaded the same way, so a classifier
