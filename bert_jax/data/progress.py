@@ -38,7 +38,9 @@ class ProgressLines:
     """Progress of `total` units of work (``"B"``: bytes, shown in KiB, MiB, ...; otherwise a
     count named by `unit`). `advance(n, tokens=k)` records n more units done (and any
     counts, shown as rates a second); `close()` prints the last line, if any work was
-    done since the last one. `enabled=False` prints nothing."""
+    done since the last one (with `only_if_long`, only for a job that showed a line
+    before: a job done within the first interval stays silent). `enabled=False` prints
+    nothing."""
 
     def __init__(
         self,
@@ -48,10 +50,12 @@ class ProgressLines:
         *,
         every: float = 10.0,
         enabled: bool = True,
+        only_if_long: bool = False,
         clock: Callable[[], float] = time.monotonic,
         write: Callable[[str], None] | None = None,
     ) -> None:
         self.what, self.total, self.unit, self.every, self.enabled = what, total, unit, every, enabled
+        self.only_if_long, self._shown = only_if_long, False
         self._clock = clock
         self._write = write or (lambda line: print(line, flush=True))
         self._start = self._last = clock()
@@ -83,10 +87,10 @@ class ProgressLines:
         now = self._clock()
         if self.enabled and now - self._last >= self.every and self.done < self.total:
             self._last = now
-            self._unprinted = False
+            self._unprinted, self._shown = False, True
             self._write(self.line())
 
     def close(self) -> None:
-        if self.enabled and self._unprinted:
+        if self.enabled and self._unprinted and (self._shown or not self.only_if_long):
             self._unprinted = False
             self._write(self.line())

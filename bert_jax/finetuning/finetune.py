@@ -30,7 +30,7 @@ import os
 import shutil
 import time
 import types
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import flax.linen as nn
@@ -40,6 +40,7 @@ import numpy as np
 
 from bert_jax import convert
 from bert_jax.data import tokenization, user_paths, vocab_fit
+from bert_jax.data.progress import ProgressLines
 from bert_jax.finetuning import baseline, batches, finished_run, packing
 from bert_jax.finetuning.batches import (
     abstract_at,
@@ -243,17 +244,20 @@ class Finetuning:
             yield self.engine.place(self.rows(step), process_local=False)
             step += 1
 
-    def predict(self, params: Any, split: Split, batch_size: int) -> Any:
+    def predict(
+        self, params: Any, split: Split, batch_size: int, progress: Callable[[int], None] | None = None
+    ) -> Any:
         """Head outputs for every row of `split` (numpy pytree, the split's order and
         ``max_seq_length`` wide). Rows are batched by length (shortest first) and each batch
         cut to the shortest of ``length_buckets`` that holds it, as training batches are;
         per-token outputs are padded back (float outputs with a large negative number, so no
         padded position wins an argmax). The last batch is padded to `batch_size`: at most
         one compiled shape per bucket. A packable task's rows are packed instead
-        (`_predict_packed`)."""
+        (`_predict_packed`). `progress` is told the rows of each batch done."""
         inputs = {k: split.arrays[k] for k in MODEL_INPUTS}
+        progress = progress or (lambda rows: None)
         if self.packed:
-            return self._predict_packed(params, inputs, batch_size)
+            return self._predict_packed(params, inputs, batch_size, progress)
         n, chunks = len(split), []
         lengths = np.sum(
             inputs["input_mask"].reshape(n, -1, inputs["input_mask"].shape[-1]) > 0, axis=-1
@@ -273,12 +277,15 @@ class Finetuning:
             if length < self.run.max_seq_length:
                 out = pad_token_axes(out, self._token_axes(params, placed), self.run.max_seq_length)
             chunks.append(jax.tree.map(lambda x, keep=batch_size - pad: x[:keep], out))
+            progress(batch_size - pad)
         merged = jax.tree.map(lambda *xs: np.concatenate(xs), *chunks)
         back = np.empty_like(order)
         back[order] = np.arange(n)
         return jax.tree.map(lambda x: x[back], merged)
 
-    def _predict_packed(self, params: Any, inputs: dict[str, np.ndarray], batch_size: int) -> Any:
+    def _predict_packed(
+        self, params: Any, inputs: dict[str, np.ndarray], batch_size: int, progress: Callable[[int], None]
+    ) -> Any:
         """Head outputs for every row of `inputs` from packed rows (`packing.pack`, as the
         training batches), `batch_size` rows a batch: every batch one shape, the empty rows
         that round the last one out read by no example. Each example's outputs come back
@@ -289,6 +296,7 @@ class Finetuning:
         for start in range(0, len(index), batch_size):
             batch = {k: rows[k][start : start + batch_size] for k in keys}
             chunks.append(self._outputs(params, self.engine.place(batch, process_local=False)))
+            progress(int((index[start : start + batch_size] >= 0).sum()))
         merged = jax.tree.map(lambda *xs: np.concatenate(xs), *chunks)
         return jax.tree.map(lambda x: packing.unpack(x, index), merged)
 
@@ -321,7 +329,13 @@ class Finetuning:
         out = {}
         for split in self.inputs.evals if splits is None else splits:
             _say(f"predicting {split.name}: {len(split):,} rows ...")
-            outputs = self.predict(params, split, self.run.eval_batch)
+            # A line every 10 s (rows/s, ETA) for a long evaluation; a short one stays one line.
+            bar = ProgressLines(
+                f"predicting {split.name}", len(split), "rows",
+                enabled=jax.process_index() == 0, only_if_long=True,
+            )  # fmt: skip
+            outputs = self.predict(params, split, self.run.eval_batch, bar.advance)
+            bar.close()
             values = self.inputs.task.score(outputs, split, os.path.join(out_dir, split.name))
             out.update(values if split.name == first else {f"{split.name}/{k}": v for k, v in values.items()})
         return out

@@ -53,3 +53,25 @@ def test_amounts_and_durations_as_read() -> None:
     assert sizes == ["512 bytes", "1.5 MiB", "47 TiB"]
     durations = [format_duration(s) for s in (0, 59.9, 3_725, float("nan"))]
     assert durations == ["0:00:00", "0:00:59", "1:02:05", "?"]
+
+
+def test_only_if_long_keeps_a_short_job_silent_and_ends_a_long_one() -> None:
+    """An evaluation shows lines only when it outlasts one interval: a short one prints
+    nothing (its one ``predicting dev: N rows ...`` line is the caller's), a long one its
+    lines and then the last."""
+    clock, lines = Clock(), []
+    short = ProgressLines("predicting dev", 8, "rows", clock=clock, write=lines.append, only_if_long=True)
+    clock.now += 2
+    short.advance(8)
+    short.close()
+    assert lines == []
+    long = ProgressLines("predicting dev", 8, "rows", clock=clock, write=lines.append, only_if_long=True)
+    clock.now += 12
+    long.advance(4)
+    clock.now += 12
+    long.advance(4)
+    long.close()
+    assert lines == [
+        "predicting dev: 4 of 8 rows (50%), 0:00:12 so far, eta 0:00:12",
+        "predicting dev: 8 of 8 rows (100%) in 0:00:24",
+    ]

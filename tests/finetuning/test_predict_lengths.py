@@ -35,7 +35,9 @@ def _predict(config, *variants: dict):
             shapes.append(b["input_ids"].shape) or step(p, b)
         )
         state = ft.engine.init_state(0, inputs.params)
-        got.append((ft.predict(state.params, inputs.evals[0], run.eval_batch), shapes))
+        done: list[int] = []  # the rows of each batch, as the progress line counts them
+        got.append((ft.predict(state.params, inputs.evals[0], run.eval_batch, done.append), shapes))
+        assert len(done) == len(shapes) and sum(done) == len(inputs.evals[0])
     return got
 
 
