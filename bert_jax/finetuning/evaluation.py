@@ -45,7 +45,7 @@ def evaluate_checkpoint(settings: FinetuneSettings, workdir: str) -> JobResult:
     checkpoint = settings.init_checkpoint
     settings = settings.for_checkpoint(checkpoint)
     inputs = load_inputs(settings, read_train=False)
-    ft = Finetuning(settings, inputs, total_steps=1)
+    ft = Finetuning(settings, inputs, total_steps=1, trains=False)
     params = engine.place_tree(checkpoint_params(checkpoint, inputs), ft.engine.state_shardings.params)
     workdir = os.path.abspath(workdir)
     scores = ft.evaluate(params, os.path.join(workdir, "eval"))

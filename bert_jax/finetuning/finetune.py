@@ -188,14 +188,18 @@ def steps_per_epoch(settings: FinetuneSettings, inputs: FinetuningInputs) -> int
 class Finetuning:
     """The task model, objective, engine and batches of one fine-tuning run on a mesh."""
 
-    def __init__(self, settings: FinetuneSettings, inputs: FinetuningInputs, *, total_steps: int) -> None:
+    def __init__(
+        self, settings: FinetuneSettings, inputs: FinetuningInputs, *, total_steps: int, trains: bool = True
+    ) -> None:
+        """`trains` False: only evaluation (`evaluation`), so the training batch is not
+        checked against the mesh."""
         self.run, self.inputs = settings, inputs  # `.settings`: the engine's share
         self.batch_size = min(settings.global_batch_size, len(inputs.train))
         self.steps_per_epoch = steps_per_epoch(settings, inputs)
-        self.mesh = mesh_for_batches(
-            settings.training,
-            {"global_batch_size": self.batch_size, "eval_batch_size": settings.eval_batch},
-        )
+        batch_sizes = {"eval_batch_size": settings.eval_batch}
+        if trains:
+            batch_sizes["global_batch_size"] = self.batch_size
+        self.mesh = mesh_for_batches(settings.training, batch_sizes)
         # Packed training rows: their count is rounded to what the mesh and accumulation split
         # and to ``pack_row_multiple`` (fewer row counts an epoch, each one compiled program).
         # (Not for a left-to-right model: its pooled output is each row's last token.)

@@ -422,6 +422,9 @@ for shape in ((8, 1, 1), (2, 2, 2)):
         rows = [json.loads(line) for line in f]
     results[str(shape)]["losses"] = [r["loss"] for r in rows if "loss" in r]
     results[str(shape)]["accuracy"] = best.metrics["accuracy"]
+    # Scored again on the mesh, with a training batch (12) that would not split over it.
+    c.update(dict(init_checkpoint=f"{workdir}/best_model", global_batch_size=12))
+    results[str(shape)]["evaluated"] = run_settings.evaluate(c, f"{workdir}/evaluated").metrics["accuracy"]
 print("RESULT " + json.dumps(results))
 """
 
@@ -451,6 +454,7 @@ def test_sharded_finetuning_equals_one_device(tmp_path, tiny_checkpoint) -> None
     for shape, res in got.items():
         assert res["losses"] == pytest.approx(want, rel=1e-5), shape
         assert res["accuracy"] == pytest.approx(best.metrics["accuracy"]), shape
+        assert res["evaluated"] == pytest.approx(res["accuracy"]), shape  # `--evaluate` on the mesh
     # vocab -> tensor, embed -> fsdp: a [vocab, hidden] table split 2 x 2 on the 2x2x2 mesh.
     assert got["(2, 2, 2)"]["word_spec"] == ["tensor", "fsdp"]
     assert got["(2, 2, 2)"]["word_local"] == [30522 // 2, 32 // 2]
