@@ -196,9 +196,8 @@ class Finetuning:
         self.run, self.inputs = settings, inputs  # `.settings`: the engine's share
         self.batch_size = min(settings.global_batch_size, len(inputs.train))
         self.steps_per_epoch = steps_per_epoch(settings, inputs)
-        batch_sizes = {"eval_batch_size": settings.eval_batch}
-        if trains:
-            batch_sizes["global_batch_size"] = self.batch_size
+        batch_sizes = {"global_batch_size": self.batch_size} if trains else {}
+        batch_sizes["eval_batch_size"] = settings.eval_batch  # (the training batch named first)
         self.mesh = mesh_for_batches(settings.training, batch_sizes)
         # Packed training rows: their count is rounded to what the mesh and accumulation split
         # and to ``pack_row_multiple`` (fewer row counts an epoch, each one compiled program).
