@@ -325,20 +325,23 @@ class Finetuning:
             )
         return self._token_axes_at[length]
 
+    def predict_shown(self, params: Any, split: Split) -> Any:
+        """`predict` of a whole split in evaluation batches, said in a line, then a line every
+        10 s (rows/s, ETA) when it lasts: a short one stays one line."""
+        _say(f"predicting {split.name}: {len(split):,} rows ...")
+        shown = jax.process_index() == 0
+        bar = ProgressLines(f"predicting {split.name}", len(split), "rows", enabled=shown, only_if_long=True)
+        outputs = self.predict(params, split, self.run.eval_batch, bar.advance)
+        bar.close()
+        return outputs
+
     def evaluate(self, params: Any, out_dir: str, splits: list[Split] | None = None) -> dict[str, float]:
         """Scores of the eval splits (`splits`: all by default; the first eval split's keys
         plain, others ``split/key``); the task's prediction files go to ``out_dir/<split>/``."""
         first = self.inputs.evals[0].name
         out = {}
         for split in self.inputs.evals if splits is None else splits:
-            _say(f"predicting {split.name}: {len(split):,} rows ...")
-            # A line every 10 s (rows/s, ETA) for a long evaluation; a short one stays one line.
-            bar = ProgressLines(
-                f"predicting {split.name}", len(split), "rows",
-                enabled=jax.process_index() == 0, only_if_long=True,
-            )  # fmt: skip
-            outputs = self.predict(params, split, self.run.eval_batch, bar.advance)
-            bar.close()
+            outputs = self.predict_shown(params, split)
             values = self.inputs.task.score(outputs, split, os.path.join(out_dir, split.name))
             out.update(values if split.name == first else {f"{split.name}/{k}": v for k, v in values.items()})
         return out
@@ -447,7 +450,7 @@ def predict_test(ft: Finetuning, workdir: str, settings: FinetuneSettings) -> li
     files = []
     for name in ft.inputs.task.test_splits:
         split = ft.inputs.task.load(settings.task_data, ft.inputs.tokenizer, name)
-        outputs = ft.predict(placed, split, settings.eval_batch)
+        outputs = ft.predict_shown(placed, split)
         files.append(ft.inputs.task.write_test(outputs, split, os.path.join(workdir, "test")))
     return files
 
