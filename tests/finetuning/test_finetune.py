@@ -170,6 +170,12 @@ def test_squad_v2_end_to_end_writes_official_prediction_files(tmp_path, tiny_che
     assert {k: best.metrics[k] for k in rescored} == pytest.approx(rescored)
     assert 0.0 <= best.metrics["best_f1"] <= 100.0 and best.metrics["best_f1"] >= best.metrics["f1"]
     assert (out / "predictions_tuned.json").exists() and (out / "nbest_predictions.json").exists()
+    saved = tmp_path / "run" / "best_model"
+    _exports_as(saved, transformers.AutoModelForQuestionAnswering, "qa_outputs", [])
+    for source in (saved, saved.parent / "hf_export"):  # the span head scored again, saved and exported
+        c.init_checkpoint = str(source)
+        again = run_settings.evaluate(c, str(tmp_path / "evaluated" / source.name)).metrics
+        assert again["f1"] == pytest.approx(best.metrics["f1"]) and again["exact"] == best.metrics["exact"]
 
 
 def _conll(root: Path) -> Path:
