@@ -61,7 +61,7 @@ def main(argv: list[str]) -> None:
     if FLAGS.evaluate:
         if FLAGS.sweep:
             raise ValueError("--evaluate scores one checkpoint: drop --sweep")
-        run_settings.evaluate(FLAGS.config, workdir)
+        run_settings.evaluate(FLAGS.config, workdir, overwrite=FLAGS.overwrite)
         return
     if FLAGS.sweep:
         if FLAGS.overwrite:

@@ -71,10 +71,10 @@ def finetune(config: ml_collections.ConfigDict, workdir: str, *, overwrite: bool
     return finetuning.finetune(finetune_settings(config), workdir, overwrite=overwrite)
 
 
-def evaluate(config: ml_collections.ConfigDict, workdir: str) -> JobResult:
+def evaluate(config: ml_collections.ConfigDict, workdir: str, *, overwrite: bool = False) -> JobResult:
     """`bert-jax finetune --evaluate`: the scores of ``config.init_checkpoint``'s own head
     on the task's evaluation splits, nothing trained (`finetuning.evaluation`)."""
-    return evaluation.evaluate_checkpoint(finetune_settings(config), workdir)
+    return evaluation.evaluate_checkpoint(finetune_settings(config), workdir, overwrite=overwrite)
 
 
 def ablation_table(config: ml_collections.ConfigDict) -> AblationTable:

@@ -16,6 +16,7 @@ scores in ``evaluation.json``.
 
 from __future__ import annotations
 
+import json
 import os
 from typing import Any
 
@@ -34,9 +35,10 @@ from bert_jax.training.results import JobResult
 RESULTS = "evaluation.json"
 
 
-def evaluate_checkpoint(settings: FinetuneSettings, workdir: str) -> JobResult:
+def evaluate_checkpoint(settings: FinetuneSettings, workdir: str, *, overwrite: bool = False) -> JobResult:
     """The scores of ``settings.init_checkpoint``'s own head on the task's evaluation splits
-    (the first split's keys plain, others ``split/key``), written to `workdir`."""
+    (the first split's keys plain, others ``split/key``), written to `workdir`. An earlier
+    evaluation there of another checkpoint or config is refused unless `overwrite`."""
     if not settings.init_checkpoint:
         raise ValueError(
             "--evaluate scores a fine-tuned checkpoint: set --config.init_checkpoint (a best_model/ "
@@ -44,6 +46,7 @@ def evaluate_checkpoint(settings: FinetuneSettings, workdir: str) -> JobResult:
         )
     checkpoint = settings.init_checkpoint
     settings = settings.for_checkpoint(checkpoint)
+    check_earlier(os.path.abspath(workdir), checkpoint, settings.config, overwrite)
     inputs = load_inputs(settings, read_train=False)
     ft = Finetuning(settings, inputs, total_steps=1, trains=False)
     params = engine.place_tree(checkpoint_params(checkpoint, inputs), ft.engine.state_shardings.params)
@@ -57,6 +60,25 @@ def evaluate_checkpoint(settings: FinetuneSettings, workdir: str) -> JobResult:
         print(f"{inputs.task.name} of {checkpoint}: " + "  ".join(f"{k} {v:.4f}" for k, v in scores.items()))
         print(f"scores: {os.path.join(workdir, RESULTS)}", flush=True)
     return JobResult(step=0, metrics=scores)
+
+
+def check_earlier(workdir: str, checkpoint: str, config: dict[str, Any], overwrite: bool) -> None:
+    """Refuses, in one line, to replace the evaluation `workdir` holds of another
+    checkpoint or config (the same one is computed again)."""
+    path = os.path.join(workdir, RESULTS)
+    if overwrite or not os.path.exists(path):
+        return
+    try:
+        with open(path) as f:
+            earlier = json.load(f)
+    except (OSError, ValueError):
+        earlier = {}
+    same_config = earlier.get("config") == json.loads(json.dumps(config, default=str))
+    if earlier.get("checkpoint") != checkpoint or not same_config:
+        raise ValueError(
+            f"--workdir {workdir} holds the evaluation of {earlier.get('checkpoint', 'another run')} with "
+            "another config or checkpoint: pass --overwrite to replace it, or another --workdir"
+        )
 
 
 def checkpoint_params(checkpoint: str, inputs: FinetuningInputs) -> dict[str, Any]:

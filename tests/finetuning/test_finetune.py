@@ -110,6 +110,8 @@ def _evaluates_as_trained(c, saved: Path, accuracy: float, tmp_path: Path, capsy
     config["id2label"], config["label2id"] = {"0": "1", "1": "0"}, {"1": 0, "0": 1}
     (swapped / "config.json").write_text(json.dumps(config))
     c.init_checkpoint = str(swapped)
+    with pytest.raises(ValueError, match=r"holds the evaluation of .*hf_export .*pass --overwrite"):
+        run_settings.evaluate(c, str(tmp_path / "evaluated" / "hf_export"))  # another checkpoint's
     assert run_settings.evaluate(c, str(tmp_path / "evaluated" / "swapped")).metrics["accuracy"] == (
         pytest.approx(accuracy)
     )
