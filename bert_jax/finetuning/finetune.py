@@ -327,7 +327,7 @@ class Finetuning:
 
     def predict_shown(self, params: Any, split: Split) -> Any:
         """`predict` of a whole split in evaluation batches, said in a line, then a line every
-        10 s (rows/s, ETA) when it lasts: a short one stays one line."""
+        10 s (rows done, time so far, ETA) when it lasts: a short one stays one line."""
         _say(f"predicting {split.name}: {len(split):,} rows ...")
         shown = jax.process_index() == 0
         bar = ProgressLines(f"predicting {split.name}", len(split), "rows", enabled=shown, only_if_long=True)

@@ -81,7 +81,7 @@ def test_the_test_split_is_scored_only_for_an_epoch_that_is_the_best_so_far(
     monkeypatch.setattr(
         finetune.Finetuning,
         "predict",
-        lambda self, p, split, b: scored.append(split.name) or predict(self, p, split, b),
+        lambda self, p, split, b, *shown: scored.append(split.name) or predict(self, p, split, b, *shown),
     )
     best = run_settings.finetune(c, str(tmp_path))
     epochs = json.loads((tmp_path / "results.json").read_text())["epochs"]
