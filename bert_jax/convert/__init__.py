@@ -155,8 +155,7 @@ def save_checkpoint(
     embeddings, which is exact (docs/modernbert.md). A task head (`layout.TASK_HEADS`) goes
     to ``hf`` as its `transformers` class (`label_names` its ``id2label``) and to
     ``bert_jax`` beside the encoder; the original TF graph has none of them (a warning)."""
-    savers = {"hf": save_hf, "tf": save_tf, "bert_jax": save_bert_jax}
-    if fmt not in savers:
+    if fmt not in ("bert_jax", "hf", "tf"):
         raise ValueError(f"unknown format {fmt!r}: bert_jax, hf or tf")
     if fmt != "bert_jax":
         check_exportable(config, fmt, fold_segment)  # before anything is written

@@ -134,7 +134,7 @@ def to_hf_state_dict(params: Params, config: BertConfig) -> dict[str, np.ndarray
         out["cls.predictions.decoder.bias"] = out["cls.predictions.bias"]
     if head is not None:
         tensors = layout.check_task_head(head, config, "params to export")
-        prefix = "qa_outputs" if head[0] == "qa_outputs" else "classifier"
+        prefix = layout.head_module_name(head[0])
         out[f"{prefix}.weight"] = np.ascontiguousarray(tensors["kernel"].T)
         out[f"{prefix}.bias"] = tensors["bias"]
         if head[0] in ("token_classifier", "qa_outputs"):  # their classes have no pooler

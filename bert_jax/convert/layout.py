@@ -150,6 +150,13 @@ _HEAD_MODELS = {
 }
 
 
+def head_module_name(key: str) -> str:
+    """The name a task head's tensors go by in its bert_jax model (`bert_jax.model.heads`)
+    and in its `transformers` class alike: ``qa_outputs`` for the span head, ``classifier``
+    for the others."""
+    return "qa_outputs" if key == "qa_outputs" else "classifier"
+
+
 def task_head_name(model: Any) -> str | None:
     """The `TASK_HEADS` key of a fine-tuning model's head (None for another model: the
     BiLSTM of the feature-based runs)."""

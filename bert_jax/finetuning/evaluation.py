@@ -101,7 +101,7 @@ def checkpoint_params(checkpoint: str, inputs: FinetuningInputs) -> dict[str, An
     if task.label_names:
         order = label_order(convert.label_names(checkpoint), list(task.label_names), checkpoint, task.name)
         tensors = {"kernel": tensors["kernel"][:, order], "bias": tensors["bias"][order]}
-    name = "qa_outputs" if kind == "qa_outputs" else "classifier"  # the head module's own name
+    name = layout.head_module_name(kind)
     fitted = param_shapes.merge_params(
         inputs.params[name], tensors, f"{checkpoint}'s {layout.TASK_HEADS[kind][0]}"
     )
