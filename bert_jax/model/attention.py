@@ -15,8 +15,10 @@ of the same attention, picked by `choose_kernel` from ``attention_kernel``:
   Pallas interpret mode (how it is tested). Under a mesh it runs in `jax.shard_map` over
   the batch and head axes (Mosaic kernels are not partitioned automatically).
 - ``cudnn``: `jax.nn.dot_product_attention(implementation="cudnn")` on NVIDIA GPUs
-  (bf16/fp16, head size a multiple of 8 up to 128). cuDNN's own window reaches only to the
-  left, so a two-sided window (ModernBERT's local layers) is part of the boolean mask.
+  (bf16/fp16, head size a multiple of 8 up to 128). Plain rows go as their lengths
+  (cuDNN's padding mask; rows padded at the end); cuDNN's own window reaches only to the
+  left, so a two-sided window (ModernBERT's local layers) and packed rows go as a boolean
+  mask.
 - ``triton``: `triton_attention`, a Pallas (Triton) flash attention for NVIDIA GPUs that
   applies attention dropout inside the kernel with the XLA path's own masks (the run's
   ``dropout_rng="hash"``), so the paper's recipe need not write the [B, N, S, S]
@@ -461,16 +463,26 @@ def mosaic_path(
 def cudnn_attention(q: Array, k: Array, v: Array, mask: AttentionMask) -> Array:
     """[B, S, N, D] ×3 → [B, S, N, D] through cuDNN's fused attention (NVIDIA GPUs).
 
-    Padding, packing and a two-sided window (ModernBERT's local layers: cuDNN's own window
-    reaches only to the left) go in one boolean [B, 1, S, S] mask; causality and a causal
-    window are cuDNN's own masks (it skips the blocks they hide)."""
+    Plain rows (padding only, causal or not, a causal window) go as each row's length
+    (cuDNN's padding mask: no [B, 1, S, S] bias to read, no bias gradient to write, and the
+    tiles of padding keys skipped); the rows are padded at the end, as every bert_jax
+    tokenizer and pipeline writes them. Packing and a two-sided window (ModernBERT's local
+    layers: cuDNN's own window reaches only to the left) go in one boolean [B, 1, S, S]
+    mask, which JAX hands cuDNN as an additive bias and whose gradient cuDNN computes.
+    Causality and a causal window are cuDNN's own masks (it skips the blocks they hide)."""
     if mask.extra_bias is not None:
         raise ValueError("attention_kernel=cudnn takes no additive bias (ALiBi): use attention_kernel=xla")
     b, s = mask.input_mask.shape
     two_sided = mask.window if not mask.causal else None
-    plain = AttentionMask(mask.input_mask, packed=mask.packed, window=two_sided)
-    seen = jnp.broadcast_to(visible(plain), (b, 1, s, s))
     window = (mask.window // 2, 0) if mask.causal and mask.window is not None else None
+    if mask.packed or two_sided is not None:
+        plain = AttentionMask(mask.input_mask, packed=mask.packed, window=two_sided)
+        seen, lengths = jnp.broadcast_to(visible(plain), (b, 1, s, s)), None
+    else:
+        # Every query (a padding one too, as on the XLA path) sees the row's first `length`
+        # keys; a row of padding alone (a batch's filler) sees its first, not none (NaN).
+        seen = None
+        lengths = jnp.maximum(jnp.sum(mask.input_mask > 0, axis=-1, dtype=jnp.int32), 1)
     return jax.nn.dot_product_attention(
         _scaled(q),
         k,
@@ -478,6 +490,7 @@ def cudnn_attention(q: Array, k: Array, v: Array, mask: AttentionMask) -> Array:
         mask=seen,
         scale=1.0,
         is_causal=mask.causal,
+        key_value_seq_lengths=lengths,
         local_window_size=window,
         implementation="cudnn",
     )

@@ -119,6 +119,8 @@ def rotary(config: BertConfig, position_ids: Array) -> Ropes:
 class BertModel(nn.Module):
     """The bare encoder: returns (sequence_output, pooled_output, hidden_states).
 
+    `input_mask` [B, S]: 1 for a token, 0 for padding, which ends a row (as the tokenizers
+    write it: cuDNN's attention and a causal model's pooled output read rows that way).
     `hidden_states` is the embedding output followed by each layer's output (L+1 arrays)
     when `output_hidden_states=True`, else empty. The pooled output reads [CLS] (a causal
     model: the last real token, the only one that has seen the whole row). With

@@ -243,27 +243,55 @@ def test_attend_runs_splash_sharded_over_a_mesh(capsys, monkeypatch) -> None:
 
 
 def test_cudnn_call_masks_equal_the_xla_path(monkeypatch) -> None:
-    """The arguments `cudnn_attention` gives `jax.nn.dot_product_attention` (boolean
-    padding/packing mask with a two-sided window in it, cuDNN's causal mask and left
-    window), run by JAX's XLA implementation of the same call (no GPU here): equal to
-    `xla_attention`."""
+    """The arguments `cudnn_attention` gives `jax.nn.dot_product_attention`, run by JAX's
+    XLA implementation of the same call (no GPU here): equal to `xla_attention` at every
+    query, padding ones too. Plain rows go as their lengths (cuDNN's padding mask, no
+    [B, 1, S, S] bias and so no bias gradient), causal ones with cuDNN's causal mask and left
+    window; packing and a two-sided window as a boolean mask."""
     real_call, calls = jax.nn.dot_product_attention, []
 
     def as_xla(*args, implementation=None, **kwargs):
-        calls.append((implementation, kwargs["is_causal"], kwargs["local_window_size"]))
+        lengths = kwargs["key_value_seq_lengths"]
+        calls.append(
+            (
+                implementation,
+                kwargs["mask"] is not None,
+                None if lengths is None else lengths.tolist(),
+                kwargs["is_causal"],
+                kwargs["local_window_size"],
+            )
+        )
         return real_call(*args, implementation="xla", **kwargs)
 
     monkeypatch.setattr(jax.nn, "dot_product_attention", as_xla)
     q, k, v, m = _inputs(128, packed=True)
+    plain = (m > 0).astype(jnp.int32)
     masks = (
-        AttentionMask(m),
+        AttentionMask(plain),
+        AttentionMask(plain, causal=True),
+        AttentionMask(plain, causal=True, window=16),
+        AttentionMask(m, packed=True),
         AttentionMask(m, packed=True, causal=True, window=16),
         AttentionMask(m, packed=True, window=16),  # two-sided: ±8
+        AttentionMask(plain, window=16),
     )
     for mask in masks:
         got = attention.cudnn_attention(q, k, v, mask)
         np.testing.assert_allclose(got, attention.xla_attention(q, k, v, mask), rtol=0, atol=1e-5)
-    assert calls == [("cudnn", False, None), ("cudnn", True, (8, 0)), ("cudnn", False, None)]
+    lengths = [128 - 37, 128 - 5]
+    assert calls == [
+        ("cudnn", False, lengths, False, None),
+        ("cudnn", False, lengths, True, None),
+        ("cudnn", False, lengths, True, (8, 0)),
+        ("cudnn", True, None, False, None),
+        ("cudnn", True, None, True, (8, 0)),
+        ("cudnn", True, None, False, None),
+        ("cudnn", True, None, False, None),
+    ]
+    # A row of padding alone (a batch's filler rows) stays finite: its queries see one key.
+    empty = plain.at[1].set(0)
+    out = attention.cudnn_attention(q, k, v, AttentionMask(empty))
+    assert np.isfinite(np.asarray(out)).all() and calls[-1][2] == [128 - 37, 1]
 
 
 def test_splash_compiles_ahead_of_time_for_a_tpu_topology() -> None:
@@ -319,3 +347,7 @@ def test_cudnn_on_a_gpu_equals_the_xla_path(s, packed, causal, window) -> None:
     )
     assert "cudnn" in text.lower()  # the fused kernel ran, not a fallback
     attention_cases.assert_close_in_bfloat16(got, want, got_grads, want_grads)
+    # Every query's output is finite, a padding one's and one in a row of padding alone too.
+    filler = AttentionMask(m.at[0].set(0), packed=packed, causal=causal, window=window)
+    whole = jax.jit(lambda q, k, v: attention.cudnn_attention(q, k, v, filler))
+    assert np.isfinite(np.asarray(whole(q, k, v), np.float32)).all()
