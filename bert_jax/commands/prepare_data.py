@@ -30,6 +30,12 @@ def define_flags() -> None:
     )
     flags.DEFINE_string("tfds_name", "", "A TFDS text dataset instead, e.g. wikipedia/20230601.en.")
     flags.DEFINE_string("tfds_split", "train", "The TFDS split.")
+    flags.DEFINE_string(
+        "tfds_data_dir",
+        "",
+        "TFDS's data folder (default: $TFDS_DATA_DIR or ~/tensorflow_datasets); "
+        "gs://tfds-data/datasets reads TFDS's own prepared copies in place.",
+    )
     flags.DEFINE_integer("tfds_num_shards", 64, "Parts of the TFDS split, one shard each.", lower_bound=1)
     flags.DEFINE_string("output_dir", None, "The prepared folder (shared by all hosts of a pod).")
     vocab_flags.define()
@@ -73,7 +79,11 @@ def main(argv: list[str]) -> None:
     if not 0 <= FLAGS.task_index < FLAGS.num_tasks:
         raise ValueError(f"--task_index={FLAGS.task_index} must be in [0, --num_tasks={FLAGS.num_tasks})")
     inputs = prepare.list_inputs(
-        FLAGS.input_file or "", FLAGS.tfds_name, FLAGS.tfds_split, FLAGS.tfds_num_shards
+        FLAGS.input_file or "",
+        FLAGS.tfds_name,
+        FLAGS.tfds_split,
+        FLAGS.tfds_num_shards,
+        tfds_data_dir=FLAGS.tfds_data_dir,
     )
     meta = prepare.prepare(
         inputs,

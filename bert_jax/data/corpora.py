@@ -236,24 +236,61 @@ def read_bbc_news(data_dir: str = "") -> Iterator[Document]:
         yield [a.title] + [s for p in a.body.split("\n") for s in split_sentences(p)]
 
 
+# TFDS's own copies of prepared datasets, read in place (`tfds.load(..., try_gcs=True)`).
+TFDS_PUBLIC_DATA_DIR = "gs://tfds-data/datasets"
+
+
+def ensure_tfds(name: str, data_dir: str = "", build: bool = True) -> None:
+    """Makes sure TFDS dataset `name` is prepared in `data_dir` (TFDS's default,
+    ``$TFDS_DATA_DIR`` or ``~/tensorflow_datasets``, when empty) before anything reads it:
+    built here once when `build` (not by every worker and host at once), else refused in
+    one line. A name TFDS does not know is one line too."""
+    tfds = tensorflow_runtime.tensorflow_datasets()
+    where = data_dir or "TFDS's data folder"
+    try:
+        builder = tfds.builder(name, data_dir=data_dir or None)
+    except tfds.core.DatasetNotFoundError:
+        known = f"not a name TFDS knows, nor prepared in {where}"
+        raise ValueError(f"TFDS dataset {name!r} not found: {known}") from None
+    if builder.is_prepared():
+        return
+    if not build:
+        raise ValueError(
+            f"TFDS dataset {name!r} is not prepared in {where}, and several hosts would each build it: "
+            f"build it once (`tfds build {name} --data_dir=DIR`) or read TFDS's own copy "
+            f"(data_dir {TFDS_PUBLIC_DATA_DIR}), then pass that folder"
+        )
+    print(f"building TFDS dataset {name} once into {builder.data_dir}", flush=True)
+    builder.download_and_prepare()
+
+
 def read_tfds(
-    name: str, split: str = "train", text_key: str = "text", part: int = 0, parts: int = 1
+    name: str,
+    split: str = "train",
+    text_key: str = "text",
+    part: int = 0,
+    parts: int = 1,
+    data_dir: str = "",
 ) -> Iterator[Document]:
-    """A TFDS text dataset (e.g. ``wikipedia/20230601.en``): each example one document;
-    with ``parts`` > 1 only part ``part`` of ``tfds.even_splits(split, parts)``."""
+    """A prepared TFDS text dataset (e.g. ``wikipedia/20230601.en``; `ensure_tfds` first):
+    each example one document; with ``parts`` > 1 only part ``part`` of
+    ``tfds.even_splits(split, parts)``. `data_dir` as `ensure_tfds`'s."""
     tfds = tensorflow_runtime.tensorflow_datasets()
 
     if parts > 1:
         split = tfds.even_splits(split, n=parts)[part]
     replaced = 0
-    for example in tfds.as_numpy(tfds.load(name, split=split)):
+    examples = tfds.load(name, split=split, data_dir=data_dir or None, download=False, shuffle_files=False)
+    for example in tfds.as_numpy(examples):
         text, bad = text_files.decode_counted(example[text_key])
         replaced += bad
         yield [s for p in text.split("\n") for s in split_sentences(p)]
     text_files.warn_replaced(f"TFDS {name} ({split})", replaced)
 
 
-def load_documents(source: str, input_files: str = "", tfds_name: str = "") -> list[Document]:
+def load_documents(
+    source: str, input_files: str = "", tfds_name: str = "", tfds_data_dir: str = ""
+) -> list[Document]:
     """All documents of a source with at least two sentences; skips are counted in a warning."""
     if source == "wiki_excerpt":
         docs = read_wiki_dump(input_files or wiki_excerpt_path())
@@ -262,7 +299,8 @@ def load_documents(source: str, input_files: str = "", tfds_name: str = "") -> l
     elif source == "bbc_news":
         docs = read_bbc_news(input_files)
     elif source == "tfds":
-        docs = read_tfds(tfds_name)
+        ensure_tfds(tfds_name, tfds_data_dir)
+        docs = read_tfds(tfds_name, data_dir=tfds_data_dir)
     else:
         raise ValueError(f"unknown data source {source!r}: wiki_excerpt, bbc_news, text or tfds")
     # Named as prepare-data names an input: the files, or the TFDS dataset.

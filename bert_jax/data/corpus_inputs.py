@@ -55,7 +55,9 @@ def builtin_inputs(c: DataSettings) -> list:
         elif name == "tfds" and not joined:
             if not c.tfds_name:
                 raise ValueError("source=tfds needs --config.data.tfds_name=NAME")
-            inputs += prepare.list_inputs(tfds_name=c.tfds_name, tfds_num_shards=c.tfds_num_shards)
+            inputs += prepare.list_inputs(
+                tfds_name=c.tfds_name, tfds_num_shards=c.tfds_num_shards, tfds_data_dir=c.tfds_data_dir
+            )
         else:
             raise ValueError(
                 f"data.source={c.source!r}: one of wiki_excerpt, bbc_news, text, tfds, prepared, "

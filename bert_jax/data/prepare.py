@@ -108,6 +108,7 @@ class Input:
     reader: str = ""
     start: int = 0
     end: int = -1  # -1: to the end of the file
+    data_dir: str = ""  # a TFDS part's data folder ("": TFDS's own); not what identifies the data
 
     def describe(self) -> str:
         if self.reader:
@@ -125,7 +126,9 @@ class Input:
 
     def documents(self) -> list[corpora.Document]:
         if self.tfds_split:
-            docs = corpora.read_tfds(self.path, split=self.tfds_split, part=self.part, parts=self.parts)
+            docs = corpora.read_tfds(
+                self.path, split=self.tfds_split, part=self.part, parts=self.parts, data_dir=self.data_dir
+            )
         elif self.reader == "bbc_news":
             docs = corpora.read_bbc_news(self.path)
         elif self.path.endswith((".xml", ".xml.bz2", ".bz2")):
@@ -174,17 +177,26 @@ def list_inputs(
     tfds_num_shards: int = 1,
     part_bytes: int = PART_BYTES,
     flag: str = "--input_file",
+    tfds_data_dir: str = "",
 ) -> list[Input]:
     """The inputs of a preparation, in a fixed order: sorted files (each large one in its
     parts, `split_text_file`), or TFDS parts. A glob matching nothing or a folder is
     refused, naming `flag` (where `input_file` came from)."""
     if tfds_name:
-        return [Input(tfds_name, tfds_split, i, tfds_num_shards) for i in range(tfds_num_shards)]
+        n = tfds_num_shards
+        return [Input(tfds_name, tfds_split, i, n, data_dir=tfds_data_dir) for i in range(n)]
     patterns = [p for p in input_file.split(",") if p]
     if not patterns:
         raise ValueError(f"no input: pass {flag}=GLOB[,GLOB...] or --tfds_name=NAME")
     files = user_paths.input_files(patterns, flag)
     return [part for f in files for part in split_text_file(f, part_bytes)]
+
+
+def ensure_tfds(inputs: list[Input], build: bool = True) -> None:
+    """`corpora.ensure_tfds` for each TFDS dataset among `inputs`, once, before workers
+    read their parts."""
+    for name, data_dir in dict.fromkeys((i.path, i.data_dir) for i in inputs if i.tfds_split):
+        corpora.ensure_tfds(name, data_dir, build)
 
 
 def load_tokenizer(opts: Options):
@@ -362,7 +374,8 @@ def prepare(
         user_paths.replace(earlier, name)
         os.makedirs(out_dir, exist_ok=True)
         try:
-            _prepare_shards(inputs, out_dir, opts, num_workers, range(task_index, count, num_tasks), progress)
+            mine = range(task_index, count, num_tasks)
+            _prepare_shards(inputs, out_dir, opts, num_workers, mine, progress, build=num_tasks == 1)
             return write_metadata(out_dir, inputs, opts)
         except NoUsableDocuments:
             for stem in stems:  # every shard is finished and empty: nothing to resume
@@ -372,11 +385,19 @@ def prepare(
 
 
 def _prepare_shards(
-    inputs: list[Input], out_dir: str, opts: Options, num_workers: int, mine: range, progress: bool
+    inputs: list[Input],
+    out_dir: str,
+    opts: Options,
+    num_workers: int,
+    mine: range,
+    progress: bool,
+    build: bool = True,
 ) -> None:
-    """Prepares the shards `mine` that are not finished yet, `num_workers` at a time."""
+    """Prepares the shards `mine` that are not finished yet, `num_workers` at a time. A
+    TFDS dataset is built first, here, where `build` (one host), else must be prepared."""
     count = len(inputs)
     todo = [i for i in mine if _done(out_dir, records.shard_stem(i, count), opts) is None]
+    ensure_tfds([inputs[i] for i in todo], build)
     for i in todo:  # leftovers of a killed worker (each shard belongs to one task only)
         for stale in glob.glob(os.path.join(glob.escape(out_dir), f"{records.shard_stem(i, count)}.*.tmp*")):
             if not atomic_files.writer_alive(stale):

