@@ -31,14 +31,15 @@ def prepare_options(c: DataSettings, max_seq_length: int, seed: int):
 
 
 def prepared_dir(
-    c: DataSettings, max_seq_length: int, seed: int, split: str = "train"
+    c: DataSettings, max_seq_length: int, seed: int, split: str = "train", hosts: int = 1
 ) -> str | remote_copy.RemoteFolder:
     """The prepared folder that serves this split at this sequence length.
 
     ``source=prepared``: the one of ``input_files`` (or ``eval_files`` for the held-out
     split) made for `max_seq_length`; a bucket folder not yet copied whole is returned as
     the `remote_copy.RemoteFolder` to read in place. Built-in sources: a cache folder,
-    prepared now on first use (with the run's seed as the pairing seed).
+    prepared now on first use (with the run's seed as the pairing seed); a TFDS corpus is
+    built first where one host runs (`hosts`), else must be prepared already.
     """
     if c.source == "prepared":
         listed = (c.eval_files if split == "eval" and c.eval_files else c.input_files).split(",")
@@ -70,6 +71,7 @@ def prepared_dir(
         corpus_inputs.cache_dir(c), f"prepared-{hashlib.sha256(raw.encode()).hexdigest()[:16]}"
     )
     if not os.path.exists(os.path.join(directory, records.METADATA)):
+        prepare.ensure_tfds(inputs, build=hosts == 1)
         print(f"preparing {c.source} data (seq {max_seq_length}) once into {directory}", flush=True)
         # Made only once the vocabulary and inputs are checked; a failed attempt removes it
         # again unless it holds finished shards (the next run resumes from them).
@@ -77,9 +79,11 @@ def prepared_dir(
     return directory
 
 
-def open_prepared(c: DataSettings, split: str, max_seq_length: int, seed: int) -> records.PreparedSet:
+def open_prepared(
+    c: DataSettings, split: str, max_seq_length: int, seed: int, hosts: int = 1
+) -> records.PreparedSet:
     """The prepared split, checked against the run's vocabulary, length and objective."""
-    found = prepared_dir(c, max_seq_length, seed, split)
+    found = prepared_dir(c, max_seq_length, seed, split, hosts)
     if isinstance(found, remote_copy.RemoteFolder):
         data, directory = remote_prepared.RemotePreparedSet(found, split), found.url
     else:

@@ -126,7 +126,7 @@ def data_batches(
             **where,
         )
         return it if num_batches is None else itertools.islice(it, max(num_batches - start_step, 0))
-    data = prepared_cache.open_prepared(c, split, max_seq_length, seed)
+    data = prepared_cache.open_prepared(c, split, max_seq_length, seed, hosts=process_count)
     return pipeline.prefetch(
         pipeline.prepared_batches(
             data,

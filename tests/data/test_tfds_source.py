@@ -9,7 +9,8 @@ import sys
 
 import pytest
 
-from bert_jax.data import corpora, prepare, records
+from bert_jax.data import corpora, prepare, prepared_cache, records
+from bert_jax.data.settings import DataSettings
 from tests.conftest import ROOT
 
 tfds = pytest.importorskip("tensorflow_datasets")
@@ -86,3 +87,10 @@ def test_a_tfds_corpus_not_prepared_is_refused_where_several_hosts_would_build_i
     ):
         prepare.prepare(inputs, str(tmp_path / "out"), OPTS, task_index=0, num_tasks=2, progress=False)
     assert not (empty / NAME).exists() and not (tmp_path / "out").exists()
+    # Pre-training on two hosts from the same folder: each host's cache is refused alike.
+    c = DataSettings(
+        source="tfds", tfds_name=NAME, tfds_data_dir=str(empty), cache_dir=str(tmp_path / "cache")
+    )
+    with pytest.raises(ValueError, match="several hosts would each build it"):
+        prepared_cache.open_prepared(c, "train", 32, 0, hosts=2)
+    assert not (empty / NAME).exists() and not list((tmp_path / "cache").glob("prepared-*"))
