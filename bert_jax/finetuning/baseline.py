@@ -59,7 +59,12 @@ def run(
     folder = os.path.join(workdir, FOLDER)
     done = os.path.join(folder, "results.json")
     baseline = dataclasses.replace(
-        settings, random_init=True, random_init_baseline=False, save_best_model=False, predict_test=False
+        settings,
+        random_init=True,
+        random_init_baseline=False,
+        keep_head=False,
+        save_best_model=False,
+        predict_test=False,
     )
     previous = None
     if os.path.exists(done):

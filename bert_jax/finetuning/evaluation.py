@@ -21,14 +21,11 @@ import os
 from typing import Any
 
 import jax
-import numpy as np
 
-from bert_jax import convert
-from bert_jax.convert import layout
-from bert_jax.finetuning.finetune import Finetuning, FinetuningInputs, load_inputs
-from bert_jax.finetuning.outputs import load_saved_params, write_json
+from bert_jax.finetuning import checkpoint_head
+from bert_jax.finetuning.finetune import Finetuning, load_inputs
+from bert_jax.finetuning.outputs import write_json
 from bert_jax.finetuning.settings import FinetuneSettings
-from bert_jax.model import param_shapes
 from bert_jax.training import engine
 from bert_jax.training.results import JobResult
 
@@ -49,7 +46,8 @@ def evaluate_checkpoint(settings: FinetuneSettings, workdir: str, *, overwrite: 
     check_earlier(os.path.abspath(workdir), checkpoint, settings.config, overwrite)
     inputs = load_inputs(settings, read_train=False)
     ft = Finetuning(settings, inputs, total_steps=1, trains=False)
-    params = engine.place_tree(checkpoint_params(checkpoint, inputs), ft.engine.state_shardings.params)
+    own = checkpoint_head.checkpoint_params(checkpoint, inputs, "--evaluate scores")
+    params = engine.place_tree(own, ft.engine.state_shardings.params)
     workdir = os.path.abspath(workdir)
     scores = ft.evaluate(params, os.path.join(workdir, "eval"))
     if jax.process_index() == 0:
@@ -79,44 +77,3 @@ def check_earlier(workdir: str, checkpoint: str, config: dict[str, Any], overwri
             f"--workdir {workdir} holds the evaluation of {earlier.get('checkpoint', 'another run')} with "
             "another config or checkpoint: pass --overwrite to replace it, or another --workdir"
         )
-
-
-def checkpoint_params(checkpoint: str, inputs: FinetuningInputs) -> dict[str, Any]:
-    """The task model's params with the checkpoint's encoder and its own head (the classes
-    in the task's order, `label_order`); one line when it holds no head of the task's kind."""
-    task = inputs.task
-    kind = layout.task_head_name(task.model(inputs.bert_config))
-    head = inputs.checkpoint_head
-    if head is None and os.path.exists(os.path.join(checkpoint, "head.msgpack")):
-        return load_saved_params(checkpoint, inputs)  # a best_model/ of a head with no kind recorded
-    if kind is None or head is None or head[0] != kind:
-        holds = f"a {layout.TASK_HEADS[head[0]][0]}" if head is not None else "no task head"
-        wanted = f"a {layout.TASK_HEADS[kind][0]}" if kind else "a BiLSTM head"
-        raise ValueError(
-            f"--config.init_checkpoint {checkpoint} holds {holds}, not {wanted} for {task.name}: --evaluate "
-            "scores a checkpoint fine-tuned for the task (its best_model/, or a transformers folder of "
-            f"{layout.TASK_HEADS[kind][1] if kind else 'its class'})"
-        )
-    tensors = {k: np.asarray(v) for k, v in head[1].items()}
-    if task.label_names:
-        order = label_order(convert.label_names(checkpoint), list(task.label_names), checkpoint, task.name)
-        tensors = {"kernel": tensors["kernel"][:, order], "bias": tensors["bias"][order]}
-    name = layout.head_module_name(kind)
-    fitted = param_shapes.merge_params(
-        inputs.params[name], tensors, f"{checkpoint}'s {layout.TASK_HEADS[kind][0]}"
-    )
-    return {**inputs.params, name: fitted}
-
-
-def label_order(given: list[str] | None, wanted: list[str], checkpoint: str, task: str) -> list[int]:
-    """The checkpoint's output index of each of the task's classes: by name where the
-    checkpoint names the same classes (case aside), else in order with a warning line."""
-    if given and sorted(n.lower() for n in given) == sorted(n.lower() for n in wanted):
-        lowered = [n.lower() for n in given]
-        return [lowered.index(n.lower()) for n in wanted]
-    if given:
-        why = f"names its classes {given}, {task}'s are {wanted}"
-    else:
-        why = "does not name its classes"
-    print(f"warning: {checkpoint} {why}: taken in {task}'s order {wanted}", flush=True)
-    return list(range(len(wanted)))

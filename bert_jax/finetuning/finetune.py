@@ -41,7 +41,7 @@ import numpy as np
 from bert_jax import convert
 from bert_jax.data import tokenization, user_paths, vocab_fit
 from bert_jax.data.progress import ProgressLines
-from bert_jax.finetuning import baseline, batches, finished_run, packing
+from bert_jax.finetuning import baseline, batches, checkpoint_head, finished_run, packing
 from bert_jax.finetuning.batches import (
     abstract_at,
     bucket_length,
@@ -154,6 +154,8 @@ def load_inputs(settings: FinetuneSettings, read_train: bool = True) -> Finetuni
     init_params = lambda key, *sample: nn.meta.unbox(model.init(key, *sample))["params"]
     key, sample = jax.random.key(settings.seed), _sample(train)
     if settings.random_init:  # the baseline a pre-trained encoder is measured against
+        if settings.keep_head:
+            raise ValueError("config.keep_head and config.random_init are both set: keep one of them")
         print("random_init: the checkpoint's architecture and vocabulary, freshly initialised weights")
         init = jax.device_get(engine.run_once(init_params, key, *sample))
         return FinetuningInputs(
@@ -165,7 +167,10 @@ def load_inputs(settings: FinetuneSettings, read_train: bool = True) -> Finetuni
     params = {**jax.device_get(head), "bert": param_shapes.merge_params(encoder, loaded["bert"], checkpoint)}
     pooler = jax.device_get(loaded["bert"].get("pooler"))
     _, own_head = convert.split_task_head(loaded)
-    return FinetuningInputs(task, checkpoint, tok, train, evals, bert_config, params, pooler, own_head)
+    inputs = FinetuningInputs(task, checkpoint, tok, train, evals, bert_config, params, pooler, own_head)
+    if not read_train:  # an evaluation: its caller takes the checkpoint's head
+        return inputs
+    return checkpoint_head.starting_params(settings.keep_head, checkpoint, inputs)
 
 
 def _say(line: str) -> None:

@@ -100,6 +100,10 @@ class FinetuneSettings:
     # True: after the run, the same fine-tuning from freshly initialised weights into
     # <workdir>/random_init/, printed beside it (`bert_jax.finetuning.baseline`).
     random_init_baseline: bool = False
+    # True: train on from init_checkpoint's own task head (a fine-tuned checkpoint of the
+    # task's kind; classes matched by name), as the paper's SQuAD system went on from
+    # TriviaQA (§4.2); False: a fresh head (`finetuning.checkpoint_head`).
+    keep_head: bool = False
     data: TextSettings = block(TextSettings)
     model: ModelChanges = block(ModelChanges)
     max_seq_length: int = setting(128, SEQUENCE_LENGTH)

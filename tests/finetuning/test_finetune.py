@@ -126,6 +126,44 @@ def _evaluates_as_trained(c, saved: Path, accuracy: float, tmp_path: Path, capsy
     (tmp_path / "train.tsv").rename(Path(c.data_dir) / "SST-2" / "train.tsv")
 
 
+def _continues_from_its_head(
+    c, saved: Path, accuracy: float, pre_trained: str, tmp_path: Path, capsys
+) -> None:
+    """Fine-tuning from a fine-tuned model starts a fresh head and says so in one line; with
+    ``keep_head`` it starts from the model's own head (from its `transformers` export too):
+    a run that barely moves the weights scores what the model did, where a fresh head does
+    not; a checkpoint without a head is refused in one line."""
+    capsys.readouterr()
+    saved_head = convert.load_checkpoint(str(saved))[0]["classifier"]
+    export = saved.parent / "hf_export"
+    for source in (saved, export):
+        c.init_checkpoint, c.keep_head = str(source), False
+        fresh = finetune.load_inputs(run_settings.finetune_settings(c))
+        assert not np.array_equal(fresh.params["classifier"]["kernel"], saved_head["kernel"])
+        c.keep_head = True
+        kept = finetune.load_inputs(run_settings.finetune_settings(c))
+        np.testing.assert_array_equal(kept.params["classifier"]["kernel"], saved_head["kernel"])
+        np.testing.assert_array_equal(kept.params["classifier"]["bias"], saved_head["bias"])
+    out = capsys.readouterr().out
+    for source in (saved, export):
+        line = f"warning: {source} is fine-tuned: sst2 starts a fresh head, not its sequence classifier"
+        assert f"{line} (--config.keep_head=true continues from it)" in out
+    # A run that barely moves the weights: its loss is the saved model's, not a fresh head's
+    # (ln 2 = 0.69 for two classes), and its accuracy the saved model's.
+    c.learning_rate, c.num_epochs, c.predict_test, c.max_train_examples = 1e-12, 1, False, 32
+    c.init_checkpoint, c.keep_head = str(export), True
+    again = run_settings.finetune(c, str(tmp_path / "again"))
+    (epoch,) = json.loads((tmp_path / "again" / "epochs.json").read_text())
+    assert epoch["train_loss"] < 0.3 and again.metrics["accuracy"] == pytest.approx(accuracy)
+    c.init_checkpoint = pre_trained
+    refused = (
+        r"holds no task head, not a sequence classifier for sst2: --config.keep_head=true continues from"
+    )
+    with pytest.raises(ValueError, match=refused):
+        finetune.load_inputs(run_settings.finetune_settings(c))
+    c.keep_head = False
+
+
 def test_glue_task_trains_and_writes_the_submission_file(tmp_path, tiny_checkpoint, capsys) -> None:
     data = write_sst2(tmp_path / "glue")
     c = _tiny(glue_config.get_config("sst2"), tiny_checkpoint, data_dir=str(data), max_seq_length=48,
@@ -144,6 +182,7 @@ def test_glue_task_trains_and_writes_the_submission_file(tmp_path, tiny_checkpoi
     assert sum(g == ("1" if i % 2 else "0") for i, g in enumerate(got)) >= 9  # the best epoch's model
     _exports_as(saved, transformers.AutoModelForSequenceClassification, "classifier", ["0", "1"])
     _evaluates_as_trained(c, saved, best.metrics["accuracy"], tmp_path, capsys)
+    _continues_from_its_head(c, saved, best.metrics["accuracy"], tiny_checkpoint, tmp_path, capsys)
     # A folder saved before task.json named its head's kind: the encoder loads alone.
     record = json.loads((saved / "task.json").read_text())
     del record["head"]
