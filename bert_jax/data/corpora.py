@@ -257,8 +257,8 @@ def ensure_tfds(name: str, data_dir: str = "", build: bool = True) -> None:
     if not build:
         raise ValueError(
             f"TFDS dataset {name!r} is not prepared in {where}, and several hosts would each build it: "
-            f"build it once (`tfds build {name} --data_dir=DIR`) or read TFDS's own copy "
-            f"(data_dir {TFDS_PUBLIC_DATA_DIR}), then pass that folder"
+            f"build it once (`tfds build {name} --data_dir=DIR`) and read it from DIR, or from TFDS's "
+            f"own prepared copies ({TFDS_PUBLIC_DATA_DIR})"
         )
     print(f"building TFDS dataset {name} once into {builder.data_dir}", flush=True)
     builder.download_and_prepare()
