@@ -54,7 +54,7 @@ def _reference(h, b, r, g, beta, key, rate: float, impl: str, eps: float = 1e-12
 
 
 def _outputs_and_grads(fn, args, cotangent):
-    y, pullback = jax.vjp(fn, *args)
+    y, pullback = jax.vjp(jax.jit(fn), *args)
     return y, pullback(cotangent.astype(y.dtype))
 
 
@@ -104,8 +104,9 @@ def test_the_output_taken_twice_has_both_gradients_added_in_the_kernel(rate) -> 
     key = jax.random.key(7)
     opts = triton_norm.Options(eps=1e-12, rate=rate, block=16, interpret=True)
     words = triton_norm.words(0, ops.hash_seeds(key))
-    got, pull = jax.vjp(lambda *a: triton_norm.residual_layer_norm_twice(*a, words, opts), h, b, r, g, beta)
-    want, want_pull = jax.vjp(lambda *a: _reference(*a, key, rate, "hash"), h, b, r, g, beta)
+    twice = jax.jit(lambda *a: triton_norm.residual_layer_norm_twice(*a, words, opts))
+    got, pull = jax.vjp(twice, h, b, r, g, beta)
+    want, want_pull = jax.vjp(jax.jit(lambda *a: _reference(*a, key, rate, "hash")), h, b, r, g, beta)
     for y in got:
         np.testing.assert_allclose(y, want, rtol=0, atol=2e-5)
     grads, want_grads = pull((dy, dy2)), want_pull(dy + dy2)
@@ -166,8 +167,8 @@ def test_the_stream_kernels_equal_the_xla_ops(rate, impl, dtype) -> None:
     def xla(h, b, r, g, beta):
         return _stream_reference(h, b, r, g, beta, key, rate, impl)
 
-    got, pull = jax.vjp(ours, h, b, r, g, beta)
-    want, want_pull = jax.vjp(xla, h, b, r, g, beta)
+    got, pull = jax.vjp(jax.jit(ours), h, b, r, g, beta)
+    want, want_pull = jax.vjp(jax.jit(xla), h, b, r, g, beta)
     assert [x.dtype for x in got] == [x.dtype for x in want] == [dtype, dtype]
     tol = 1e-5 if dtype == jnp.float32 else 2e-2
     for name, a, w in zip(("stream", "normalised"), got, want, strict=True):
@@ -237,7 +238,7 @@ def test_the_encoder_layer_equals_the_xla_path(
             y = layer.apply(p, x, mask, False, rngs={"dropout": jax.random.key(5)})
             return jnp.sum(y * jnp.cos(y)), y
 
-        (_, y), grads = jax.value_and_grad(loss, has_aux=True)(params)
+        (_, y), grads = jax.jit(jax.value_and_grad(loss, has_aux=True))(params)
         return y, grads
 
     want, want_grads = run(Numerics(norm_kernel="xla"))
@@ -266,7 +267,7 @@ def _unrolled_encoder_against_xla(config: BertConfig, kinds: tuple[str, ...]) ->
             return jnp.sum(y * jnp.cos(y)), y
 
         text = str(jax.make_jaxpr(jax.grad(lambda p: loss(p)[0]))(params))
-        (_, y), grads = jax.value_and_grad(loss, has_aux=True)(params)
+        (_, y), grads = jax.jit(jax.value_and_grad(loss, has_aux=True))(params)
         return y, grads, tuple(text.count(k) for k in kinds)
 
     want, want_grads, _ = run(Numerics(norm_kernel="xla", layer_loop="unroll"))
@@ -298,9 +299,9 @@ def test_a_pre_ln_encoder_hands_each_residual_add_to_the_next_kernel() -> None:
     assert kernels == (2 * 3 - 1, 1)
     stacked = {"params": stack_layers(nn.meta.unbox(params)["params"], 3, config)}
     model = BertModel(config, Numerics(norm_kernel="triton", layer_loop="scan"), add_pooler=False)
-    y = model.apply(stacked, ids, mask, deterministic=True)[0]
-    text = str(jax.make_jaxpr(lambda p: model.apply(p, ids, mask, deterministic=True)[0])(stacked))
-    assert text.count("stream_layer_norm_forward") == 2  # layer 0 and the scanned body
+    forward = lambda p: model.apply(p, ids, mask, deterministic=True)[0]
+    y = jax.jit(forward)(stacked)
+    assert str(jax.make_jaxpr(forward)(stacked)).count("stream_layer_norm_forward") == 2  # layer 0, the body
     plain = BertModel(config, Numerics(layer_loop="unroll"), add_pooler=False)
     np.testing.assert_allclose(y, plain.apply(params, ids, mask, deterministic=True)[0], rtol=0, atol=5e-5)
 
