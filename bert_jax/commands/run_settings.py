@@ -23,7 +23,7 @@ from bert_jax.finetuning import evaluation
 from bert_jax.finetuning import finetune as finetuning
 from bert_jax.finetuning.settings import FinetuneSettings
 from bert_jax.model.config import BertConfig
-from bert_jax.pretraining import model_vocab
+from bert_jax.pretraining import init_checkpoint, model_vocab
 from bert_jax.pretraining import pretrain as pretraining
 from bert_jax.pretraining.settings import PretrainSettings, VocabSize
 from bert_jax.training import resolver, run_config
@@ -35,6 +35,9 @@ def pretrain_settings(config: ml_collections.ConfigDict) -> PretrainSettings:
     size known without reading data (a run then checks it, `model_vocab.check_run_size`)."""
     run_config.check(config, "pretrain")
     data = resolver.resolve(DataSettings, config.data, "config.data")
+    init = config.get("init_checkpoint", "")
+    if init:  # its vocabulary unless the run names one; its model (below)
+        data = init_checkpoint.data_for(init, data)
     # The vocabulary's file (a folder given stands for the tokenizer file in it) and its
     # casing (as recorded beside it where not given) decided once; the config as written
     # says them too, as the run used them (a resume compares it).
@@ -43,8 +46,11 @@ def pretrain_settings(config: ml_collections.ConfigDict) -> PretrainSettings:
     data = dataclasses.replace(data, do_lower_case=data.lower_case)
     written = config.to_dict()
     written["data"].update(vocab_file=vocab_file, tokenizer=kind, do_lower_case=data.do_lower_case)
-    size = resolver.resolve(VocabSize, config.model, "config.model", partial=True).vocab_size
-    written["model"]["vocab_size"] = model_vocab.planned_size(size, data)
+    if init:
+        written["model"] = init_checkpoint.model_for(init, config.model.to_dict())
+    else:
+        size = resolver.resolve(VocabSize, config.model, "config.model", partial=True).vocab_size
+        written["model"]["vocab_size"] = model_vocab.planned_size(size, data)
     model = resolver.read(BertConfig, written["model"], "config.model")
     return resolver.resolve(PretrainSettings, config, model=model, data=data, config=written)
 

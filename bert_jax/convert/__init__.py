@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 import os
 
-from bert_jax.convert import hf_configs
+from bert_jax.convert import hf_configs, layout, modernbert_format, tf_format
 from bert_jax.convert.bert_jax_format import head_record, load_bert_jax, save_bert_jax
 from bert_jax.convert.hf_format import from_hf_state_dict, hf_config_dict, load_hf, save_hf, to_hf_state_dict
 from bert_jax.convert.layout import (
@@ -51,6 +51,7 @@ __all__ = [
     "canonical",
     "check_same_vocabulary",
     "check_tokenizer_size",
+    "checkpoint_config",
     "detect_format",
     "expected_shapes",
     "flatten",
@@ -105,6 +106,23 @@ def label_names(path: str) -> list[str] | None:
         with open(os.path.join(path, "config.json")) as f:
             return hf_configs.label_names(json.load(f))
     return None
+
+
+def checkpoint_config(path: str) -> BertConfig:
+    """The model config of the checkpoint at `path` (any format `load_checkpoint` reads),
+    read without its weights."""
+    fmt = detect_format(path)
+    if fmt == "bert_jax":
+        return layout.read_config(os.path.join(os.path.abspath(path), "bert_config.json"), path)
+    if fmt == "tf":
+        prefix = tf_format.tf_prefix(path)
+        return layout.read_config(os.path.join(os.path.dirname(prefix), "bert_config.json"), prefix)
+    config_path = os.path.join(path, "config.json")
+    with open(config_path) as f:
+        values = json.load(f)
+    if layout.check_model_type(values, config_path) == "modernbert":
+        return modernbert_format.bert_config(values, config_path)
+    return hf_configs.bert_config(values, config_path)
 
 
 def load_checkpoint(

@@ -19,7 +19,8 @@ from bert_jax.storage import tensorflow_runtime
 _SKIP = ("global_step", "adam_", "/Adam", "bad_steps", "good_steps", "loss_scale")
 
 
-def _tf_prefix(path: str) -> str:
+def tf_prefix(path: str) -> str:
+    """An original TF checkpoint's prefix, from a folder, a prefix or its ``.index`` file."""
     if os.path.isdir(path):
         index = sorted(glob.glob(os.path.join(path, "*.index")))
         if not index:
@@ -31,7 +32,7 @@ def _tf_prefix(path: str) -> str:
 def load_tf(path: str, expected: BertConfig | None = None) -> tuple[Params, BertConfig]:
     tf = tensorflow_runtime.tensorflow()
 
-    prefix = _tf_prefix(path)
+    prefix = tf_prefix(path)
     config = layout.read_config(os.path.join(os.path.dirname(prefix), "bert_config.json"), prefix)
     layout.check_expected(config, expected, prefix)
     try:

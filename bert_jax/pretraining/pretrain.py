@@ -30,7 +30,7 @@ from bert_jax.data import masking, records, run_vocabulary, sources, tokenizatio
 from bert_jax.data.settings import DataSettings
 from bert_jax.model.flops import model_flops_per_step
 from bert_jax.model.heads import BertForPreTraining
-from bert_jax.pretraining import batch_memory, evaluation, model_file, model_vocab, preflight
+from bert_jax.pretraining import batch_memory, evaluation, init_checkpoint, model_file, model_vocab, preflight
 from bert_jax.pretraining.objective import (
     BATCH_KEYS,
     Batch,
@@ -322,11 +322,14 @@ def train_phases(job: Pretraining, loop: TrainingRun, state: Any, hooks: Sequenc
 def fresh_state(job: Pretraining) -> Any:
     """Step 0's state, a line before it and one with its time after (its program draws
     every parameter: BERT-Base's takes ~13 s on this project's CPU before step 1)."""
-    say = jax.process_index() == 0
+    say, start = jax.process_index() == 0, job.run.init_checkpoint
     if say:
-        print(f"initialising the model and optimizer state (seed {job.settings.seed}) ...", flush=True)
+        seed = job.settings.seed
+        weights = f"from {start} and the optimizer state" if start else f"and optimizer state (seed {seed})"
+        print(f"initialising the model {weights} ...", flush=True)
     began = time.perf_counter()
-    state = jax.block_until_ready(job.engine.init_state(job.settings.seed))
+    params = init_checkpoint.starting_params(job, start, job.settings.seed) if start else None
+    state = jax.block_until_ready(job.engine.init_state(job.settings.seed, params))
     if say:
         print(f"  initialised in {time.perf_counter() - began:.1f} s", flush=True)
     return state

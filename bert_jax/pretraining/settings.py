@@ -83,6 +83,10 @@ class PretrainSettings:
     eval_batch_size: int = setting(0, NON_NEGATIVE_INT)  # 0: global_batch_size (`eval_batch`)
     baseline_batches: int = setting(0, NON_NEGATIVE_INT)  # > 0: the unigram baseline from that many batches
     compilation_cache_dir: str = ""  # "": the workdir's; "none": off (`bert_jax.training.compile_cache`)
+    # A checkpoint to continue pre-training from (a Hugging Face folder, an original TF
+    # checkpoint, a bert_jax export or workdir): its model and, unless data.vocab_file says
+    # otherwise, its vocabulary; its weights at step 0 (`pretraining.init_checkpoint`).
+    init_checkpoint: str = ""
     preset: str = ""  # the preset the config was built from (records)
     data: DataSettings = block(DataSettings)
     training: TrainingSettings = flat(TrainingSettings)  # phase 1's remat policy and accumulation
