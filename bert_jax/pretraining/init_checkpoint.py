@@ -57,15 +57,22 @@ def starting_params(job: Any, path: str, seed: int) -> Any:
     in the run's layer layout (scanned or not) and vocabulary padding."""
     config = job.model_config
     loaded, _ = convert.load_checkpoint(path, vocab_pad_multiple=config.vocab_pad_multiple)
-    init = lambda key: nn.meta.unbox(job.objective.init_params(key))
-    fresh = jax.device_get(engine.run_once(init, jax.random.key(seed)))
     if job.numerics.scanned:
         loaded = stack_layers(loaded, config.num_hidden_layers, config)
-    say = jax.process_index() == 0
-    for key in fresh:
-        if key not in loaded and say:
-            print(f"warning: {path} has no {_HEADS.get(key, key)}: it starts freshly initialised", flush=True)
-    for key in loaded:
-        if key not in fresh and say:
-            print(f"warning: {path}'s {convert.HEADS.get(key, key)} is not used by this run", flush=True)
-    return {k: param_shapes.merge_params(v, loaded[k], path) if k in loaded else v for k, v in fresh.items()}
+    init = lambda key: nn.meta.unbox(job.objective.init_params(key))
+    key = jax.random.key(seed)
+    shapes = jax.eval_shape(init, key)
+    missing = [k for k in shapes if k not in loaded]
+    if jax.process_index() == 0:
+        for k in missing:
+            print(f"warning: {path} has no {_HEADS.get(k, k)}: it starts freshly initialised", flush=True)
+        for k in loaded:
+            if k not in shapes:
+                print(f"warning: {path}'s {convert.HEADS.get(k, k)} is not used by this run", flush=True)
+    # Only the missing heads are drawn (as fine-tuning's fresh head): the checkpoint's
+    # parts are left out of the compiled program.
+    fresh = jax.device_get(engine.run_once(lambda k: {n: v for n, v in init(k).items() if n in missing}, key))
+    return {
+        k: fresh[k] if k in missing else param_shapes.merge_params(v, loaded[k], path)
+        for k, v in shapes.items()
+    }
