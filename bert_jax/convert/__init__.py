@@ -24,9 +24,16 @@ from __future__ import annotations
 import json
 import os
 
-from bert_jax.convert import hf_configs, layout, modernbert_format, tf_format
-from bert_jax.convert.bert_jax_format import head_record, load_bert_jax, save_bert_jax
-from bert_jax.convert.hf_format import from_hf_state_dict, hf_config_dict, load_hf, save_hf, to_hf_state_dict
+from bert_jax.convert import hf_configs
+from bert_jax.convert.bert_jax_format import head_record, load_bert_jax, read_bert_jax_config, save_bert_jax
+from bert_jax.convert.hf_format import (
+    from_hf_state_dict,
+    hf_config_dict,
+    load_hf,
+    read_hf_config,
+    save_hf,
+    to_hf_state_dict,
+)
 from bert_jax.convert.layout import (
     TASK_HEADS,
     Params,
@@ -38,7 +45,7 @@ from bert_jax.convert.layout import (
     split_task_head,
     validate,
 )
-from bert_jax.convert.tf_format import load_tf, save_tf
+from bert_jax.convert.tf_format import load_tf, read_tf_config, save_tf
 from bert_jax.convert.tokenizer_files import (
     check_same_vocabulary,
     check_tokenizer_size,
@@ -110,19 +117,11 @@ def label_names(path: str) -> list[str] | None:
 
 def checkpoint_config(path: str) -> BertConfig:
     """The model config of the checkpoint at `path` (any format `load_checkpoint` reads),
-    read without its weights."""
+    read without its weights, by the readers the loaders use."""
     fmt = detect_format(path)
-    if fmt == "bert_jax":
-        return layout.read_config(os.path.join(os.path.abspath(path), "bert_config.json"), path)
-    if fmt == "tf":
-        prefix = tf_format.tf_prefix(path)
-        return layout.read_config(os.path.join(os.path.dirname(prefix), "bert_config.json"), prefix)
-    config_path = os.path.join(path, "config.json")
-    with open(config_path) as f:
-        values = json.load(f)
-    if layout.check_model_type(values, config_path) == "modernbert":
-        return modernbert_format.bert_config(values, config_path)
-    return hf_configs.bert_config(values, config_path)
+    if fmt == "hf":
+        return read_hf_config(path)[0]
+    return read_tf_config(path)[1] if fmt == "tf" else read_bert_jax_config(path)
 
 
 def load_checkpoint(

@@ -120,6 +120,12 @@ def _restore_workdir_params(workdir: str) -> Params:
     return params
 
 
+def read_bert_jax_config(path: str) -> BertConfig:
+    """The `bert_config.json` of a bert_jax export or workdir."""
+    path = os.path.abspath(path)
+    return layout.read_config(os.path.join(path, "bert_config.json"), path)
+
+
 def load_bert_jax(path: str, expected: BertConfig | None = None) -> tuple[Params, BertConfig]:
     """A bert_jax export folder, or a workdir (its latest checkpoint), padded for its config.
 
@@ -128,7 +134,7 @@ def load_bert_jax(path: str, expected: BertConfig | None = None) -> tuple[Params
     hold more vocabulary rows than its config says (a run resumed with padding) loads
     with the padding its config gives."""
     path = os.path.abspath(path)
-    config = layout.read_config(os.path.join(path, "bert_config.json"), path)
+    config = read_bert_jax_config(path)
     layout.check_expected(config, expected, path)
     if os.path.isdir(os.path.join(path, "params")):
         try:

@@ -199,21 +199,25 @@ def _read_state(folder: str) -> dict[str, np.ndarray]:
     raise FileNotFoundError(f"{folder}: neither model.safetensors nor pytorch_model.bin")
 
 
-def load_hf(folder: str, expected: BertConfig | None = None) -> tuple[Params, BertConfig]:
+def read_hf_config(folder: str) -> tuple[BertConfig, dict]:
+    """A BERT or ModernBERT folder's `BertConfig` and its ``config.json`` as written."""
     path = os.path.join(folder, "config.json")
     if not os.path.exists(path):
         raise FileNotFoundError(f"{folder}: no config.json beside the weights")
     with open(path) as f:
         values = json.load(f)
     if layout.check_model_type(values, path) == "modernbert":
-        config = modernbert_format.bert_config(values, path)
-        layout.check_expected(config, expected, folder)
-        state = _read_state(folder)
-        return modernbert_format.from_state_dict(state, config, folder, values.get("architectures")), config
-    layout.check_model_type(values, path, ("bert",))
-    config = hf_configs.bert_config(values, path)
+        return modernbert_format.bert_config(values, path), values
+    return hf_configs.bert_config(values, path), values
+
+
+def load_hf(folder: str, expected: BertConfig | None = None) -> tuple[Params, BertConfig]:
+    config, values = read_hf_config(folder)
     layout.check_expected(config, expected, folder)
-    return from_hf_state_dict(_read_state(folder), config, folder, values.get("architectures")), config
+    state, architectures = _read_state(folder), values.get("architectures")
+    if values.get("model_type") == "modernbert":
+        return modernbert_format.from_state_dict(state, config, folder, architectures), config
+    return from_hf_state_dict(state, config, folder, architectures), config
 
 
 def save_hf(

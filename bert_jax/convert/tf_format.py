@@ -19,7 +19,7 @@ from bert_jax.storage import tensorflow_runtime
 _SKIP = ("global_step", "adam_", "/Adam", "bad_steps", "good_steps", "loss_scale")
 
 
-def tf_prefix(path: str) -> str:
+def _tf_prefix(path: str) -> str:
     """An original TF checkpoint's prefix, from a folder, a prefix or its ``.index`` file."""
     if os.path.isdir(path):
         index = sorted(glob.glob(os.path.join(path, "*.index")))
@@ -29,11 +29,16 @@ def tf_prefix(path: str) -> str:
     return path[: -len(".index")] if path.endswith(".index") else path
 
 
+def read_tf_config(path: str) -> tuple[str, BertConfig]:
+    """An original TF checkpoint's prefix and the `bert_config.json` beside it."""
+    prefix = _tf_prefix(path)
+    return prefix, layout.read_config(os.path.join(os.path.dirname(prefix), "bert_config.json"), prefix)
+
+
 def load_tf(path: str, expected: BertConfig | None = None) -> tuple[Params, BertConfig]:
     tf = tensorflow_runtime.tensorflow()
 
-    prefix = tf_prefix(path)
-    config = layout.read_config(os.path.join(os.path.dirname(prefix), "bert_config.json"), prefix)
+    prefix, config = read_tf_config(path)
     layout.check_expected(config, expected, prefix)
     try:
         reader = tf.train.load_checkpoint(prefix)
