@@ -352,12 +352,15 @@ def prepare(
     progress: bool = True,
     overwrite: bool = False,
     name: str = "--output_dir",
+    hosts: int | None = None,
 ) -> dict | None:
     """Prepares this task's shards (skipping finished ones); returns the metadata, or None
     while other tasks' shards are still missing. The vocabulary and the folder are checked
     before anything is written (`prepared_output.check_folder`; `overwrite` replaces a
     finished or different preparation); a failed attempt removes the folders it made where
-    it leaves them empty."""
+    it leaves them empty. A TFDS input is built here first where one host prepares (`hosts`,
+    by default `num_tasks`; a run's cache is prepared by each of its hosts alike), else it
+    must be prepared already."""
     opts = opts.resolved()
     load_tokenizer(opts)  # a bad vocabulary is refused before the folder exists
     if overwrite and num_tasks > 1:
@@ -375,7 +378,8 @@ def prepare(
         os.makedirs(out_dir, exist_ok=True)
         try:
             mine = range(task_index, count, num_tasks)
-            _prepare_shards(inputs, out_dir, opts, num_workers, mine, progress, build=num_tasks == 1)
+            build = (num_tasks if hosts is None else hosts) == 1  # TFDS: built here where one host prepares
+            _prepare_shards(inputs, out_dir, opts, num_workers, mine, progress, build=build)
             return write_metadata(out_dir, inputs, opts)
         except NoUsableDocuments:
             for stem in stems:  # every shard is finished and empty: nothing to resume

@@ -71,11 +71,10 @@ def prepared_dir(
         corpus_inputs.cache_dir(c), f"prepared-{hashlib.sha256(raw.encode()).hexdigest()[:16]}"
     )
     if not os.path.exists(os.path.join(directory, records.METADATA)):
-        prepare.ensure_tfds(inputs, build=hosts == 1)
         print(f"preparing {c.source} data (seq {max_seq_length}) once into {directory}", flush=True)
         # Made only once the vocabulary and inputs are checked; a failed attempt removes it
         # again unless it holds finished shards (the next run resumes from them).
-        prepare.prepare(inputs, directory, opts, name="cache folder")
+        prepare.prepare(inputs, directory, opts, name="cache folder", hosts=hosts)
     return directory
 
 
