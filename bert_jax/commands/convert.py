@@ -15,6 +15,7 @@ import os
 from absl import flags, logging
 
 from bert_jax import convert
+from bert_jax.convert.bert_jax_format import HEAD_FILE
 from bert_jax.data import tokenization, user_paths
 
 FLAGS = flags.FLAGS
@@ -127,7 +128,7 @@ def main(argv: list[str]) -> None:
     if "mlm" in params:  # a ModernBERT export has no NSP head (`ModernBertForMaskedLM`)
         heads = " with MLM/NSP heads" if "nsp" in params and not modern else " with the MLM head"
     _, head = convert.split_task_head(params)
-    if head is None and os.path.exists(os.path.join(FLAGS.src, "head.msgpack")):
+    if head is None and os.path.exists(os.path.join(FLAGS.src, HEAD_FILE)):
         print(
             f"warning: {FLAGS.src}/head.msgpack is not converted (a head of no transformers class, or "
             "saved before its kind was recorded in task.json); the encoder is"

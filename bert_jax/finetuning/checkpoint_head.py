@@ -20,10 +20,15 @@ import numpy as np
 
 from bert_jax import convert
 from bert_jax.convert import layout
+from bert_jax.convert.bert_jax_format import HEAD_FILE
 from bert_jax.finetuning.outputs import load_saved_params
 from bert_jax.model import param_shapes
 
-SAVED_HEAD = "head.msgpack"  # a best_model/'s head, beside its encoder (`outputs.save_model`)
+
+def _only_saved(checkpoint: str, inputs: Any) -> bool:
+    """Whether the checkpoint's head is a best_model/'s `HEAD_FILE` alone (saved before
+    its kind was recorded: not read as a task head by `convert`)."""
+    return inputs.checkpoint_head is None and os.path.exists(os.path.join(checkpoint, HEAD_FILE))
 
 
 def checkpoint_params(checkpoint: str, inputs: Any, use: str) -> dict[str, Any]:
@@ -33,7 +38,7 @@ def checkpoint_params(checkpoint: str, inputs: Any, use: str) -> dict[str, Any]:
     task = inputs.task
     kind = layout.task_head_name(task.model(inputs.bert_config))
     head = inputs.checkpoint_head
-    if head is None and os.path.exists(os.path.join(checkpoint, SAVED_HEAD)):
+    if _only_saved(checkpoint, inputs):
         return load_saved_params(checkpoint, inputs)  # a best_model/ of a head with no kind recorded
     if kind is None or head is None or head[0] != kind:
         holds = f"a {layout.TASK_HEADS[head[0]][0]}" if head is not None else "no task head"
@@ -75,11 +80,10 @@ def starting_params(keep_head: bool, checkpoint: str, inputs: Any) -> Any:
     if keep_head:
         params = checkpoint_params(checkpoint, inputs, "--config.keep_head=true continues from")
         return dataclasses.replace(inputs, params=params)
-    head = inputs.checkpoint_head
-    saved = head is None and os.path.exists(os.path.join(checkpoint, SAVED_HEAD))
+    head, saved = inputs.checkpoint_head, _only_saved(checkpoint, inputs)
     if head is None and not saved:
         return inputs
-    held = f"its {layout.TASK_HEADS[head[0]][0]}" if head is not None else f"the head in its {SAVED_HEAD}"
+    held = f"its {layout.TASK_HEADS[head[0]][0]}" if head is not None else f"the head in its {HEAD_FILE}"
     kind = layout.task_head_name(inputs.task.model(inputs.bert_config))
     again = saved or (head is not None and head[0] == kind)
     print(

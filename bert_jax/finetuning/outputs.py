@@ -16,6 +16,7 @@ from flax import serialization
 
 from bert_jax import convert
 from bert_jax.convert import layout
+from bert_jax.convert.bert_jax_format import HEAD_FILE
 from bert_jax.data import tokenization
 from bert_jax.model import param_shapes
 from bert_jax.storage import atomic_files
@@ -65,7 +66,7 @@ def save_model(folder: str, params: Any, inputs: Any, config: dict[str, Any], be
         encoder["pooler"] = inputs.pooler
     convert.save_bert_jax(tmp, {"bert": encoder}, inputs.bert_config)
     head = {k: v for k, v in params.items() if k != "bert"}
-    with open(os.path.join(tmp, "head.msgpack"), "wb") as f:
+    with open(os.path.join(tmp, HEAD_FILE), "wb") as f:
         f.write(serialization.msgpack_serialize(jax.tree.map(np.asarray, head)))
     vocab = inputs.tokenizer.vocab_file
     shutil.copyfile(vocab, os.path.join(tmp, tokenization.saved_name(vocab)))
@@ -83,7 +84,7 @@ def load_saved_params(folder: str, inputs: Any) -> Any:
     """The encoder and head saved by `save_model`, shaped as the task model of `inputs`
     (`finetune.FinetuningInputs`)."""
     loaded, _ = convert.load_checkpoint(folder)
-    with open(os.path.join(folder, "head.msgpack"), "rb") as f:
+    with open(os.path.join(folder, HEAD_FILE), "rb") as f:
         head = serialization.msgpack_restore(f.read())
     missing = sorted(set(inputs.params) - {"bert"} - set(head))
     if missing:
