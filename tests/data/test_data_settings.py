@@ -41,7 +41,7 @@ def pinned(monkeypatch, tmp_path):
         learned.append(size)
         return VOCAB
 
-    def stop(inputs, directory, opts, name=""):
+    def stop(inputs, directory, opts, name="", hosts=None):
         raise _Prepared(directory)
 
     monkeypatch.setattr(corpus_inputs, "stamp", lambda inputs: STAMP)
