@@ -99,19 +99,20 @@ def main(argv: list[str]) -> None:
         raise ValueError(f"unexpected arguments: {argv[1:]}")
     logging.set_verbosity(logging.WARNING)
 
-    if not (os.path.exists(FLAGS.src) or os.path.exists(f"{FLAGS.src}.index")):
+    src = convert.local_copy(FLAGS.src)  # one in a bucket: its local copy
+    if not (os.path.exists(src) or os.path.exists(f"{src}.index")):
         raise FileNotFoundError(f"--src {FLAGS.src} does not exist")
     folder = output_folder(FLAGS.dst, FLAGS.dst_format)
-    earlier = check_dst(folder, FLAGS.overwrite, {"--src": FLAGS.src, "--vocab_file": FLAGS.vocab_file})
-    params, config = convert.load_checkpoint(FLAGS.src, vocab_pad_multiple=FLAGS.vocab_pad_multiple or None)
+    earlier = check_dst(folder, FLAGS.overwrite, {"--src": src, "--vocab_file": FLAGS.vocab_file})
+    params, config = convert.load_checkpoint(src, vocab_pad_multiple=FLAGS.vocab_pad_multiple or None)
     given_vocab, _ = tokenization.vocab_in_folder(FLAGS.vocab_file)  # a folder: the file in it
-    vocab = given_vocab or tokenization.vocab_beside(FLAGS.src)  # refuses before writing
+    vocab = given_vocab or tokenization.vocab_beside(src)  # refuses before writing
     if not vocab.endswith(".model"):  # a SentencePiece model is read by check_tokenizer_size
         tokenization.load_vocab(vocab)
     convert.check_tokenizer_size(vocab, config)
-    convert.check_same_vocabulary(given_vocab, FLAGS.src, "--vocab_file")  # ids it never learned
+    convert.check_same_vocabulary(given_vocab, src, "--vocab_file")  # ids it never learned
     given = FLAGS.do_lower_case
-    casing = tokenization.recorded_casing(FLAGS.src) if given == "auto" else given == "true"
+    casing = tokenization.recorded_casing(src) if given == "auto" else given == "true"
     with user_paths.removed_if_failed(folder):
         user_paths.replace(earlier, "--dst")
         folder = convert.save_checkpoint(
@@ -120,7 +121,7 @@ def main(argv: list[str]) -> None:
             config,
             FLAGS.dst_format,
             fold_segment=FLAGS.fold_segment_embedding,
-            label_names=convert.label_names(FLAGS.src),
+            label_names=convert.label_names(src),
         )
         convert.write_tokenizer_files(folder, vocab, True if casing is None else casing, config)
     heads = ""
@@ -128,7 +129,7 @@ def main(argv: list[str]) -> None:
     if "mlm" in params:  # a ModernBERT export has no NSP head (`ModernBertForMaskedLM`)
         heads = " with MLM/NSP heads" if "nsp" in params and not modern else " with the MLM head"
     _, head = convert.split_task_head(params)
-    if head is None and os.path.exists(os.path.join(FLAGS.src, HEAD_FILE)):
+    if head is None and os.path.exists(os.path.join(src, HEAD_FILE)):
         print(
             f"warning: {FLAGS.src}/head.msgpack is not converted (a head of no transformers class, or "
             "saved before its kind was recorded in task.json); the encoder is"
@@ -139,7 +140,7 @@ def main(argv: list[str]) -> None:
     if FLAGS.dst_format == "bert_jax" and config.vocab_pad_multiple > 1:
         heads += f", vocabulary padded to {config.padded_vocab_size} on load"
     print(
-        f"{convert.detect_format(FLAGS.src)} {FLAGS.src} → {FLAGS.dst_format} {FLAGS.dst} "
+        f"{convert.detect_format(src)} {FLAGS.src} → {FLAGS.dst_format} {FLAGS.dst} "
         f"(L={config.num_hidden_layers} H={config.hidden_size}{heads})"
     )
 

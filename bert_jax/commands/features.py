@@ -68,13 +68,14 @@ def main(argv: list[str]) -> None:
         raise ValueError(f"unexpected arguments: {argv[1:]}")
     logging.set_verbosity(logging.WARNING)
 
-    if not (os.path.exists(FLAGS.checkpoint) or os.path.exists(f"{FLAGS.checkpoint}.index")):
+    checkpoint = convert.local_copy(FLAGS.checkpoint)  # one in a bucket: its local copy
+    if not (os.path.exists(checkpoint) or os.path.exists(f"{checkpoint}.index")):
         raise FileNotFoundError(f"--checkpoint {FLAGS.checkpoint} does not exist")
     user_paths.input_file(FLAGS.input, "--input")
     user_paths.output_file(FLAGS.output, "--output", FLAGS.overwrite)
-    convert.check_same_vocabulary(FLAGS.vocab_file, FLAGS.checkpoint, "--vocab_file")
-    params, config = convert.load_checkpoint(FLAGS.checkpoint)
-    vocab = FLAGS.vocab_file or tokenization.vocab_beside(FLAGS.checkpoint)
+    convert.check_same_vocabulary(FLAGS.vocab_file, checkpoint, "--vocab_file")
+    params, config = convert.load_checkpoint(checkpoint)
+    vocab = FLAGS.vocab_file or tokenization.vocab_beside(checkpoint)
     tokenizer = tokenization.load_tokenizer(vocab, FLAGS.do_lower_case)
     vocab_fit.check_vocab_fits(tokenizer, config.vocab_size, FLAGS.checkpoint)
     check_positions(config)

@@ -14,6 +14,8 @@ Formats on disk:
 - ``bert_jax``: a folder with ``bert_config.json`` and an orbax checkpoint of the params
   under ``params/``; a pre-training workdir (``checkpoints/<step>/``) is read as well.
 
+Each is read from a bucket (``gs://...``) too, through a local copy (`remote_checkpoint`).
+
 All three hold exactly `vocab_size` vocabulary rows: loads pad them for the config's
 `vocab_pad_multiple` (`load_checkpoint(..., vocab_pad_multiple=128)` asks for padding
 whatever the source says), exports drop the padding.
@@ -24,7 +26,7 @@ from __future__ import annotations
 import json
 import os
 
-from bert_jax.convert import hf_configs
+from bert_jax.convert import formats, hf_configs
 from bert_jax.convert.bert_jax_format import head_record, load_bert_jax, read_bert_jax_config, save_bert_jax
 from bert_jax.convert.hf_format import (
     from_hf_state_dict,
@@ -45,6 +47,7 @@ from bert_jax.convert.layout import (
     split_task_head,
     validate,
 )
+from bert_jax.convert.remote_checkpoint import local_copy
 from bert_jax.convert.tf_format import load_tf, read_tf_config, save_tf
 from bert_jax.convert.tokenizer_files import (
     check_same_vocabulary,
@@ -69,6 +72,7 @@ __all__ = [
     "load_checkpoint",
     "load_hf",
     "load_tf",
+    "local_copy",
     "save_bert_jax",
     "save_checkpoint",
     "save_hf",
@@ -81,21 +85,14 @@ __all__ = [
 
 
 def detect_format(path: str) -> str:
+    path = local_copy(path)
     if os.path.isdir(path):
-        names = set(os.listdir(path))
-        if "bert_config.json" in names and ({"params", "checkpoints"} & names):
-            return "bert_jax"
-        if "config.json" in names and ({"model.safetensors", "pytorch_model.bin"} & names):
-            return "hf"
-        if any(n.endswith(".index") for n in names):
-            return "tf"
+        found = formats.of_names(set(os.listdir(path)))
+        if found:
+            return found
     elif os.path.exists(path + ".index") or path.endswith(".index"):
         return "tf"
-    raise ValueError(
-        f"{path} is not a checkpoint: expected a Hugging Face folder (config.json + "
-        "model.safetensors/pytorch_model.bin), an original TF checkpoint (*.index + "
-        "bert_config.json) or a bert_jax folder (bert_config.json + params/ or checkpoints/)"
-    )
+    raise formats.not_a_checkpoint(path)
 
 
 # The heads a checkpoint may hold beside the encoder (`load_checkpoint`'s `heads`).
@@ -106,6 +103,7 @@ def label_names(path: str) -> list[str] | None:
     """The names of a checkpoint's classifier labels, where it records them: a bert_jax
     folder's ``task.json`` (a fine-tuned model or an export), a Hugging Face folder's
     ``id2label`` (not the ``LABEL_i`` `transformers` makes up)."""
+    path = local_copy(path)
     fmt = detect_format(path)
     if fmt == "bert_jax":
         return head_record(path).get("labels") or None
@@ -117,7 +115,9 @@ def label_names(path: str) -> list[str] | None:
 
 def checkpoint_config(path: str) -> BertConfig:
     """The model config of the checkpoint at `path` (any format `load_checkpoint` reads),
-    read without its weights, by the readers the loaders use."""
+    read without its weights, by the readers the loaders use (one in a bucket from its
+    local copy, `remote_checkpoint`)."""
+    path = local_copy(path)
     fmt = detect_format(path)
     if fmt == "hf":
         return read_hf_config(path)[0]
@@ -137,7 +137,9 @@ def load_checkpoint(
     the source's own (1 for Hugging Face and TF checkpoints, whatever a bert_jax export
     recorded). `heads`: the heads the caller's model needs (``("mlm", "nsp")`` for
     `BertForPreTraining`, ``("mlm",)`` for `BertForMaskedLM`); one the checkpoint lacks is
-    refused in one line naming it and the checkpoint."""
+    refused in one line naming it and the checkpoint. A checkpoint in a bucket
+    (``gs://...``) is read from its local copy (`remote_checkpoint.local_copy`)."""
+    given, path = path, local_copy(path)
     fmt = detect_format(path)
     params, config = {"hf": load_hf, "tf": load_tf, "bert_jax": load_bert_jax}[fmt](path, expected)
     missing = [h for h in heads if h not in params]
@@ -147,7 +149,7 @@ def load_checkpoint(
             raise ValueError(f"heads={unknown}: the heads are {', '.join(HEADS)}")
         held = [HEADS[h] for h in HEADS if h in params] or ["no head"]
         raise ValueError(
-            f"{path} has no {' and no '.join(f'{HEADS[h]} ({h})' for h in missing)}: it holds the "
+            f"{given} has no {' and no '.join(f'{HEADS[h]} ({h})' for h in missing)}: it holds the "
             f"encoder with {', '.join(held)}; load it into a model without that head"
         )
     if vocab_pad_multiple is not None and vocab_pad_multiple != config.vocab_pad_multiple:

@@ -221,16 +221,20 @@ def copy_folder(folder: RemoteFolder, stop: threading.Event | None = None) -> bo
         )
     for file, size in todo:
         dst = os.path.join(folder.local, file)
-        if not _copy(f"{folder.url}/{file}", dst, size, stop):
+        if not copy_object(f"{folder.url}/{file}", dst, size, stop):
             return False
         folder.done.add(dst)
     atomic_files.write_text(os.path.join(folder.local, METADATA), folder.raw.decode())
     return True
 
 
-def _copy(src: str, dst: str, size: int, stop: threading.Event | None, block: int = 16 << 20) -> bool:
-    """One file, in blocks (memory: one block), to a temporary name, then into place;
-    False (and nothing in place) when `stop` is set first."""
+def copy_object(
+    src: str, dst: str, size: int, stop: threading.Event | None = None, block: int = 16 << 20
+) -> bool:
+    """The bucket object `src` (of `size` bytes, as listed) to the local file `dst`, in
+    blocks (memory: one block), to a temporary name, then into place; False (and nothing
+    in place) when `stop` is set first. A read of another size (the object written again
+    meanwhile, a damaged upload) is refused naming it."""
     tmp = atomic_files.temp_path(dst)
 
     def copy() -> int:
@@ -254,6 +258,6 @@ def _copy(src: str, dst: str, size: int, stop: threading.Event | None, block: in
         return False
     if written != size:
         os.remove(tmp)
-        raise RemoteReadError(f"{src}: {written} bytes, its metadata.json says {size}: upload it again")
+        raise RemoteReadError(f"{src}: {written} bytes read, {size} listed: upload it again")
     os.replace(tmp, dst)
     return True

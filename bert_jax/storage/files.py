@@ -173,9 +173,28 @@ def size_and_time(path: str) -> list[int]:
     with on_bucket(path, "reading"):
         fs, stripped = _bucket_fs(path)
         info = fs.info(stripped)
+    return [int(info["size"]), _stamp(info)]
+
+
+def tree(folder: str) -> dict[str, list[int]]:
+    """Every file under the bucket folder `folder` (recursively), by its path relative to
+    it: its size and a number that changes when it is written again (as `size_and_time`).
+    Empty where there is no such folder."""
+    with on_bucket(folder, "listing"):
+        fs, stripped = _bucket_fs(folder)
+        found = fs.find(stripped.rstrip("/"), detail=True)
+    root = stripped.rstrip("/") + "/"
+    return {
+        name[len(root) :]: [int(info["size"]), _stamp(info)]
+        for name, info in found.items()
+        if name.startswith(root) and info.get("type", "file") == "file"
+    }
+
+
+def _stamp(info: dict) -> int:
+    """A bucket object's generation, else its update time, as a number."""
     stamp = info.get("generation") or info.get("updated") or info.get("mtime") or 0
-    digits = "".join(ch for ch in str(stamp) if ch.isdigit())
-    return [int(info["size"]), int(digits or 0)]
+    return int("".join(ch for ch in str(stamp) if ch.isdigit()) or 0)
 
 
 def read_text(path: str) -> str:

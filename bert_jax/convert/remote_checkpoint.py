@@ -1,0 +1,168 @@
+"""Checkpoints in a bucket (``gs://...``): every format `convert` reads, from a local copy.
+
+A released BERT is often kept in a bucket (the original ``run_pretraining.py
+--init_checkpoint=gs://.../bert_model.ckpt``), and so is a pod run's workdir. The three
+formats' readers (safetensors, TF's checkpoint reader, orbax's restore with its checks of
+the folder) are all run on one local folder: `local_copy` makes it, once per machine and
+checkpoint, and every later call (this process, a rerun, the next phase) finds it.
+
+What is copied is what a load reads, not the whole folder:
+- a TF checkpoint given by its prefix (``.../bert_model.ckpt``, or its ``.index``): that
+  prefix's files, with ``bert_config.json`` and the tokenizer files beside it;
+- a pre-training or fine-tuning workdir: its config, tokenizer and task files and its latest
+  checkpoint (``checkpoints/<step>/``; on a bucket, the latest orbax marked committed), not
+  the earlier steps, metrics, TensorBoard events or ``best_model/``;
+- a bert_jax export: its config, tokenizer and task files and ``params/``;
+- any other folder (Hugging Face, a TF folder): its top-level files, without the weights
+  of other frameworks beside ``model.safetensors`` (``pytorch_model.bin``, ``tf_model.h5``...).
+
+The copy (``<cache>/<hash of the URL>-<name>``; the cache is ``$BERT_JAX_CHECKPOINT_CACHE``,
+else ``~/.cache/bert_jax/checkpoints``; a pre-training run's is under its
+``data.cache_dir``) is made under a temporary name and renamed into place whole, its
+record (each object's size and generation) last: a copy that stopped half-way is never
+read, and a checkpoint written again in the bucket is copied again. Several processes of
+one machine (local pod tests) may copy at once; the first to finish is kept.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import time
+import uuid
+
+from bert_jax.convert import formats
+from bert_jax.convert.bert_jax_format import HEAD_FILE, TASK_RECORD
+from bert_jax.data import remote_copy, tokenization
+from bert_jax.storage import files
+
+CACHE_ENV = "BERT_JAX_CHECKPOINT_CACHE"
+RECORD = ".copied.json"  # written last: the copy is whole
+
+# Weights of other frameworks a Hugging Face folder may hold beside model.safetensors.
+_OTHER_WEIGHTS = ("pytorch_model.bin", "tf_model.h5", "flax_model.msgpack", "rust_model.ot", "model.onnx")
+# Files a load may read beside a bert_jax or TF checkpoint's weights (config, tokenizer and
+# its casing, a fine-tuned model's task head).
+_BESIDE = ("bert_config.json", TASK_RECORD, HEAD_FILE, tokenization.CASING_FILE, *tokenization.SAVED_NAMES)
+
+# The local copy of each checkpoint URL this process has made or found.
+_COPIES: dict[str, str] = {}
+
+
+def cache_root() -> str:
+    return os.environ.get(CACHE_ENV) or os.path.join(
+        os.path.expanduser("~"), ".cache", "bert_jax", "checkpoints"
+    )
+
+
+def local_copy(path: str, root: str = "") -> str:
+    """`path` itself when it is local; for a checkpoint in a bucket, the local path that
+    stands for it (a folder, or a TF prefix in one), copied into `root` (default
+    `cache_root`) unless a whole copy of the same objects is there."""
+    if not files.is_remote(path):
+        return path
+    url = path.rstrip("/")
+    if url in _COPIES:
+        return _COPIES[url]
+    files.check_reachable(url, "checkpoint")  # one line, within a bound, if it cannot be
+    folder, wanted, prefix = _checkpoint_files(url)
+    name = hashlib.sha256(folder.encode()).hexdigest()[:16] + "-" + os.path.basename(folder)
+    local = os.path.join(root or cache_root(), name)
+    record = {"source": folder, "files": wanted}
+    if _record(local) != record:
+        _copy(folder, local, record)
+    _COPIES[url] = os.path.join(local, prefix) if prefix else local
+    return _COPIES[url]
+
+
+def _checkpoint_files(url: str) -> tuple[str, dict[str, list[int]], str]:
+    """The bucket folder a load of `url` reads from, the files of it a load reads (size and
+    generation by relative path) and, for a TF checkpoint given by its prefix, the prefix."""
+    found = _listing(url)
+    if not found:  # a TF prefix (or its .index), not a folder
+        folder, prefix = url.rsplit("/", 1)
+        prefix = prefix.removesuffix(".index")
+        beside = {k: v for k, v in _listing(folder).items() if "/" not in k}
+        if f"{prefix}.index" not in beside:
+            raise remote_copy.RemoteReadError(
+                f"cannot read {url}: no such folder, and no TF checkpoint {prefix}.index"
+            )
+        keep = {k: v for k, v in beside.items() if k.startswith(f"{prefix}.") or k in _BESIDE}
+        return folder, keep, prefix
+    top = {k: v for k, v in found.items() if "/" not in k}
+    subfolders = {k.split("/", 1)[0] for k in found if "/" in k}
+    fmt = formats.of_names(set(top) | subfolders)
+    if fmt is None:
+        raise formats.not_a_checkpoint(url)
+    if fmt == "bert_jax":  # an export's params/, else a workdir's latest checkpoint
+        inner = "params/" if "params" in subfolders else f"checkpoints/{_latest_step(url, found)}/"
+        beside = {k: v for k, v in top.items() if k in _BESIDE}
+        return url, {**beside, **{k: v for k, v in found.items() if k.startswith(inner)}}, ""
+    if "model.safetensors" in top:
+        top = {k: v for k, v in top.items() if k not in _OTHER_WEIGHTS}
+    return url, top, ""
+
+
+def _listing(url: str) -> dict[str, list[int]]:
+    """`files.tree(url)`; an error other than a bucket that did not answer as one line
+    naming `url` (no permission, ...)."""
+    return remote_copy.reading(url, lambda: files.tree(url))
+
+
+def _latest_step(url: str, found: dict[str, list[int]]) -> str:
+    """A workdir's latest checkpoint step: the highest ``checkpoints/<step>/``, among those
+    orbax marked committed (``commit_success.txt``, written on a bucket) where any is."""
+    steps = {m.group(1) for k in found if (m := re.match(r"checkpoints/(\d+)/", k))}
+    committed = {s for s in steps if f"checkpoints/{s}/commit_success.txt" in found}
+    if not steps:
+        raise remote_copy.RemoteReadError(f"{url}: no params/ and no checkpoints/<step>/ in it")
+    return max(committed or steps, key=int)
+
+
+def _record(local: str) -> dict | None:
+    try:
+        with open(os.path.join(local, RECORD)) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def _copy(folder: str, local: str, record: dict) -> None:
+    """The files of `record` from the bucket `folder` into `local`, made whole under a
+    temporary name first."""
+    wanted = record["files"]
+    need = sum(size for size, _ in wanted.values())
+    parent = os.path.dirname(local)
+    os.makedirs(parent, exist_ok=True)
+    free = shutil.disk_usage(parent).free
+    if need > free:
+        raise OSError(
+            f"{folder} needs {need / 2**30:.2f} GiB, {parent} has {free / 2**30:.2f} GiB free: "
+            f"free the disk or set {CACHE_ENV} to a larger one"
+        )
+    print(f"copying {folder} ({need / 2**30:.2f} GiB, {len(wanted)} files) into {local}", flush=True)
+    start = time.perf_counter()
+    tmp = f"{local}.partial-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    try:
+        for rel, (size, _) in sorted(wanted.items()):
+            dst = os.path.join(tmp, rel)
+            os.makedirs(os.path.dirname(dst), exist_ok=True)
+            remote_copy.copy_object(f"{folder}/{rel}", dst, size)
+        with open(os.path.join(tmp, RECORD), "w") as f:
+            json.dump(record, f)
+        if _record(local) == record:  # another process of this machine copied it meanwhile
+            return
+        if os.path.isdir(local):  # an older copy (the checkpoint was written again since)
+            shutil.rmtree(local, ignore_errors=True)
+        try:
+            os.replace(tmp, local)
+        except OSError:
+            if _record(local) != record:  # another process's copy, of other objects
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    took = time.perf_counter() - start
+    print(f"copied {folder} in {took:.1f} s ({need / 2**20 / max(took, 1e-3):.0f} MiB/s)", flush=True)

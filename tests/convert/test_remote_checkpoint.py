@@ -1,0 +1,198 @@
+"""Checkpoints in a bucket: each format `convert` reads loads from ``gs://`` as from its
+local folder, through one local copy per machine of what a load reads. The bucket is the
+GCS API emulator, reached through the client and path layer a TPU VM's ``gs://`` goes
+through (gcsfs under `storage.files`)."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from bert_jax import convert
+from bert_jax.commands import run_settings
+from bert_jax.convert import remote_checkpoint
+from bert_jax.data import remote_copy, tokenization
+from bert_jax.model.config import BertConfig
+from bert_jax.model.encoder import BertModel
+from bert_jax.pretraining import model_file
+from bert_jax.storage import files
+from bert_jax.training import checkpoints
+from bert_jax.training.engine import TrainState
+from configs import finetune as finetune_configs
+from tests.conftest import ROOT, tiny_pretraining
+from tests.helpers import prepared_data
+
+CONFIG = BertConfig(
+    vocab_size=len(tokenization.load_vocab(tokenization.default_vocab_file())),
+    hidden_size=32,
+    num_hidden_layers=2,
+    num_attention_heads=2,
+    intermediate_size=64,
+    max_position_embeddings=64,
+)
+
+
+def _params(seed: int) -> dict:
+    ids = jnp.zeros((1, 8), jnp.int32)
+    return {"bert": nn.meta.unbox(BertModel(CONFIG).init(jax.random.key(seed), ids, ids, ids))["params"]}
+
+
+def _with_vocab(folder: str) -> str:
+    convert.write_tokenizer_files(folder, tokenization.default_vocab_file(), True, CONFIG)
+    return folder
+
+
+def _workdir(folder: Path) -> str:
+    """A pre-training workdir with checkpoints at steps 3 and 7 (7's weights are seed 1's)."""
+    model_file.write(str(folder), CONFIG, scanned=False)
+    ckpt = checkpoints.Checkpointer(str(folder), async_save=False)
+    for step, seed in ((3, 0), (7, 1)):
+        params = _params(seed)
+        rng = jax.random.key_data(jax.random.key(0))
+        ckpt.save(step, TrainState(jnp.asarray(step), params, optax.sgd(0.1).init(params), rng))
+    ckpt.close()
+    (folder / "events.out.tfevents.1").write_bytes(b"x" * 100)  # not read by a load
+    return _with_vocab(str(folder))
+
+
+@pytest.fixture(scope="module")
+def local(tmp_path_factory) -> dict[str, str]:
+    """The local checkpoints of each kind."""
+    root = tmp_path_factory.mktemp("checkpoints")
+    hf = convert.save_checkpoint(str(root / "hf"), _params(0), CONFIG, "hf")
+    (root / "hf" / "pytorch_model.bin").write_bytes(b"not read: model.safetensors is")
+    tf = convert.save_checkpoint(str(root / "tf"), _params(0), CONFIG, "tf")
+    (root / "tf" / "graph.pbtxt").write_bytes(b"not read")
+    export = convert.save_checkpoint(str(root / "export"), _params(0), CONFIG, "bert_jax")
+    return {
+        "hf": _with_vocab(hf),
+        "tf": os.path.join(_with_vocab(tf), "bert_model.ckpt"),
+        "bert_jax": _with_vocab(export),
+        "workdir": _workdir(root / "workdir"),
+    }
+
+
+def _upload(local: str, url: str) -> None:
+    for path in sorted(Path(local).rglob("*")):
+        if path.is_file():
+            files.write_bytes_remote(f"{url}/{path.relative_to(local)}", path.read_bytes())
+
+
+@pytest.fixture(scope="module")
+def gs(tmp_path_factory, local) -> dict[str, str]:
+    """Each checkpoint uploaded to the emulator's bucket: kind → its URL."""
+    with prepared_data.bucket(tmp_path_factory.mktemp("gcs")) as root:
+        urls = {}
+        for kind, path in local.items():
+            folder = path if os.path.isdir(path) else os.path.dirname(path)
+            _upload(folder, f"{root}/{kind}")
+            urls[kind] = f"{root}/{kind}" + (path[len(folder) :] if folder != path else "")
+        urls["root"] = root
+        yield urls
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch) -> Path:
+    """An empty copy cache, nothing remembered by this process."""
+    monkeypatch.setenv(remote_checkpoint.CACHE_ENV, str(tmp_path / "cache"))
+    monkeypatch.setattr(remote_checkpoint, "_COPIES", {})
+    return tmp_path / "cache"
+
+
+def _equal(a: dict, b: dict) -> bool:
+    fa, fb = convert.flatten(a), convert.flatten(b)
+    return fa.keys() == fb.keys() and all(np.array_equal(fa[k], fb[k]) for k in fa)
+
+
+@pytest.mark.parametrize("kind", ["hf", "tf", "bert_jax", "workdir"])
+def test_a_checkpoint_in_a_bucket_loads_as_its_local_folder(
+    kind, local, gs, cache, capsys, monkeypatch
+) -> None:
+    got, config = convert.load_checkpoint(gs[kind])
+    want, _ = convert.load_checkpoint(local[kind])
+    assert config == CONFIG and _equal(got, want)
+    assert f"copying {gs[kind].removesuffix('/bert_model.ckpt')}" in capsys.readouterr().out
+    (copy,) = [p for p in cache.iterdir()]
+    names = {str(p.relative_to(copy)) for p in copy.rglob("*") if p.is_file()}
+    assert "vocab.txt" in names and remote_checkpoint.RECORD in names
+    assert not {"pytorch_model.bin", "graph.pbtxt", "events.out.tfevents.1"} & names  # not read by a load
+    if kind == "workdir":  # the latest step only
+        assert {n.split("/")[1] for n in names if n.startswith("checkpoints/")} == {"7"}
+        assert _equal(got, _params(1))
+    # Found again by a new process: nothing copied, the same weights.
+    monkeypatch.setattr(remote_checkpoint, "_COPIES", {})
+    again, _ = convert.load_checkpoint(gs[kind])
+    assert "copying" not in capsys.readouterr().out and _equal(again, want)
+
+
+def test_a_checkpoint_written_again_is_copied_again(local, gs, cache, capsys, monkeypatch) -> None:
+    url = f"{gs['root']}/rewritten"
+    _upload(local["hf"], url)
+    first, _ = convert.load_checkpoint(url)
+    other = convert.save_checkpoint(str(cache.parent / "other"), _params(5), CONFIG, "hf")
+    files.write_bytes_remote(f"{url}/model.safetensors", Path(other, "model.safetensors").read_bytes())
+    monkeypatch.setattr(remote_checkpoint, "_COPIES", {})
+    capsys.readouterr()
+    second, _ = convert.load_checkpoint(url)
+    assert f"copying {url}" in capsys.readouterr().out
+    assert _equal(first, _params(0)) and _equal(second, _params(5))
+    assert len(list(cache.iterdir())) == 1  # the older copy replaced, no half copy left
+
+
+def test_what_is_no_checkpoint_in_a_bucket_is_one_line(local, gs, cache) -> None:
+    root = gs["root"]
+    with pytest.raises(
+        remote_copy.RemoteReadError, match=rf"^cannot read {root}/none: no such folder, and no TF"
+    ):
+        convert.load_checkpoint(f"{root}/none")
+    files.write_bytes_remote(f"{root}/texts/a.txt", b"text")
+    with pytest.raises(ValueError, match=rf"^{root}/texts is not a checkpoint: expected a Hugging Face"):
+        convert.load_checkpoint(f"{root}/texts")
+    assert not cache.exists()  # nothing copied
+
+
+def test_the_latest_committed_step_is_copied() -> None:
+    """On a bucket orbax marks a finished step (``commit_success.txt``): a later step
+    without it is still being written."""
+    found = {f"checkpoints/{s}/x": [1, 1] for s in (10, 20, 30)}
+    found |= {"checkpoints/10/commit_success.txt": [1, 1], "checkpoints/20/commit_success.txt": [1, 1]}
+    assert remote_checkpoint._latest_step("gs://b/w", found) == "20"
+    assert remote_checkpoint._latest_step("gs://b/w", {f"checkpoints/{s}/x": [1, 1] for s in (9, 10)}) == "10"
+
+
+def test_runs_from_a_bucket_checkpoint_read_its_copy_and_record_its_url(local, gs, cache, tmp_path) -> None:
+    """Pre-training and fine-tuning from ``gs://``: the typed settings read the copy (a
+    pre-training run's under its data cache), the config as written keeps the URL."""
+    config = tiny_pretraining(init_checkpoint=gs["hf"])
+    config.data.cache_dir = str(tmp_path / "data_cache")
+    settings = run_settings.pretrain_settings(config)
+    assert settings.init_checkpoint.startswith(str(tmp_path / "data_cache" / "checkpoints"))
+    assert settings.config["init_checkpoint"] == gs["hf"]
+    assert settings.data.vocab_file == os.path.join(settings.init_checkpoint, "vocab.txt")
+    assert settings.model.hidden_size == CONFIG.hidden_size
+    tuned = finetune_configs.get_config("bbc")
+    tuned.init_checkpoint = gs["tf"]
+    settings = run_settings.finetune_settings(tuned)
+    assert settings.init_checkpoint.startswith(str(cache)) and settings.init_checkpoint.endswith(
+        "bert_model.ckpt"
+    )
+    assert settings.config["init_checkpoint"] == gs["tf"]
+
+
+def test_the_convert_command_reads_a_bucket_checkpoint(gs, cache, tmp_path) -> None:
+    cmd = [sys.executable, "-m", "bert_jax", "convert", f"--src={gs['tf']}", f"--dst={tmp_path / 'out'}"]
+    cmd += ["--dst_format=hf"]
+    env = {**os.environ, remote_checkpoint.CACHE_ENV: str(cache)}
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert f"tf {gs['tf']} → hf {tmp_path / 'out'}" in proc.stdout, proc.stdout
+    params, config = convert.load_checkpoint(str(tmp_path / "out"))
+    assert config == CONFIG and _equal(params, _params(0))
+    assert (tmp_path / "out" / "vocab.txt").exists()
