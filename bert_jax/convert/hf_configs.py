@@ -49,11 +49,19 @@ _BERT_FIELDS = (
 _BERT_FIXED = {"is_decoder": False, "add_cross_attention": False, "position_embedding_type": "absolute"}
 
 
+# The warning lines said by this process: a config read twice (its model at a run's
+# settings, its weights at the start) says its unknown keys once.
+_SAID: set[str] = set()
+
+
 def warn_unknown(values: dict[str, Any], known: set[str] | frozenset[str], source: str) -> None:
-    """One ``warning:`` line naming the keys bert_jax neither reads nor knows to be inert."""
+    """One ``warning:`` line naming the keys bert_jax neither reads nor knows to be inert
+    (once per process for the same file and keys)."""
     unknown = sorted(set(values) - set(known) - GENERIC_KEYS)
-    if unknown:
-        print(f"warning: {source}: not read (unknown to bert_jax): {', '.join(unknown)}")
+    line = f"warning: {source}: not read (unknown to bert_jax): {', '.join(unknown)}"
+    if unknown and line not in _SAID:
+        _SAID.add(line)
+        print(line)
 
 
 def refuse_changed(values: dict[str, Any], fixed: dict[str, Any], source: str) -> None:
