@@ -24,10 +24,12 @@ def tokenizer_of(c: DataSettings) -> tokenization.Tokenizer:
     return tokenization.cached_tokenizer(vocab_file_of(c), c.lower_case, c.tokenizer)
 
 
-def vocab_file_of(c: DataSettings) -> str:
+def vocab_file_of(c: DataSettings, hosts: int = 1) -> str:
     """The data config's vocabulary: ``vocab_file`` ("" = bert-base-uncased), or with
     ``learned_vocab_size`` > 0 a WordPiece vocabulary of that size learned on the training
-    documents of the source (held-out documents excluded), once, into the cache."""
+    documents of the source (held-out documents excluded), once, into the cache. A TFDS
+    corpus not yet prepared is built first where one host runs (`hosts`), else refused in
+    one line (each host would build it at once; `prepare.ensure_tfds`)."""
     size = c.learned_vocab_size
     if not size:
         return c.vocab_file
@@ -49,7 +51,7 @@ def vocab_file_of(c: DataSettings) -> str:
         corpus_inputs.cache_dir(c), f"vocab-{hashlib.sha256(raw.encode()).hexdigest()[:16]}.txt"
     )
     if not os.path.exists(path):
-        prepare.ensure_tfds(inputs)
+        prepare.ensure_tfds(inputs, build=hosts == 1)
         print(f"learning a {size:,}-token WordPiece vocabulary on {c.source} once into {path}", flush=True)
         sentences = (
             s

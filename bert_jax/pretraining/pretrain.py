@@ -170,10 +170,12 @@ def check_run(settings: PretrainSettings) -> None:
     """Everything about the run's settings that can refuse it, before anything is written:
     `check_recipe` (contradictory switches, before a vocabulary is learned), its batches
     against this host's and devices' memory (`batch_memory`), then the vocabulary
-    (`model_vocab.check_run_size`: learned once where the data config learns one; an
-    explicit size the tokenizer's ids do not fit refused, one far larger said)."""
+    (learned once where the data config learns one, its TFDS corpus built first on one host
+    only, `run_vocabulary.vocab_file_of`; `model_vocab.check_run_size`: an explicit size
+    the tokenizer's ids do not fit refused, one far larger said)."""
     check_recipe(settings)
     batch_memory.check(settings, sharding.make_mesh(settings.training.mesh_shape))
+    run_vocabulary.vocab_file_of(settings.data, hosts=jax.process_count())  # learned here, if it is
     unused = model_vocab.check_run_size(settings.model.vocab_size, settings.data)
     if unused and jax.process_index() == 0:
         print(f"warning: {unused}", flush=True)

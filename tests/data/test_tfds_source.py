@@ -3,13 +3,14 @@ read from the folder by processes that do not know its builder (as TFDS's prepar
 copies are), and one line for a dataset that is not there or that several hosts would
 each build."""
 
+import dataclasses
 import os
 import subprocess
 import sys
 
 import pytest
 
-from bert_jax.data import corpora, prepare, prepared_cache, records
+from bert_jax.data import corpora, prepare, prepared_cache, records, run_vocabulary
 from bert_jax.data.settings import DataSettings
 from tests.conftest import ROOT
 
@@ -94,3 +95,8 @@ def test_a_tfds_corpus_not_prepared_is_refused_where_several_hosts_would_build_i
     with pytest.raises(ValueError, match="several hosts would each build it"):
         prepared_cache.open_prepared(c, "train", 32, 0, hosts=2)
     assert not (empty / NAME).exists() and not list((tmp_path / "cache").glob("prepared-*"))
+    # A vocabulary learned on it alike (`pretrain.check_run` passes its host count).
+    learned = dataclasses.replace(c, learned_vocab_size=200)
+    with pytest.raises(ValueError, match="several hosts would each build it"):
+        run_vocabulary.vocab_file_of(learned, hosts=2)
+    assert not (empty / NAME).exists() and not list((tmp_path / "cache").glob("vocab-*"))
