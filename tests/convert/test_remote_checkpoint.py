@@ -8,7 +8,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -19,29 +18,16 @@ from bert_jax import convert
 from bert_jax.commands import run_settings
 from bert_jax.convert import remote_checkpoint
 from bert_jax.data import remote_copy, tokenization
-from bert_jax.model.config import BertConfig
-from bert_jax.model.encoder import BertModel
 from bert_jax.pretraining import model_file
 from bert_jax.storage import files
 from bert_jax.training import checkpoints
 from bert_jax.training.engine import TrainState
 from configs import finetune as finetune_configs
 from tests.conftest import ROOT, tiny_pretraining
-from tests.helpers import prepared_data
+from tests.helpers import prepared_data, task_data
 
-CONFIG = BertConfig(
-    vocab_size=len(tokenization.load_vocab(tokenization.default_vocab_file())),
-    hidden_size=32,
-    num_hidden_layers=2,
-    num_attention_heads=2,
-    intermediate_size=64,
-    max_position_embeddings=64,
-)
-
-
-def _params(seed: int) -> dict:
-    ids = jnp.zeros((1, 8), jnp.int32)
-    return {"bert": nn.meta.unbox(BertModel(CONFIG).init(jax.random.key(seed), ids, ids, ids))["params"]}
+CONFIG = task_data.TINY
+_params = task_data.tiny_params
 
 
 def _with_vocab(folder: str) -> str:

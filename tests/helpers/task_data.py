@@ -28,11 +28,15 @@ TINY = BertConfig(
 )
 
 
+def tiny_params(seed: int = 0) -> dict:
+    """A random `TINY` encoder's params, ``{"bert": ...}``, drawn by `seed`."""
+    ids = jnp.zeros((1, 8), jnp.int32)
+    return {"bert": nn.meta.unbox(BertModel(TINY).init(jax.random.key(seed), ids, ids, ids))["params"]}
+
+
 def write_tiny_checkpoint(path: Path) -> str:
     """A random 2-layer BERT (bert-base-uncased vocabulary) as a Hugging Face folder."""
-    ids = jnp.zeros((1, 8), jnp.int32)
-    params = nn.meta.unbox(BertModel(TINY).init(jax.random.key(0), ids, ids, ids))["params"]
-    convert.save_checkpoint(str(path), {"bert": params}, TINY, "hf")
+    convert.save_checkpoint(str(path), tiny_params(), TINY, "hf")
     return str(path)
 
 
