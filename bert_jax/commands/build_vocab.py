@@ -16,11 +16,13 @@ folder as its vocabulary. For ``bpe``, ``tokenizer_config.json`` and
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 
 from absl import flags
 
 from bert_jax.data import corpora, tokenizer_json, user_paths, vocab_learning
-from bert_jax.storage import atomic_files
+from bert_jax.storage import atomic_files, files
 
 FLAGS = flags.FLAGS
 
@@ -82,17 +84,12 @@ def main(argv: list[str]) -> None:
     folder = os.path.dirname(outputs[0])
     with user_paths.removed_if_failed(folder):
         if kind == "sentencepiece":
-            os.makedirs(folder or ".", exist_ok=True)
-            try:
-                prefix = outputs[0].removesuffix(".model")
-                path = vocab_learning.train_sentencepiece(sentences, prefix, FLAGS.vocab_size, lower)
-            except RuntimeError as e:  # SentencePiece's own refusal, e.g. a size the text cannot fill
-                raise ValueError(f"--tokenizer=sentencepiece --vocab_size={FLAGS.vocab_size}: {e}") from None
+            path = _sentencepiece(sentences, outputs[0].removesuffix(".model"), lower)
         elif kind == "bpe":
             learned = vocab_learning.byte_level_bpe(sentences, FLAGS.vocab_size, lower)
             path = outputs[0]
-            files = tokenizer_json.hf_folder_files(tokenizer_json.TokenizerJson(path, learned))
-            for name, text in files.items():
+            texts = tokenizer_json.hf_folder_files(tokenizer_json.TokenizerJson(path, learned))
+            for name, text in texts.items():
                 atomic_files.write_text(os.path.join(folder, name), text)
         else:
             vocab = vocab_learning.build_wordpiece_vocab(sentences, FLAGS.vocab_size, lower)
@@ -100,6 +97,27 @@ def main(argv: list[str]) -> None:
             atomic_files.write_text(path, "\n".join(vocab) + "\n")
             _say_placeholders(sum(t.startswith("[unused") for t in vocab), len(vocab))
     print(f"wrote {path} from {len(sentences):,} sentences")
+
+
+def _sentencepiece(sentences: list[str], prefix: str, lower: bool) -> str:
+    """SentencePiece's model and vocabulary at `prefix` (``.model``, ``.vocab``); in a
+    bucket, trained into a local folder (SentencePiece writes local files) and uploaded."""
+    remote = files.is_remote(prefix)
+    folder = tempfile.mkdtemp(prefix="bert_jax-spm-") if remote else os.path.dirname(prefix)
+    try:
+        os.makedirs(folder or ".", exist_ok=True)
+        local = os.path.join(folder, os.path.basename(prefix)) if remote else prefix
+        try:
+            vocab_learning.train_sentencepiece(sentences, local, FLAGS.vocab_size, lower)
+        except RuntimeError as e:  # SentencePiece's own refusal, e.g. a size the text cannot fill
+            raise ValueError(f"--tokenizer=sentencepiece --vocab_size={FLAGS.vocab_size}: {e}") from None
+        if remote:
+            for suffix in (".vocab", ".model"):  # the model last: a reader looks for it
+                files.upload(local + suffix, prefix + suffix)
+    finally:
+        if remote:
+            shutil.rmtree(folder, ignore_errors=True)
+    return prefix + ".model"
 
 
 def _say_placeholders(unused: int, size: int) -> None:

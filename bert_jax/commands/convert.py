@@ -4,7 +4,9 @@ The output carries the vocabulary and its casing (`vocab.txt`, `tokenizer_config
 so `features`, `finetune`, `convert` and `transformers.AutoTokenizer` work from it alone.
 ``--dst`` must be new or empty; ``--overwrite`` replaces an earlier conversion there (a
 folder holding anything else is refused, and so is one holding ``--src``). Nothing is
-written before the source and the vocabulary are read.
+written before the source and the vocabulary are read. Either may be in a bucket
+(``gs://...``): a source is read from its local copy (`convert.local_copy`), an output
+written locally and uploaded when it is whole.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from absl import flags, logging
 from bert_jax import convert
 from bert_jax.convert.bert_jax_format import HEAD_FILE
 from bert_jax.data import tokenization, user_paths
+from bert_jax.storage import files
 
 FLAGS = flags.FLAGS
 
@@ -84,10 +87,10 @@ def output_folder(dst: str, fmt: str) -> str:
 def check_dst(folder: str, overwrite: bool, inputs: dict[str, str]) -> list[str]:
     """What --overwrite replaces in the output folder (see `user_paths.output_folder`);
     a folder that holds one of the `inputs` (flag → path) is refused: it would be replaced."""
-    inside = os.path.abspath(folder)
+    inside = files.resolve(folder).rstrip("/")
     for flag, path in inputs.items():
-        here = os.path.abspath(path) if path else ""
-        if here and (here == inside or here.startswith(inside + os.sep)):
+        here = files.resolve(path).rstrip("/") if path else ""
+        if here and (here == inside or here.startswith(inside + "/")):
             raise ValueError(f"--dst {folder} holds {flag} {path}: write the conversion to another folder")
     return user_paths.output_folder(
         folder, "--dst", overwrite, lambda name: name in OUTPUT_NAMES or ".ckpt" in name
@@ -99,11 +102,13 @@ def main(argv: list[str]) -> None:
         raise ValueError(f"unexpected arguments: {argv[1:]}")
     logging.set_verbosity(logging.WARNING)
 
+    folder = output_folder(FLAGS.dst, FLAGS.dst_format)
+    if files.is_remote(folder):  # within a bound, in one line, before anything is read
+        files.check_reachable(folder, "--dst", writable=True)
+    earlier = check_dst(folder, FLAGS.overwrite, {"--src": FLAGS.src, "--vocab_file": FLAGS.vocab_file})
     src = convert.local_copy(FLAGS.src)  # one in a bucket: its local copy
     if not (os.path.exists(src) or os.path.exists(f"{src}.index")):
         raise FileNotFoundError(f"--src {FLAGS.src} does not exist")
-    folder = output_folder(FLAGS.dst, FLAGS.dst_format)
-    earlier = check_dst(folder, FLAGS.overwrite, {"--src": src, "--vocab_file": FLAGS.vocab_file})
     params, config = convert.load_checkpoint(src, vocab_pad_multiple=FLAGS.vocab_pad_multiple or None)
     given_vocab, _ = tokenization.vocab_in_folder(FLAGS.vocab_file)  # a folder: the file in it
     vocab = given_vocab or tokenization.vocab_beside(src)  # refuses before writing
@@ -113,19 +118,19 @@ def main(argv: list[str]) -> None:
     convert.check_same_vocabulary(given_vocab, src, "--vocab_file")  # ids it never learned
     given = FLAGS.do_lower_case
     casing = tokenization.recorded_casing(src) if given == "auto" else given == "true"
-    with user_paths.removed_if_failed(folder):
-        user_paths.replace(earlier, "--dst")
-        folder = convert.save_checkpoint(
-            FLAGS.dst,
+    # A bucket's output is written locally first, then uploaded (`staged_output`).
+    with user_paths.removed_if_failed(folder), user_paths.staged_output(folder, earlier, "--dst") as out:
+        written = convert.save_checkpoint(
+            out + FLAGS.dst.rstrip("/")[len(folder.rstrip("/")) :],
             params,
             config,
             FLAGS.dst_format,
             fold_segment=FLAGS.fold_segment_embedding,
             label_names=convert.label_names(src),
         )
-        convert.write_tokenizer_files(folder, vocab, True if casing is None else casing, config)
+        convert.write_tokenizer_files(written, vocab, True if casing is None else casing, config)
+        modern = FLAGS.dst_format == "hf" and _model_type(written) == "modernbert"
     heads = ""
-    modern = FLAGS.dst_format == "hf" and _model_type(folder) == "modernbert"
     if "mlm" in params:  # a ModernBERT export has no NSP head (`ModernBertForMaskedLM`)
         heads = " with MLM/NSP heads" if "nsp" in params and not modern else " with the MLM head"
     _, head = convert.split_task_head(params)

@@ -21,6 +21,7 @@ import contextlib
 import glob
 import os
 import shutil
+import tempfile
 from collections.abc import Callable, Iterator
 
 from bert_jax.storage import files
@@ -102,11 +103,13 @@ def earlier_output(path: str, flag: str, own: Callable[[str], bool]) -> list[str
     """The entries of the output folder `path` (none when it is new or empty); refuses a
     file, a folder that cannot be made or written, and a folder holding anything that
     `own` does not call the command's own."""
-    if os.path.exists(path) and not os.path.isdir(path):
-        raise NotADirectoryError(f"{flag} {path} is a file, not a folder")
-    if not files.is_remote(path):
+    if files.is_remote(path):
+        entries = sorted({name.split("/", 1)[0] for name in files.tree(path)})
+    else:
+        if os.path.exists(path) and not os.path.isdir(path):
+            raise NotADirectoryError(f"{flag} {path} is a file, not a folder")
         files.check_can_create(path, flag)
-    entries = sorted(os.listdir(path)) if os.path.isdir(path) else []
+        entries = sorted(os.listdir(path)) if os.path.isdir(path) else []
     foreign = [e for e in entries if not own(e)]
     if foreign:
         more = f" and {len(foreign) - 1} more" if len(foreign) > 1 else ""
@@ -141,6 +144,34 @@ def missing_folders(path: str) -> list[str]:
             break
         folder = parent
     return missing
+
+
+@contextlib.contextmanager
+def staged_output(path: str, earlier: list[str], flag: str) -> Iterator[str]:
+    """The local folder to write the output folder `path` into: `path` itself, its earlier
+    output (`output_folder`) removed first (`replace`). For a bucket folder, a temporary
+    local folder instead, uploaded to `path` when the block ends without an error (each
+    object whole), then the earlier output's objects the upload did not replace removed: a
+    command that fails before its upload leaves the bucket as it was. The temporary folder
+    is removed either way."""
+    if not files.is_remote(path):
+        replace(earlier, flag)
+        yield path
+        return
+    staging = tempfile.mkdtemp(prefix="bert_jax-output-")
+    try:
+        yield staging
+        written = set(files.upload_tree(staging, path))
+        if earlier:
+            print(f"warning: {flag}: --overwrite replaces the earlier output in {path}")
+        for entry in earlier:
+            name = entry.rstrip("/").rsplit("/", 1)[-1]
+            inside = files.tree(entry)  # empty for an object
+            stale = [f"{entry}/{n}" for n in inside if f"{name}/{n}" not in written]
+            for url in stale if inside else ([] if name in written else [entry]):
+                files.remove_tree(url)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
 
 
 @contextlib.contextmanager

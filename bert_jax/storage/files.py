@@ -234,6 +234,27 @@ def upload(local: str, path: str, block: int = 16 << 20) -> None:
             dst.write(chunk)
 
 
+def upload_tree(local: str, path: str) -> list[str]:
+    """Every file under the local folder `local` written to the bucket folder `path`, each
+    object whole; returns their paths relative to `local`."""
+    names = sorted(
+        os.path.relpath(os.path.join(root, name), local)
+        for root, _, found in os.walk(local)
+        for name in found
+    )
+    for name in names:
+        upload(os.path.join(local, name), join(path, name.replace(os.sep, "/")))
+    return names
+
+
+def remove_tree(path: str) -> None:
+    """A bucket object, or every object under the bucket folder `path` (none is fine)."""
+    with on_bucket(path, "deleting"):
+        fs, stripped = _bucket_fs(path)
+        if fs.exists(stripped):
+            fs.rm(stripped, recursive=True)
+
+
 def place(local: str, path: str) -> None:
     """A finished local file put at `path`: renamed there (local), or uploaded whole and
     then removed (a bucket)."""

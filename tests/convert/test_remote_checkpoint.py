@@ -172,13 +172,38 @@ def test_runs_from_a_bucket_checkpoint_read_its_copy_and_record_its_url(local, g
     assert settings.config["init_checkpoint"] == gs["tf"]
 
 
-def test_the_convert_command_reads_a_bucket_checkpoint(gs, cache, tmp_path) -> None:
-    cmd = [sys.executable, "-m", "bert_jax", "convert", f"--src={gs['tf']}", f"--dst={tmp_path / 'out'}"]
-    cmd += ["--dst_format=hf"]
-    env = {**os.environ, remote_checkpoint.CACHE_ENV: str(cache)}
-    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env, timeout=300)
+def _convert(cache: Path, cwd: Path, *flags: str) -> subprocess.CompletedProcess:
+    cwd.mkdir(exist_ok=True)
+    env = {**os.environ, remote_checkpoint.CACHE_ENV: str(cache), "PYTHONPATH": str(ROOT)}
+    cmd = [sys.executable, "-m", "bert_jax", "convert", *flags]
+    return subprocess.run(cmd, capture_output=True, text=True, cwd=cwd, env=env, timeout=300)
+
+
+def test_the_convert_command_reads_and_writes_buckets(gs, cache, tmp_path, monkeypatch) -> None:
+    """``--src`` and ``--dst`` in a bucket: the output is uploaded whole, an earlier one
+    is refused or, with --overwrite, replaced (its objects the new output lacks removed),
+    and nothing is written on the local disk but the source's copy."""
+    out, cwd = f"{gs['root']}/exported", tmp_path / "cwd"
+    proc = _convert(cache, cwd, f"--src={gs['tf']}", f"--dst={out}", "--dst_format=hf")
     assert proc.returncode == 0, proc.stderr
-    assert f"tf {gs['tf']} → hf {tmp_path / 'out'}" in proc.stdout, proc.stdout
-    params, config = convert.load_checkpoint(str(tmp_path / "out"))
+    assert f"tf {gs['tf']} → hf {out}" in proc.stdout, proc.stdout
+    assert list(cwd.iterdir()) == []  # no local folder named after the URL
+    params, config = convert.load_checkpoint(out)
     assert config == CONFIG and _equal(params, _params(0))
-    assert (tmp_path / "out" / "vocab.txt").exists()
+    assert {"vocab.txt", "config.json", "model.safetensors"} <= set(files.tree(out))
+
+    proc = _convert(cache, cwd, f"--src={gs['tf']}", f"--dst={out}", "--dst_format=bert_jax")
+    assert proc.returncode == 1 and proc.stderr.count("\n") == 1, proc.stderr
+    assert f"--dst {out} already holds an earlier output: pass --overwrite" in proc.stderr
+    proc = _convert(cache, cwd, f"--src={gs['tf']}", f"--dst={out}", "--dst_format=bert_jax", "--overwrite")
+    assert proc.returncode == 0, proc.stderr
+    assert f"--overwrite replaces the earlier output in {out}" in proc.stdout
+    names = set(files.tree(out))
+    assert "model.safetensors" not in names and "config.json" not in names and "bert_config.json" in names
+    monkeypatch.setattr(remote_checkpoint, "_COPIES", {})  # as a new process: the new objects
+    params, config = convert.load_checkpoint(out)
+    assert config == CONFIG and _equal(params, _params(0))
+
+    files.write_bytes_remote(f"{out}/notes.txt", b"mine")
+    proc = _convert(cache, cwd, f"--src={gs['tf']}", f"--dst={out}", "--dst_format=hf", "--overwrite")
+    assert proc.returncode == 1 and f"--dst {out} holds files this command does not write" in proc.stderr
