@@ -153,7 +153,8 @@ def _copy(folder: str, local: str, record: dict) -> None:
             remote_copy.copy_object(f"{folder}/{rel}", dst, size)
         with open(os.path.join(tmp, RECORD), "w") as f:
             json.dump(record, f)
-        if _record(local) == record:  # another process of this machine copied it meanwhile
+        if _record(local) == record:
+            print(f"{local}: copied meanwhile by another process, which is kept", flush=True)
             return
         if os.path.isdir(local):  # an older copy (the checkpoint was written again since)
             shutil.rmtree(local, ignore_errors=True)

@@ -207,3 +207,23 @@ def test_the_convert_command_reads_and_writes_buckets(gs, cache, tmp_path, monke
     files.write_bytes_remote(f"{out}/notes.txt", b"mine")
     proc = _convert(cache, cwd, f"--src={gs['tf']}", f"--dst={out}", "--dst_format=hf", "--overwrite")
     assert proc.returncode == 1 and f"--dst {out} holds files this command does not write" in proc.stderr
+
+
+def test_two_processes_of_one_machine_copy_at_once_and_keep_one_copy(gs, cache) -> None:
+    """The processes of a pod test on one machine (or two runs started together) copy the
+    same checkpoint at once: both load it, one copy is kept, no temporary folder is left."""
+    code = (
+        "import sys; from bert_jax import convert; "
+        "params, config = convert.load_checkpoint(sys.argv[1]); print('layers', config.num_hidden_layers)"
+    )
+    env = {**os.environ, remote_checkpoint.CACHE_ENV: str(cache), "PYTHONPATH": str(ROOT)}
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", code, gs["workdir"]], stdout=subprocess.PIPE, text=True, env=env
+        )
+        for _ in range(2)
+    ]
+    outs = [p.communicate(timeout=300)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0] and all("layers 2" in o for o in outs), outs
+    (copy,) = cache.iterdir()
+    assert remote_checkpoint._record(str(copy))["source"] == gs["workdir"]
