@@ -8,7 +8,8 @@ an unknown key named). A pre-training config's ``model.vocab_size=0`` becomes th
 tokenizer's size here (`model_vocab.planned_size`), on the typed settings, a folder as
 ``data.vocab_file`` the tokenizer file in it, and a ``data.do_lower_case`` left unset the
 casing recorded beside its vocabulary. An ``init_checkpoint`` in a bucket becomes its
-local copy here (`convert.local_copy`), once per machine.
+local copy here (`convert.local_copy`), once per machine, and so does a ``data.vocab_file``
+in one (`tokenization.local_vocabulary`); the config as written keeps their URLs.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from bert_jax.model.config import BertConfig
 from bert_jax.pretraining import init_checkpoint, model_vocab
 from bert_jax.pretraining import pretrain as pretraining
 from bert_jax.pretraining.settings import PretrainSettings, VocabSize
+from bert_jax.storage import files
 from bert_jax.training import resolver, run_config
 from bert_jax.training.results import JobResult
 
@@ -41,17 +43,18 @@ def pretrain_settings(config: ml_collections.ConfigDict) -> PretrainSettings:
     given = config.get("init_checkpoint", "")
     # One in a bucket is read from its copy under the run's cache (the config as written
     # keeps its URL).
-    init = convert.local_copy(given, os.path.join(corpus_inputs.cache_dir(data), "checkpoints"))
+    init = convert.local_copy(given, os.path.join(corpus_inputs.cache_dir(data), "bucket_copies"))
     if init:  # its vocabulary unless the run names one; its model (below)
         data = init_checkpoint.data_for(init, data)
     # The vocabulary's file (a folder given stands for the tokenizer file in it) and its
     # casing (as recorded beside it where not given) decided once; the config as written
-    # says them too, as the run used them (a resume compares it).
+    # says them too, as the run used them (a resume compares it; one in a bucket, its URL).
     vocab_file, kind = tokenization.vocab_in_folder(data.vocab_file, data.tokenizer)
+    shown = data.vocab_file if files.is_remote(data.vocab_file) else vocab_file
     data = dataclasses.replace(data, vocab_file=vocab_file, tokenizer=kind)
     data = dataclasses.replace(data, do_lower_case=data.lower_case)
     written = config.to_dict()
-    written["data"].update(vocab_file=vocab_file, tokenizer=kind, do_lower_case=data.do_lower_case)
+    written["data"].update(vocab_file=shown, tokenizer=kind, do_lower_case=data.do_lower_case)
     if init:
         written["model"] = init_checkpoint.model_for(init, config.model.to_dict())
     else:
@@ -73,6 +76,8 @@ def finetune_settings(config: ml_collections.ConfigDict) -> FinetuneSettings:
     vocab_file, _ = tokenization.vocab_in_folder(settings.data.vocab_file)
     if vocab_file == settings.data.vocab_file:
         return settings
+    if files.is_remote(settings.data.vocab_file):  # read from its copy; written, its URL
+        return dataclasses.replace(settings, data=dataclasses.replace(settings.data, vocab_file=vocab_file))
     return resolver.updated(settings, {"data.vocab_file": vocab_file})
 
 

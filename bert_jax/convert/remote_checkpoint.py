@@ -16,8 +16,8 @@ What is copied is what a load reads, not the whole folder:
 - any other folder (Hugging Face, a TF folder): its top-level files, without the weights
   of other frameworks beside ``model.safetensors`` (``pytorch_model.bin``, ``tf_model.h5``...).
 
-The copy (``<cache>/<hash of the URL>-<name>``; the cache is ``$BERT_JAX_CHECKPOINT_CACHE``,
-else ``~/.cache/bert_jax/checkpoints``; a pre-training run's is under its
+The copy (``<cache>/<hash of the URL>-<name>``; the cache is ``$BERT_JAX_BUCKET_COPIES``,
+else ``~/.cache/bert_jax/bucket_copies``; a pre-training run's is under its
 ``data.cache_dir``) is made under a temporary name and renamed into place whole, its
 record (each object's size and generation) last: a copy that stopped half-way is never
 read, and a checkpoint written again in the bucket is copied again. Several processes of
@@ -26,21 +26,13 @@ one machine (local pod tests) may copy at once; the first to finish is kept.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import re
-import shutil
-import time
-import uuid
 
 from bert_jax.convert import formats
 from bert_jax.convert.bert_jax_format import HEAD_FILE, TASK_RECORD
 from bert_jax.data import remote_copy, tokenization
 from bert_jax.storage import files
-
-CACHE_ENV = "BERT_JAX_CHECKPOINT_CACHE"
-RECORD = ".copied.json"  # written last: the copy is whole
 
 # Weights of other frameworks a Hugging Face folder may hold beside model.safetensors.
 _OTHER_WEIGHTS = ("pytorch_model.bin", "tf_model.h5", "flax_model.msgpack", "rust_model.ot", "model.onnx")
@@ -52,16 +44,10 @@ _BESIDE = ("bert_config.json", TASK_RECORD, HEAD_FILE, tokenization.CASING_FILE,
 _COPIES: dict[str, str] = {}
 
 
-def cache_root() -> str:
-    return os.environ.get(CACHE_ENV) or os.path.join(
-        os.path.expanduser("~"), ".cache", "bert_jax", "checkpoints"
-    )
-
-
 def local_copy(path: str, root: str = "") -> str:
     """`path` itself when it is local; for a checkpoint in a bucket, the local path that
     stands for it (a folder, or a TF prefix in one), copied into `root` (default
-    `cache_root`) unless a whole copy of the same objects is there."""
+    `remote_copy.copies_root`) unless a whole copy of the same objects is there."""
     if not files.is_remote(path):
         return path
     url = path.rstrip("/")
@@ -69,11 +55,7 @@ def local_copy(path: str, root: str = "") -> str:
         return _COPIES[url]
     files.check_reachable(url, "checkpoint")  # one line, within a bound, if it cannot be
     folder, wanted, prefix = _checkpoint_files(url)
-    name = hashlib.sha256(folder.encode()).hexdigest()[:16] + "-" + os.path.basename(folder)
-    local = os.path.join(root or cache_root(), name)
-    record = {"source": folder, "files": wanted}
-    if _record(local) != record:
-        _copy(folder, local, record)
+    local = remote_copy.local_listed(folder, wanted, root)
     _COPIES[url] = os.path.join(local, prefix) if prefix else local
     return _COPIES[url]
 
@@ -120,50 +102,3 @@ def _latest_step(url: str, found: dict[str, list[int]]) -> str:
     if not steps:
         raise remote_copy.RemoteReadError(f"{url}: no params/ and no checkpoints/<step>/ in it")
     return max(committed or steps, key=int)
-
-
-def _record(local: str) -> dict | None:
-    try:
-        with open(os.path.join(local, RECORD)) as f:
-            return json.load(f)
-    except (OSError, ValueError):
-        return None
-
-
-def _copy(folder: str, local: str, record: dict) -> None:
-    """The files of `record` from the bucket `folder` into `local`, made whole under a
-    temporary name first."""
-    wanted = record["files"]
-    need = sum(size for size, _ in wanted.values())
-    parent = os.path.dirname(local)
-    os.makedirs(parent, exist_ok=True)
-    free = shutil.disk_usage(parent).free
-    if need > free:
-        raise OSError(
-            f"{folder} needs {need / 2**30:.2f} GiB, {parent} has {free / 2**30:.2f} GiB free: "
-            f"free the disk or set {CACHE_ENV} to a larger one"
-        )
-    print(f"copying {folder} ({need / 2**30:.2f} GiB, {len(wanted)} files) into {local}", flush=True)
-    start = time.perf_counter()
-    tmp = f"{local}.partial-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-    try:
-        for rel, (size, _) in sorted(wanted.items()):
-            dst = os.path.join(tmp, rel)
-            os.makedirs(os.path.dirname(dst), exist_ok=True)
-            remote_copy.copy_object(f"{folder}/{rel}", dst, size)
-        with open(os.path.join(tmp, RECORD), "w") as f:
-            json.dump(record, f)
-        if _record(local) == record:
-            print(f"{local}: copied meanwhile by another process, which is kept", flush=True)
-            return
-        if os.path.isdir(local):  # an older copy (the checkpoint was written again since)
-            shutil.rmtree(local, ignore_errors=True)
-        try:
-            os.replace(tmp, local)
-        except OSError:
-            if _record(local) != record:  # another process's copy, of other objects
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    took = time.perf_counter() - start
-    print(f"copied {folder} in {took:.1f} s ({need / 2**20 / max(took, 1e-3):.0f} MiB/s)", flush=True)

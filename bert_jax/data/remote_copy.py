@@ -32,6 +32,8 @@ import os
 import queue
 import shutil
 import threading
+import time
+import uuid
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -39,6 +41,16 @@ from bert_jax.data.records import METADATA
 from bert_jax.storage import atomic_files, files
 
 T = TypeVar("T")
+
+
+# Where objects read from a bucket are copied to be read locally (checkpoints,
+# vocabularies: `local_objects`); a pre-training run's own under its data cache.
+COPIES_ENV = "BERT_JAX_BUCKET_COPIES"
+
+
+def copies_root() -> str:
+    default = os.path.join(os.path.expanduser("~"), ".cache", "bert_jax", "bucket_copies")
+    return os.environ.get(COPIES_ENV) or default
 
 
 class RemoteReadError(OSError):
@@ -261,3 +273,71 @@ def copy_object(
         raise RemoteReadError(f"{src}: {written} bytes read, {size} listed: upload it again")
     os.replace(tmp, dst)
     return True
+
+
+LISTED_RECORD = ".copied.json"  # written last: the copy is whole
+
+
+def local_listed(folder: str, listing: dict[str, list[int]], root: str = "", kind: str = "") -> str:
+    """The local copy of the objects `listing` names (paths relative to the bucket folder
+    `folder`, each with its size and generation, as `files.tree` gives them) under `root`
+    (default `copies_root`), in a folder of its own per `folder` and `kind` (a checkpoint's
+    and a vocabulary's copies of one folder are two): made once, whole (under a temporary
+    name, its record written last), and again where an object was written since. Returns
+    that folder; several processes of one machine may make it at once (the first kept)."""
+    key = hashlib.sha256(f"{kind}:{folder}".encode()).hexdigest()[:16]
+    local = os.path.join(
+        root or copies_root(), f"{kind}{'-' if kind else ''}{key}-{os.path.basename(folder)}"
+    )
+    record = {"source": folder, "files": listing}
+    if listed_record(local) != record:
+        _copy_listed(folder, local, record)
+    return local
+
+
+def listed_record(local: str) -> dict | None:
+    """The record of a copy `local_listed` made (None: no whole copy there)."""
+    try:
+        with open(os.path.join(local, LISTED_RECORD)) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def _copy_listed(folder: str, local: str, record: dict) -> None:
+    """The files of `record` from the bucket `folder` into `local`, made whole under a
+    temporary name first."""
+    wanted = record["files"]
+    need = sum(size for size, _ in wanted.values())
+    parent = os.path.dirname(local)
+    os.makedirs(parent, exist_ok=True)
+    free = shutil.disk_usage(parent).free
+    if need > free:
+        raise OSError(
+            f"{folder} needs {need / 2**30:.2f} GiB, {parent} has {free / 2**30:.2f} GiB free: "
+            f"free the disk or set {COPIES_ENV} to a larger one"
+        )
+    print(f"copying {folder} ({need / 2**30:.2f} GiB, {len(wanted)} files) into {local}", flush=True)
+    start = time.perf_counter()
+    tmp = f"{local}.partial-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    try:
+        for rel, (size, _) in sorted(wanted.items()):
+            dst = os.path.join(tmp, rel)
+            os.makedirs(os.path.dirname(dst), exist_ok=True)
+            copy_object(f"{folder}/{rel}", dst, size)
+        with open(os.path.join(tmp, LISTED_RECORD), "w") as f:
+            json.dump(record, f)
+        if listed_record(local) == record:
+            print(f"{local}: copied meanwhile by another process, which is kept", flush=True)
+            return
+        if os.path.isdir(local):  # an older copy (the checkpoint was written again since)
+            shutil.rmtree(local, ignore_errors=True)
+        try:
+            os.replace(tmp, local)
+        except OSError:
+            if listed_record(local) != record:  # another process's copy, of other objects
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    took = time.perf_counter() - start
+    print(f"copied {folder} in {took:.1f} s ({need / 2**20 / max(took, 1e-3):.0f} MiB/s)", flush=True)

@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING, Union
 import numpy as np
 import sentencepiece as spm
 
-from bert_jax.storage import tensorflow_runtime
+from bert_jax.data import remote_copy
+from bert_jax.storage import files, tensorflow_runtime
 
 if TYPE_CHECKING:
     from bert_jax.data import tokenizer_json
@@ -106,7 +107,10 @@ def vocab_in_folder(path: str, kind: str = "wordpiece") -> tuple[str, str]:
     first for ``kind="sentencepiece"``, else as `vocab_beside` (vocab.txt, spm.model,
     tokenizer.json). Any other path comes back as given, a SentencePiece ``.model`` file as
     ``sentencepiece`` whatever `kind` says (no other kind reads one: a checkpoint's
-    ``spm.model`` named as its vocabulary)."""
+    ``spm.model`` named as its vocabulary). Any of them in a bucket is read from a local
+    copy (`local_vocabulary`)."""
+    if path and files.is_remote(path):
+        path = local_vocabulary(path)
     if path and not os.path.exists(path) and os.path.exists(f"{path}.index"):
         folder = os.path.dirname(path) or "."
     elif path and os.path.isdir(path):
@@ -119,6 +123,37 @@ def vocab_in_folder(path: str, kind: str = "wordpiece") -> tuple[str, str]:
         return found, "sentencepiece" if os.path.basename(found) == "spm.model" else kind
     where = "is a folder holding" if folder == path else "is a TF checkpoint whose folder holds"
     raise FileNotFoundError(f"vocab file {path} {where} none of {', '.join(SAVED_NAMES)}")
+
+
+def local_vocabulary(url: str, root: str = "") -> str:
+    """The local copy of a tokenizer file in a bucket, a bucket folder or a TF checkpoint's
+    prefix there: the file named and the folder's tokenizer files (`SAVED_NAMES`, the
+    casing record `CASING_FILE`), copied once into `root` (`remote_copy.local_listed`),
+    again where one was written since. Returns the copied file, or the folder of copies."""
+    url = url.rstrip("/")
+    read = remote_copy.reading
+    found = read(url, lambda: files.tree(url))
+    file = ""
+    if found:  # a folder
+        folder = url
+        listing = {n: found[n] for n in (*SAVED_NAMES, CASING_FILE) if n in found}
+    else:
+        folder, file = url.rsplit("/", 1)
+        if not read(url, lambda: files.exists(url)):
+            if not read(url, lambda: files.exists(f"{url}.index")):
+                raise FileNotFoundError(f"vocab file {url} does not exist")
+            file = ""  # a TF checkpoint's prefix: the tokenizer files of its folder
+        # The folder's tokenizer files whichever is named: one copy per folder.
+        names = list(
+            dict.fromkeys([file, *SAVED_NAMES, CASING_FILE] if file else [*SAVED_NAMES, CASING_FILE])
+        )
+        there = [n for n in names if read(folder, lambda n=n: files.exists(f"{folder}/{n}"))]
+        listing = {n: read(folder, lambda n=n: files.size_and_time(f"{folder}/{n}")) for n in there}
+    if not file and not set(listing) - {CASING_FILE}:
+        where = "is a folder holding" if found else "is a TF checkpoint whose folder holds"
+        raise FileNotFoundError(f"vocab file {url} {where} none of {', '.join(SAVED_NAMES)}")
+    local = remote_copy.local_listed(folder, listing, root, kind="vocab")
+    return os.path.join(local, file) if file else local
 
 
 def load_vocab(path: str) -> list[str]:

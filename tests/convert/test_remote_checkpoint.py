@@ -87,7 +87,7 @@ def gs(tmp_path_factory, local) -> dict[str, str]:
 @pytest.fixture
 def cache(tmp_path, monkeypatch) -> Path:
     """An empty copy cache, nothing remembered by this process."""
-    monkeypatch.setenv(remote_checkpoint.CACHE_ENV, str(tmp_path / "cache"))
+    monkeypatch.setenv(remote_copy.COPIES_ENV, str(tmp_path / "cache"))
     monkeypatch.setattr(remote_checkpoint, "_COPIES", {})
     return tmp_path / "cache"
 
@@ -107,7 +107,7 @@ def test_a_checkpoint_in_a_bucket_loads_as_its_local_folder(
     assert f"copying {gs[kind].removesuffix('/bert_model.ckpt')}" in capsys.readouterr().out
     (copy,) = [p for p in cache.iterdir()]
     names = {str(p.relative_to(copy)) for p in copy.rglob("*") if p.is_file()}
-    assert "vocab.txt" in names and remote_checkpoint.RECORD in names
+    assert "vocab.txt" in names and remote_copy.LISTED_RECORD in names
     assert not {"pytorch_model.bin", "graph.pbtxt", "events.out.tfevents.1"} & names  # not read by a load
     if kind == "workdir":  # the latest step only
         assert {n.split("/")[1] for n in names if n.startswith("checkpoints/")} == {"7"}
@@ -159,7 +159,7 @@ def test_runs_from_a_bucket_checkpoint_read_its_copy_and_record_its_url(local, g
     config = tiny_pretraining(init_checkpoint=gs["hf"])
     config.data.cache_dir = str(tmp_path / "data_cache")
     settings = run_settings.pretrain_settings(config)
-    assert settings.init_checkpoint.startswith(str(tmp_path / "data_cache" / "checkpoints"))
+    assert settings.init_checkpoint.startswith(str(tmp_path / "data_cache" / "bucket_copies"))
     assert settings.config["init_checkpoint"] == gs["hf"]
     assert settings.data.vocab_file == os.path.join(settings.init_checkpoint, "vocab.txt")
     assert settings.model.hidden_size == CONFIG.hidden_size
@@ -174,7 +174,7 @@ def test_runs_from_a_bucket_checkpoint_read_its_copy_and_record_its_url(local, g
 
 def _convert(cache: Path, cwd: Path, *flags: str) -> subprocess.CompletedProcess:
     cwd.mkdir(exist_ok=True)
-    env = {**os.environ, remote_checkpoint.CACHE_ENV: str(cache), "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, remote_copy.COPIES_ENV: str(cache), "PYTHONPATH": str(ROOT)}
     cmd = [sys.executable, "-m", "bert_jax", "convert", *flags]
     return subprocess.run(cmd, capture_output=True, text=True, cwd=cwd, env=env, timeout=300)
 
@@ -216,7 +216,7 @@ def test_two_processes_of_one_machine_copy_at_once_and_keep_one_copy(gs, cache) 
         "import sys; from bert_jax import convert; "
         "params, config = convert.load_checkpoint(sys.argv[1]); print('layers', config.num_hidden_layers)"
     )
-    env = {**os.environ, remote_checkpoint.CACHE_ENV: str(cache), "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, remote_copy.COPIES_ENV: str(cache), "PYTHONPATH": str(ROOT)}
     procs = [
         subprocess.Popen(
             [sys.executable, "-c", code, gs["workdir"]], stdout=subprocess.PIPE, text=True, env=env
@@ -226,4 +226,41 @@ def test_two_processes_of_one_machine_copy_at_once_and_keep_one_copy(gs, cache) 
     outs = [p.communicate(timeout=300)[0] for p in procs]
     assert [p.returncode for p in procs] == [0, 0] and all("layers 2" in o for o in outs), outs
     (copy,) = cache.iterdir()
-    assert remote_checkpoint._record(str(copy))["source"] == gs["workdir"]
+    assert remote_copy.listed_record(str(copy))["source"] == gs["workdir"]
+
+
+def test_a_vocabulary_in_a_bucket_is_read_from_its_copy(local, gs, cache) -> None:
+    """A file, a folder or a TF checkpoint's prefix in a bucket as the vocabulary: its
+    tokenizer file (and the casing recorded beside it) copied once, read locally."""
+    want = Path(local["hf"], "vocab.txt").read_text()
+    for given in (f"{gs['hf']}/vocab.txt", gs["hf"], gs["tf"]):
+        path, kind = tokenization.vocab_in_folder(given)
+        assert kind == "wordpiece" and path.startswith(str(cache)) and Path(path).read_text() == want, given
+        assert Path(path).parent.joinpath(tokenization.CASING_FILE).exists()  # the casing beside it
+    assert len(list(cache.iterdir())) == 2  # a copy per folder, none of them the weights
+    assert not list(cache.glob("*/model.safetensors"))
+    root = gs["root"]
+    with pytest.raises(FileNotFoundError, match=rf"^vocab file {root}/none.txt does not exist$"):
+        tokenization.vocab_in_folder(f"{root}/none.txt")
+    files.write_bytes_remote(f"{root}/notes/a.txt", b"text")
+    with pytest.raises(FileNotFoundError, match=rf"^vocab file {root}/notes is a folder holding none of"):
+        tokenization.vocab_in_folder(f"{root}/notes")
+
+
+def test_a_run_whose_vocabulary_is_in_a_bucket_records_its_url(local, gs, cache) -> None:
+    """The settings read the copy, the config as written keeps the URL; a folder that is
+    the run's checkpoint and its vocabulary is copied as both (neither replaces the other)."""
+    settings = run_settings.pretrain_settings(
+        tiny_pretraining(**{"data.vocab_file": f"{gs['hf']}/vocab.txt"})
+    )
+    assert settings.data.vocab_file.startswith(str(cache)) and settings.data.do_lower_case is True
+    assert settings.config["data"]["vocab_file"] == f"{gs['hf']}/vocab.txt"
+    tuned = finetune_configs.get_config("bbc")
+    tuned.init_checkpoint = gs["hf"]
+    tuned.data.vocab_file = gs["hf"]
+    settings = run_settings.finetune_settings(tuned)
+    assert (
+        settings.data.vocab_file.startswith(str(cache)) and settings.config["data"]["vocab_file"] == gs["hf"]
+    )
+    params, _ = convert.load_checkpoint(settings.init_checkpoint)  # the checkpoint's copy is whole
+    assert _equal(params, _params(0))
