@@ -76,8 +76,8 @@ def main(argv: list[str]) -> None:
     for path in outputs:
         user_paths.output_file(path, "--output", FLAGS.overwrite)
     if FLAGS.input_file:
-        user_paths.input_files([FLAGS.input_file], "--input_file")
-        docs = corpora.load_documents("text", FLAGS.input_file)
+        found = user_paths.input_files([FLAGS.input_file], "--input_file")  # a bucket's: local copies
+        docs = corpora.load_documents("text", ",".join(found), shown=FLAGS.input_file)
     else:
         docs = corpora.load_documents("wiki_excerpt")
     sentences = [s for d in docs for s in d]

@@ -220,13 +220,15 @@ def _line_groups(text: str) -> Iterator[Document]:
         yield doc
 
 
-def read_text_files(pattern: str) -> Iterator[Document]:
-    """Every file matching a glob, in sorted order (see `read_text_file`)."""
-    files = sorted(glob.glob(pattern))
-    if not files:
-        raise FileNotFoundError(f"no input files match {pattern!r}")
-    for name in files:
-        yield from read_text_file(name)
+def read_text_files(patterns: str) -> Iterator[Document]:
+    """Every file matching the globs (joined by commas, as ``--input_files`` takes them),
+    each glob's in sorted order (see `read_text_file`)."""
+    for pattern in (p for p in patterns.split(",") if p):
+        files = sorted(glob.glob(pattern))
+        if not files:
+            raise FileNotFoundError(f"no input files match {pattern!r}")
+        for name in files:
+            yield from read_text_file(name)
 
 
 def read_bbc_news(data_dir: str = "") -> Iterator[Document]:
@@ -289,9 +291,10 @@ def read_tfds(
 
 
 def load_documents(
-    source: str, input_files: str = "", tfds_name: str = "", tfds_data_dir: str = ""
+    source: str, input_files: str = "", tfds_name: str = "", tfds_data_dir: str = "", shown: str = ""
 ) -> list[Document]:
-    """All documents of a source with at least two sentences; skips are counted in a warning."""
+    """All documents of a source with at least two sentences; skips are counted in a warning
+    (naming `shown`, else the files or the source)."""
     if source == "wiki_excerpt":
         docs = read_wiki_dump(input_files or wiki_excerpt_path())
     elif source == "text":
@@ -304,7 +307,8 @@ def load_documents(
     else:
         raise ValueError(f"unknown data source {source!r}: wiki_excerpt, bbc_news, text or tfds")
     # Named as prepare-data names an input: the files, or the TFDS dataset.
-    kept = keep_usable(docs, f"tfds:{tfds_name}" if source == "tfds" else input_files or source)
+    shown = shown or (f"tfds:{tfds_name}" if source == "tfds" else input_files or source)
+    kept = keep_usable(docs, shown)
     if not kept:
-        raise ValueError(f"no usable documents (two or more sentences) in {source} {input_files}")
+        raise ValueError(f"no usable documents (two or more sentences) in {source} {shown}")
     return kept

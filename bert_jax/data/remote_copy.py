@@ -32,11 +32,11 @@ import os
 import queue
 import shutil
 import threading
-import time
 import uuid
 from collections.abc import Callable
 from typing import TypeVar
 
+from bert_jax.data.progress import ProgressLines, human_bytes
 from bert_jax.data.records import METADATA
 from bert_jax.storage import atomic_files, files
 
@@ -317,14 +317,15 @@ def _copy_listed(folder: str, local: str, record: dict) -> None:
             f"{folder} needs {need / 2**30:.2f} GiB, {parent} has {free / 2**30:.2f} GiB free: "
             f"free the disk or set {COPIES_ENV} to a larger one"
         )
-    print(f"copying {folder} ({need / 2**30:.2f} GiB, {len(wanted)} files) into {local}", flush=True)
-    start = time.perf_counter()
+    print(f"copying {folder} ({human_bytes(need)}, {len(wanted)} files) into {local}", flush=True)
+    bar = ProgressLines(f"copying {folder}", need, "B", every=30.0, only_if_long=True)
     tmp = f"{local}.partial-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     try:
         for rel, (size, _) in sorted(wanted.items()):
             dst = os.path.join(tmp, rel)
             os.makedirs(os.path.dirname(dst), exist_ok=True)
             copy_object(f"{folder}/{rel}", dst, size)
+            bar.advance(size)
         with open(os.path.join(tmp, LISTED_RECORD), "w") as f:
             json.dump(record, f)
         if listed_record(local) == record:
@@ -339,5 +340,4 @@ def _copy_listed(folder: str, local: str, record: dict) -> None:
                 raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    took = time.perf_counter() - start
-    print(f"copied {folder} in {took:.1f} s ({need / 2**20 / max(took, 1e-3):.0f} MiB/s)", flush=True)
+    bar.close()

@@ -12,18 +12,21 @@
 - Folders made for an output are removed again when the attempt fails and leaves them
   empty (`removed_if_failed`): a refusal or a crash leaves no folder behind.
 
-Paths in a bucket (``gs://``...) are checked for existence only.
+Paths in a bucket (``gs://``...) are checked for existence only; input globs there are
+read from local copies (`input_files`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import glob
+import hashlib
 import os
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator
 
+from bert_jax.data import remote_copy
 from bert_jax.storage import files
 
 
@@ -47,6 +50,9 @@ def input_files(patterns: list[str], flag: str) -> list[str]:
     matches a folder, is refused."""
     found = []
     for pattern in patterns:
+        if files.is_remote(pattern):
+            found += _bucket_inputs(pattern, flag)
+            continue
         matched = sorted(glob.glob(pattern))
         if not matched:
             raise FileNotFoundError(f"{flag}: no input files match {pattern!r}")
@@ -62,6 +68,28 @@ def input_files(patterns: list[str], flag: str) -> list[str]:
             )
         found += matched
     return found
+
+
+def _bucket_inputs(pattern: str, flag: str) -> list[str]:
+    """The local copies of the bucket objects a glob matches (``gs://b/corpus/*.txt``),
+    made once per machine (`remote_copy.local_listed`; again where one was written since):
+    what reads them (`prepare`'s parts at byte offsets, its worker processes) reads local
+    files. Refused as a local glob is: nothing matched, or a folder matched."""
+    wildcard = min((i for i, ch in enumerate(pattern) if ch in "*?["), default=len(pattern))
+    base = pattern[:wildcard].rsplit("/", 1)[0]
+    matched = remote_copy.reading(pattern, lambda: files.glob(pattern))
+    if not matched:
+        raise FileNotFoundError(f"{flag}: no input files match {pattern!r}")
+    found = remote_copy.reading(base, lambda: files.tree(base))
+    names = sorted(m[len(base) + 1 :] for m in matched)
+    folders = [n for n in names if n not in found]
+    if folders:
+        raise IsADirectoryError(
+            f"{flag}: {pattern!r} matches {base}/{folders[0]}, which is a folder, not a text file"
+        )
+    kind = "text-" + hashlib.sha256(pattern.encode()).hexdigest()[:8]
+    local = remote_copy.local_listed(base, {n: found[n] for n in names}, kind=kind)
+    return [os.path.join(local, n) for n in names]
 
 
 def output_file(path: str, flag: str, overwrite: bool) -> None:
