@@ -98,8 +98,8 @@ def test_index_files_are_copied_first(prepared, gs, tmp_path, monkeypatch) -> No
     prepared_data.upload(prepared, url)
     folder = remote_copy.open_folder(url, str(tmp_path / "cache"))
     copied = []
-    real = remote_copy._copy
-    monkeypatch.setattr(remote_copy, "_copy", lambda src, *a: copied.append(src) or real(src, *a))
+    real = remote_copy.copy_object
+    monkeypatch.setattr(remote_copy, "copy_object", lambda src, *a: copied.append(src) or real(src, *a))
     assert remote_copy.copy_folder(folder)
     kinds = [name.rsplit(".", 1)[1] for name in copied]
     assert kinds == sorted(kinds, key=lambda k: k != "index") and "tokens" in kinds
@@ -131,7 +131,7 @@ def test_a_stopped_copy_leaves_no_half_file_and_the_next_copies_only_the_rest(pr
     assert os.listdir(folder.local) == []  # the temporary file removed, nothing in place
     first = folder.files[0][0]
     src = f"{url}/{first}"
-    assert remote_copy._copy(src, os.path.join(folder.local, first), folder.files[0][1], None)
+    assert remote_copy.copy_object(src, os.path.join(folder.local, first), folder.files[0][1], None)
     again = remote_copy.open_folder(url, str(tmp_path / "cache2"))  # another cache: all to copy
     assert not again.done
     shutil.copytree(folder.local, again.local)
