@@ -84,6 +84,16 @@ def output_folder(dst: str, fmt: str) -> str:
     return dst
 
 
+def staged_path(dst: str, folder: str, out: str) -> str:
+    """Where to write `dst` (a folder, or a TF prefix in its output folder `folder`) when
+    the output folder is written as `out` (`user_paths.staged_output`: itself, or a local
+    folder standing for a bucket's)."""
+    if out == folder:
+        return dst
+    prefix = dst.rstrip("/") != folder.rstrip("/")
+    return os.path.join(out, os.path.basename(dst.rstrip("/"))) if prefix else out
+
+
 def check_dst(folder: str, overwrite: bool, inputs: dict[str, str]) -> list[str]:
     """What --overwrite replaces in the output folder (see `user_paths.output_folder`);
     a folder that holds one of the `inputs` (flag → path) is refused: it would be replaced."""
@@ -121,7 +131,7 @@ def main(argv: list[str]) -> None:
     # A bucket's output is written locally first, then uploaded (`staged_output`).
     with user_paths.removed_if_failed(folder), user_paths.staged_output(folder, earlier, "--dst") as out:
         written = convert.save_checkpoint(
-            out + FLAGS.dst.rstrip("/")[len(folder.rstrip("/")) :],
+            staged_path(FLAGS.dst, folder, out),
             params,
             config,
             FLAGS.dst_format,

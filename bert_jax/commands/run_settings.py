@@ -7,21 +7,21 @@ resolver (`bert_jax.training.resolver`: each key typed, range-checked beside its
 an unknown key named). A pre-training config's ``model.vocab_size=0`` becomes the
 tokenizer's size here (`model_vocab.planned_size`), on the typed settings, a folder as
 ``data.vocab_file`` the tokenizer file in it, and a ``data.do_lower_case`` left unset the
-casing recorded beside its vocabulary. An ``init_checkpoint`` in a bucket becomes its
-local copy here (`convert.local_copy`), once per machine, and so does a ``data.vocab_file``
-in one (`tokenization.local_vocabulary`); the config as written keeps their URLs.
+casing recorded beside its vocabulary. A ``data.vocab_file`` in a bucket (or the
+vocabulary of an ``init_checkpoint`` there) is read from a local copy
+(`tokenization.local_vocabulary`), the config as written keeping its URL; an
+``init_checkpoint`` there stays its URL, its files copied where they are read
+(`convert.local_copy`: its config here, its weights where the run loads them).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import os
 
 import ml_collections
 
-from bert_jax import convert
 from bert_jax.ablations.spec import AblationTable
-from bert_jax.data import corpus_inputs, tokenization
+from bert_jax.data import tokenization
 from bert_jax.data.settings import DataSettings
 from bert_jax.finetuning import evaluation
 from bert_jax.finetuning import finetune as finetuning
@@ -40,10 +40,7 @@ def pretrain_settings(config: ml_collections.ConfigDict) -> PretrainSettings:
     size known without reading data (a run then checks it, `model_vocab.check_run_size`)."""
     run_config.check(config, "pretrain")
     data = resolver.resolve(DataSettings, config.data, "config.data")
-    given = config.get("init_checkpoint", "")
-    # One in a bucket is read from its copy under the run's cache (the config as written
-    # keeps its URL).
-    init = convert.local_copy(given, os.path.join(corpus_inputs.cache_dir(data), "bucket_copies"))
+    init = config.get("init_checkpoint", "")
     if init:  # its vocabulary unless the run names one; its model (below)
         data = init_checkpoint.data_for(init, data)
     # The vocabulary's file (a folder given stands for the tokenizer file in it) and its
@@ -61,8 +58,7 @@ def pretrain_settings(config: ml_collections.ConfigDict) -> PretrainSettings:
         size = resolver.resolve(VocabSize, config.model, "config.model", partial=True).vocab_size
         written["model"]["vocab_size"] = model_vocab.planned_size(size, data)
     model = resolver.read(BertConfig, written["model"], "config.model")
-    settings = resolver.resolve(PretrainSettings, config, model=model, data=data, config=written)
-    return dataclasses.replace(settings, init_checkpoint=init) if init != given else settings
+    return resolver.resolve(PretrainSettings, config, model=model, data=data, config=written)
 
 
 def finetune_settings(config: ml_collections.ConfigDict) -> FinetuneSettings:
@@ -71,8 +67,6 @@ def finetune_settings(config: ml_collections.ConfigDict) -> FinetuneSettings:
     the file, as the run used it)."""
     run_config.check(config, "finetune")
     settings = resolver.resolve(FinetuneSettings, config, config=config.to_dict())
-    if settings.init_checkpoint:  # one in a bucket read from its copy; written, its URL
-        settings = dataclasses.replace(settings, init_checkpoint=convert.local_copy(settings.init_checkpoint))
     vocab_file, _ = tokenization.vocab_in_folder(settings.data.vocab_file)
     if vocab_file == settings.data.vocab_file:
         return settings

@@ -26,7 +26,7 @@ from __future__ import annotations
 import json
 import os
 
-from bert_jax.convert import formats, hf_configs
+from bert_jax.convert import formats, hf_configs, remote_checkpoint
 from bert_jax.convert.bert_jax_format import head_record, load_bert_jax, read_bert_jax_config, save_bert_jax
 from bert_jax.convert.hf_format import (
     from_hf_state_dict,
@@ -55,6 +55,7 @@ from bert_jax.convert.tokenizer_files import (
     write_tokenizer_files,
 )
 from bert_jax.model.config import BertConfig
+from bert_jax.storage import files
 
 __all__ = [
     "Params",
@@ -85,7 +86,8 @@ __all__ = [
 
 
 def detect_format(path: str) -> str:
-    path = local_copy(path)
+    if files.is_remote(path):
+        return remote_checkpoint.format_of(path)
     if os.path.isdir(path):
         found = formats.of_names(set(os.listdir(path)))
         if found:
@@ -103,8 +105,8 @@ def label_names(path: str) -> list[str] | None:
     """The names of a checkpoint's classifier labels, where it records them: a bert_jax
     folder's ``task.json`` (a fine-tuned model or an export), a Hugging Face folder's
     ``id2label`` (not the ``LABEL_i`` `transformers` makes up)."""
-    path = local_copy(path)
     fmt = detect_format(path)
+    path = local_copy(path, weights=False)
     if fmt == "bert_jax":
         return head_record(path).get("labels") or None
     if fmt == "hf":
@@ -116,9 +118,9 @@ def label_names(path: str) -> list[str] | None:
 def checkpoint_config(path: str) -> BertConfig:
     """The model config of the checkpoint at `path` (any format `load_checkpoint` reads),
     read without its weights, by the readers the loaders use (one in a bucket from its
-    local copy, `remote_checkpoint`)."""
-    path = local_copy(path)
+    copy of its config files, `remote_checkpoint`)."""
     fmt = detect_format(path)
+    path = local_copy(path, weights=False)
     if fmt == "hf":
         return read_hf_config(path)[0]
     return read_tf_config(path)[1] if fmt == "tf" else read_bert_jax_config(path)

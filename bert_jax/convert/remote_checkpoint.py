@@ -13,15 +13,19 @@ What is copied is what a load reads, not the whole folder:
   checkpoint (``checkpoints/<step>/``; on a bucket, the latest orbax marked committed), not
   the earlier steps, metrics, TensorBoard events or ``best_model/``;
 - a bert_jax export: its config, tokenizer and task files and ``params/``;
-- any other folder (Hugging Face, a TF folder): its top-level files, without the weights
-  of other frameworks beside ``model.safetensors`` (``pytorch_model.bin``, ``tf_model.h5``...).
+- a TF folder: its first checkpoint's files (the one the TF reader reads) and the files
+  beside them;
+- a Hugging Face folder: its top-level files, without the weights of other frameworks
+  beside ``model.safetensors`` (``pytorch_model.bin``, ``tf_model.h5``...).
 
-The copy (``<cache>/<hash of the URL>-<name>``; the cache is ``$BERT_JAX_BUCKET_COPIES``,
-else ``~/.cache/bert_jax/bucket_copies``; a pre-training run's is under its
-``data.cache_dir``) is made under a temporary name and renamed into place whole, its
-record (each object's size and generation) last: a copy that stopped half-way is never
-read, and a checkpoint written again in the bucket is copied again. Several processes of
-one machine (local pod tests) may copy at once; the first to finish is kept.
+A run's settings and a `plan` read only the config, tokenizer and task files (a copy of
+its own, ``weights=False``); the weights are copied where they are loaded. A copy
+(``<cache>/checkpoint-<hash of the URL>-<folder>``; the cache is
+``$BERT_JAX_BUCKET_COPIES``, else ``~/.cache/bert_jax/bucket_copies``) is made under a
+temporary name and renamed into place whole, its record (each object's size and
+generation) last: a copy that stopped half-way is never read, and a checkpoint written
+again in the bucket is copied again. Several processes of one machine (local pod tests)
+may copy at once; the first to finish is kept.
 """
 
 from __future__ import annotations
@@ -40,29 +44,54 @@ _OTHER_WEIGHTS = ("pytorch_model.bin", "tf_model.h5", "flax_model.msgpack", "rus
 # its casing, a fine-tuned model's task head).
 _BESIDE = ("bert_config.json", TASK_RECORD, HEAD_FILE, tokenization.CASING_FILE, *tokenization.SAVED_NAMES)
 
-# The local copy of each checkpoint URL this process has made or found.
-_COPIES: dict[str, str] = {}
+_WEIGHT_SUFFIXES = (".safetensors", ".bin", ".h5", ".msgpack", ".ot", ".onnx", ".pt")
+
+# The local copy of each checkpoint URL (whole, or its config files: `local_copy`'s
+# `weights`) this process has made or found, and each one's format.
+_COPIES: dict[tuple[str, bool, str], str] = {}
+_FORMATS: dict[str, str] = {}
 
 
-def local_copy(path: str, root: str = "") -> str:
+def local_copy(path: str, root: str = "", *, weights: bool = True) -> str:
     """`path` itself when it is local; for a checkpoint in a bucket, the local path that
     stands for it (a folder, or a TF prefix in one), copied into `root` (default
-    `remote_copy.copies_root`) unless a whole copy of the same objects is there."""
+    `remote_copy.copies_root`) unless a whole copy of the same objects is there. Without
+    `weights`, only its config, tokenizer and task files (what `checkpoint_config` and
+    `label_names` read: a plan or a run's settings need no weights)."""
     if not files.is_remote(path):
         return path
     url = path.rstrip("/")
-    if url in _COPIES:
-        return _COPIES[url]
+    if (url, weights, root) in _COPIES:
+        return _COPIES[url, weights, root]
     files.check_reachable(url, "checkpoint")  # one line, within a bound, if it cannot be
-    folder, wanted, prefix = _checkpoint_files(url)
-    local = remote_copy.local_listed(folder, wanted, root)
-    _COPIES[url] = os.path.join(local, prefix) if prefix else local
-    return _COPIES[url]
+    folder, wanted, prefix, fmt = _checkpoint_files(url)
+    if not weights:
+        wanted = {k: v for k, v in wanted.items() if "/" not in k and not _is_weights(k)}
+    kind = "checkpoint" if weights else "checkpoint-config"
+    local = remote_copy.local_listed(folder, wanted, kind=kind, name=url, root=root)
+    _COPIES[url, weights, root] = os.path.join(local, prefix) if prefix else local
+    _FORMATS[url] = fmt
+    return _COPIES[url, weights, root]
 
 
-def _checkpoint_files(url: str) -> tuple[str, dict[str, list[int]], str]:
+def format_of(url: str) -> str:
+    """``hf``, ``tf`` or ``bert_jax`` for a checkpoint in a bucket, by the names there."""
+    url = url.rstrip("/")
+    if url not in _FORMATS:
+        local_copy(url, weights=False)
+    return _FORMATS[url]
+
+
+def _is_weights(name: str) -> bool:
+    """A file of weights (a TF shard, safetensors, a PyTorch or Keras file...), not a
+    config, tokenizer or index file."""
+    return ".data-" in name or name.endswith(_WEIGHT_SUFFIXES)
+
+
+def _checkpoint_files(url: str) -> tuple[str, dict[str, list[int]], str, str]:
     """The bucket folder a load of `url` reads from, the files of it a load reads (size and
-    generation by relative path) and, for a TF checkpoint given by its prefix, the prefix."""
+    generation by relative path), for a TF checkpoint the prefix of its files (given, or
+    the first ``*.index`` of a folder, as the TF reader takes it), and the format."""
     found = _listing(url)
     if not found:  # a TF prefix (or its .index), not a folder
         folder, prefix = url.rsplit("/", 1)
@@ -72,8 +101,7 @@ def _checkpoint_files(url: str) -> tuple[str, dict[str, list[int]], str]:
             raise remote_copy.RemoteReadError(
                 f"cannot read {url}: no such folder, and no TF checkpoint {prefix}.index"
             )
-        keep = {k: v for k, v in beside.items() if k.startswith(f"{prefix}.") or k in _BESIDE}
-        return folder, keep, prefix
+        return folder, _tf_files(beside, prefix), prefix, "tf"
     top = {k: v for k, v in found.items() if "/" not in k}
     subfolders = {k.split("/", 1)[0] for k in found if "/" in k}
     fmt = formats.of_names(set(top) | subfolders)
@@ -82,10 +110,18 @@ def _checkpoint_files(url: str) -> tuple[str, dict[str, list[int]], str]:
     if fmt == "bert_jax":  # an export's params/, else a workdir's latest checkpoint
         inner = "params/" if "params" in subfolders else f"checkpoints/{_latest_step(url, found)}/"
         beside = {k: v for k, v in top.items() if k in _BESIDE}
-        return url, {**beside, **{k: v for k, v in found.items() if k.startswith(inner)}}, ""
+        return url, {**beside, **{k: v for k, v in found.items() if k.startswith(inner)}}, "", fmt
+    if fmt == "tf":  # a folder: its first checkpoint's files
+        prefix = min(k for k in top if k.endswith(".index")).removesuffix(".index")
+        return url, _tf_files(top, prefix), "", fmt
     if "model.safetensors" in top:
         top = {k: v for k, v in top.items() if k not in _OTHER_WEIGHTS}
-    return url, top, ""
+    return url, top, "", fmt
+
+
+def _tf_files(beside: dict[str, list[int]], prefix: str) -> dict[str, list[int]]:
+    """A TF checkpoint's files (``prefix.*``) and the config and tokenizer files beside them."""
+    return {k: v for k, v in beside.items() if k.startswith(f"{prefix}.") or k in _BESIDE}
 
 
 def _listing(url: str) -> dict[str, list[int]]:

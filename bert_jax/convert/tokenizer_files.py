@@ -157,7 +157,7 @@ def check_same_vocabulary(vocab_file: str, checkpoint: str, flag: str) -> None:
     model never learned would follow)."""
     from bert_jax.data import tokenization  # deferred: loads TensorFlow for WordPiece
 
-    if not vocab_file or not os.path.exists(checkpoint):
+    if not vocab_file or not checkpoint:
         return
     vocab_file, _ = tokenization.vocab_in_folder(vocab_file)  # a folder: the file in it
     try:

@@ -278,17 +278,20 @@ def copy_object(
 LISTED_RECORD = ".copied.json"  # written last: the copy is whole
 
 
-def local_listed(folder: str, listing: dict[str, list[int]], root: str = "", kind: str = "") -> str:
+def local_listed(
+    folder: str, listing: dict[str, list[int]], kind: str, name: str = "", root: str = ""
+) -> str:
     """The local copy of the objects `listing` names (paths relative to the bucket folder
     `folder`, each with its size and generation, as `files.tree` gives them) under `root`
-    (default `copies_root`), in a folder of its own per `folder` and `kind` (a checkpoint's
-    and a vocabulary's copies of one folder are two): made once, whole (under a temporary
-    name, its record written last), and again where an object was written since. Returns
-    that folder; several processes of one machine may make it at once (the first kept)."""
-    key = hashlib.sha256(f"{kind}:{folder}".encode()).hexdigest()[:16]
-    local = os.path.join(
-        root or copies_root(), f"{kind}{'-' if kind else ''}{key}-{os.path.basename(folder)}"
-    )
+    (default `copies_root`), in a folder of its own per `kind` and `name` (what the copy
+    stands for: default `folder`; a checkpoint's and a vocabulary's copies of one folder
+    are two, and so are two checkpoints' of one folder): made once, whole (under a
+    temporary name, its record written last), and again where an object was written
+    since. Returns that folder; several processes of one machine may make it at once
+    (the first kept)."""
+    name = name or folder
+    key = hashlib.sha256(f"{kind}:{name}".encode()).hexdigest()[:16]
+    local = os.path.join(root or copies_root(), f"{kind}-{key}-{os.path.basename(folder)}")
     record = {"source": folder, "files": listing}
     if listed_record(local) != record:
         _copy_listed(folder, local, record)
@@ -315,7 +318,7 @@ def _copy_listed(folder: str, local: str, record: dict) -> None:
     if need > free:
         raise OSError(
             f"{folder} needs {need / 2**30:.2f} GiB, {parent} has {free / 2**30:.2f} GiB free: "
-            f"free the disk or set {COPIES_ENV} to a larger one"
+            f"free the disk, or set {COPIES_ENV} to a folder on a larger one"
         )
     print(f"copying {folder} ({human_bytes(need)}, {len(wanted)} files) into {local}", flush=True)
     bar = ProgressLines(f"copying {folder}", need, "B", every=30.0, only_if_long=True)

@@ -91,13 +91,17 @@ def vocab_beside(checkpoint: str) -> str:
     """The tokenizer file stored with a checkpoint (folder, workdir or file prefix): its
     ``vocab.txt``, else ``spm.model``, else a Hugging Face ``tokenizer.json`` (a ModernBERT
     folder has only that)."""
+    missing = f"no vocab_file given and {{}} holds none of {', '.join(SAVED_NAMES)}: pass the vocab file"
+    if files.is_remote(checkpoint):  # the tokenizer files of its folder, copied
+        try:
+            return vocab_in_folder(checkpoint)[0]
+        except FileNotFoundError:
+            raise FileNotFoundError(missing.format(checkpoint)) from None
     folder = checkpoint if os.path.isdir(checkpoint) else os.path.dirname(checkpoint)
     found = _saved_file(folder, SAVED_NAMES)
     if found:
         return found
-    raise FileNotFoundError(
-        f"no vocab_file given and {folder} holds none of {', '.join(SAVED_NAMES)}: pass the vocab file"
-    )
+    raise FileNotFoundError(missing.format(folder))
 
 
 def vocab_in_folder(path: str, kind: str = "wordpiece") -> tuple[str, str]:
@@ -152,7 +156,7 @@ def local_vocabulary(url: str, root: str = "") -> str:
     if not file and not set(listing) - {CASING_FILE}:
         where = "is a folder holding" if found else "is a TF checkpoint whose folder holds"
         raise FileNotFoundError(f"vocab file {url} {where} none of {', '.join(SAVED_NAMES)}")
-    local = remote_copy.local_listed(folder, listing, root, kind="vocab")
+    local = remote_copy.local_listed(folder, listing, kind="vocab", root=root)
     return os.path.join(local, file) if file else local
 
 

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import glob
-import hashlib
 import os
 import shutil
 import tempfile
@@ -87,8 +86,7 @@ def _bucket_inputs(pattern: str, flag: str) -> list[str]:
         raise IsADirectoryError(
             f"{flag}: {pattern!r} matches {base}/{folders[0]}, which is a folder, not a text file"
         )
-    kind = "text-" + hashlib.sha256(pattern.encode()).hexdigest()[:8]
-    local = remote_copy.local_listed(base, {n: found[n] for n in names}, kind=kind)
+    local = remote_copy.local_listed(base, {n: found[n] for n in names}, kind="text", name=pattern)
     return [os.path.join(local, n) for n in names]
 
 
@@ -133,6 +131,8 @@ def earlier_output(path: str, flag: str, own: Callable[[str], bool]) -> list[str
     `own` does not call the command's own."""
     if files.is_remote(path):
         entries = sorted({name.split("/", 1)[0] for name in files.tree(path)})
+        if not entries and files.is_file(path):
+            raise NotADirectoryError(f"{flag} {path} is a file, not a folder")
     else:
         if os.path.exists(path) and not os.path.isdir(path):
             raise NotADirectoryError(f"{flag} {path} is a file, not a folder")

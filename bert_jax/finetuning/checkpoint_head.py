@@ -28,7 +28,9 @@ from bert_jax.model import param_shapes
 def _only_saved(checkpoint: str, inputs: Any) -> bool:
     """Whether the checkpoint's head is a best_model/'s `HEAD_FILE` alone (saved before
     its kind was recorded: not read as a task head by `convert`)."""
-    return inputs.checkpoint_head is None and os.path.exists(os.path.join(checkpoint, HEAD_FILE))
+    if inputs.checkpoint_head is not None:
+        return False
+    return os.path.exists(os.path.join(convert.local_copy(checkpoint), HEAD_FILE))  # a bucket's: its copy
 
 
 def checkpoint_params(checkpoint: str, inputs: Any, use: str) -> dict[str, Any]:
@@ -39,7 +41,8 @@ def checkpoint_params(checkpoint: str, inputs: Any, use: str) -> dict[str, Any]:
     kind = layout.task_head_name(task.model(inputs.bert_config))
     head = inputs.checkpoint_head
     if _only_saved(checkpoint, inputs):
-        return load_saved_params(checkpoint, inputs)  # a best_model/ of a head with no kind recorded
+        # a best_model/ of a head with no kind recorded
+        return load_saved_params(convert.local_copy(checkpoint), inputs)
     if kind is None or head is None or head[0] != kind:
         holds = f"a {layout.TASK_HEADS[head[0]][0]}" if head is not None else "no task head"
         wanted = f"a {layout.TASK_HEADS[kind][0]}" if kind else "a BiLSTM head"

@@ -108,6 +108,12 @@ def exists(path: str) -> bool:
         return epath.Path(path).exists()
 
 
+def is_file(path: str) -> bool:
+    """Whether `path` is a file (on a bucket: an object, not a folder's prefix)."""
+    with on_bucket(path, "reading"):
+        return epath.Path(path).is_file()
+
+
 def makedirs(path: str) -> None:
     with on_bucket(path, "writing"):
         epath.Path(path).mkdir(parents=True, exist_ok=True)
@@ -179,7 +185,8 @@ def size_and_time(path: str) -> list[int]:
 def tree(folder: str) -> dict[str, list[int]]:
     """Every file under the bucket folder `folder` (recursively), by its path relative to
     it: its size and a number that changes when it is written again (as `size_and_time`).
-    Empty where there is no such folder."""
+    Empty where there is no such folder. The empty ``name/`` objects some tools make to
+    show a folder (the Cloud Console, TF's ``gfile.MakeDirs``) are not files."""
     with on_bucket(folder, "listing"):
         fs, stripped = _bucket_fs(folder)
         found = fs.find(stripped.rstrip("/"), detail=True)
@@ -187,7 +194,7 @@ def tree(folder: str) -> dict[str, list[int]]:
     return {
         name[len(root) :]: [int(info["size"]), _stamp(info)]
         for name, info in found.items()
-        if name.startswith(root) and info.get("type", "file") == "file"
+        if name.startswith(root) and info.get("type", "file") == "file" and not name.endswith("/")
     }
 
 
@@ -337,6 +344,9 @@ def check_reachable(path: str, what: str, *, writable: bool = False, timeout_s: 
         try:
             p = epath.Path(path)
             p.exists()
+            if writable and p.is_file():  # an object where a folder is wanted
+                outcome.append(NotADirectoryError(f"{what} {path} is a file, not a folder"))
+                return
             if writable:
                 marker = p / f".bert_jax_write_check-{uuid.uuid4().hex}"
                 marker.write_text("")
@@ -352,6 +362,8 @@ def check_reachable(path: str, what: str, *, writable: bool = False, timeout_s: 
     if not outcome:
         raise BucketUnreachableError(f"{what} {path} cannot be reached: no answer in {timeout:.0f} s")
     error = outcome[0]
+    if isinstance(error, NotADirectoryError):
+        raise UnreachablePathError(str(error))
     if error is not None:
         reason = " ".join(str(error).split())[:240] or type(error).__name__
         kind = BucketUnreachableError if gcs.transient(error) else UnreachablePathError

@@ -175,7 +175,9 @@ def test_round_trip_bert_jax_hf_bert_jax_is_exact(hf_pretraining, tmp_path) -> N
 
 
 def test_convert_command(hf_pretraining, tmp_path) -> None:
+    """To a TF prefix named alone (``bert_model.ckpt``: the current folder its output's)."""
     _, folder, _, _, _ = hf_pretraining
+    (tmp_path / "tf").mkdir()
     proc = subprocess.run(
         [
             sys.executable,
@@ -183,15 +185,17 @@ def test_convert_command(hf_pretraining, tmp_path) -> None:
             "bert_jax",
             "convert",
             f"--src={folder}",
-            f"--dst={tmp_path / 'tf'}",
+            "--dst=bert_model.ckpt",
             "--dst_format=tf",
         ],
         capture_output=True,
         text=True,
-        cwd=ROOT,
+        cwd=tmp_path / "tf",
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
         timeout=300,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
+    assert (tmp_path / "tf" / "bert_model.ckpt.index").exists()
     assert convert.detect_format(str(tmp_path / "tf")) == "tf"
     converted, config = convert.load_checkpoint(str(tmp_path / "tf"))
     original, _ = convert.load_checkpoint(str(folder))

@@ -3,6 +3,7 @@ local folder, through one local copy per machine of what a load reads. The bucke
 GCS API emulator, reached through the client and path layer a TPU VM's ``gs://`` goes
 through (gcsfs under `storage.files`)."""
 
+import json
 import os
 import subprocess
 import sys
@@ -20,8 +21,9 @@ from bert_jax.convert import remote_checkpoint
 from bert_jax.data import remote_copy, tokenization
 from bert_jax.pretraining import model_file
 from bert_jax.storage import files
-from bert_jax.training import checkpoints
+from bert_jax.training import checkpoints, run_config
 from bert_jax.training.engine import TrainState
+from configs import bbc as bbc_config
 from configs import finetune as finetune_configs
 from tests.conftest import ROOT, tiny_pretraining
 from tests.helpers import prepared_data, task_data
@@ -153,23 +155,49 @@ def test_the_latest_committed_step_is_copied() -> None:
     assert remote_checkpoint._latest_step("gs://b/w", {f"checkpoints/{s}/x": [1, 1] for s in (9, 10)}) == "10"
 
 
-def test_runs_from_a_bucket_checkpoint_read_its_copy_and_record_its_url(local, gs, cache, tmp_path) -> None:
-    """Pre-training and fine-tuning from ``gs://``: the typed settings read the copy (a
-    pre-training run's under its data cache), the config as written keeps the URL."""
-    config = tiny_pretraining(init_checkpoint=gs["hf"])
-    config.data.cache_dir = str(tmp_path / "data_cache")
-    settings = run_settings.pretrain_settings(config)
-    assert settings.init_checkpoint.startswith(str(tmp_path / "data_cache" / "bucket_copies"))
-    assert settings.config["init_checkpoint"] == gs["hf"]
-    assert settings.data.vocab_file == os.path.join(settings.init_checkpoint, "vocab.txt")
+def test_a_runs_settings_copy_only_the_config_and_keep_the_url(local, gs, cache) -> None:
+    """A run's settings (and so a `plan`) from ``gs://``: the checkpoint's config and
+    vocabulary read from a copy of those files alone, no weights copied; the settings and
+    the config as written keep the URL."""
+    settings = run_settings.pretrain_settings(tiny_pretraining(init_checkpoint=gs["hf"]))
+    assert settings.init_checkpoint == settings.config["init_checkpoint"] == gs["hf"]
+    assert settings.data.vocab_file.startswith(str(cache)) and settings.data.vocab_file.endswith("vocab.txt")
     assert settings.model.hidden_size == CONFIG.hidden_size
     tuned = finetune_configs.get_config("bbc")
     tuned.init_checkpoint = gs["tf"]
     settings = run_settings.finetune_settings(tuned)
-    assert settings.init_checkpoint.startswith(str(cache)) and settings.init_checkpoint.endswith(
-        "bert_model.ckpt"
-    )
-    assert settings.config["init_checkpoint"] == gs["tf"]
+    assert settings.init_checkpoint == settings.config["init_checkpoint"] == gs["tf"]
+    assert convert.checkpoint_config(gs["workdir"]) == CONFIG
+    assert convert.label_names(gs["bert_jax"]) is None
+    copied = {p.name for p in cache.rglob("*") if p.is_file()}
+    assert {"config.json", "bert_config.json"} <= copied
+    assert not {n for n in copied if n.endswith(".safetensors") or ".data-" in n or n.startswith("ocdbt")}
+
+
+def test_a_tf_folder_copies_the_checkpoint_the_reader_takes(local, gs, cache) -> None:
+    """A TF folder with two checkpoints (and a graph) loads its first, as locally: only
+    that one's files are copied."""
+    url = f"{gs['root']}/two_tf"
+    _upload(os.path.dirname(local["tf"]), url)
+    other = convert.save_checkpoint(str(cache.parent / "other" / "zz_model.ckpt"), _params(3), CONFIG, "tf")
+    _upload(os.path.dirname(other), url)
+    got, _ = convert.load_checkpoint(url)
+    assert _equal(got, _params(0))
+    (copy,) = [p for p in cache.iterdir()]
+    names = {p.name for p in copy.iterdir()}
+    assert any(n.startswith("bert_model.ckpt.data-") for n in names) and "bert_model.ckpt.index" in names
+    assert not {n for n in names if n.startswith("zz_model") or n == "graph.pbtxt"}
+
+
+def test_a_fine_tuning_run_from_a_bucket_checkpoint(gs, cache, tmp_path) -> None:
+    """Trained from the checkpoint's copy (its own vocabulary, read from the bucket);
+    the results name the URL."""
+    c = run_config.set_keys(bbc_config.get_config(), {**task_data.TINY_BBC_RUN, "init_checkpoint": gs["hf"]})
+    result = run_settings.finetune(c, str(tmp_path / "run"))
+    assert result.step == 2 and not result.stopped
+    results = json.loads((tmp_path / "run" / "results.json").read_text())
+    assert results["config"]["init_checkpoint"] == gs["hf"]
+    assert list(cache.glob("checkpoint-*/model.safetensors"))
 
 
 def _convert(cache: Path, cwd: Path, *flags: str) -> subprocess.CompletedProcess:
@@ -207,6 +235,9 @@ def test_the_convert_command_reads_and_writes_buckets(gs, cache, tmp_path, monke
     files.write_bytes_remote(f"{out}/notes.txt", b"mine")
     proc = _convert(cache, cwd, f"--src={gs['tf']}", f"--dst={out}", "--dst_format=hf", "--overwrite")
     assert proc.returncode == 1 and f"--dst {out} holds files this command does not write" in proc.stderr
+    proc = _convert(cache, cwd, f"--src={gs['tf']}", f"--dst={out}/notes.txt", "--dst_format=hf")
+    assert proc.returncode == 1, proc.stderr
+    assert f"--dst {out}/notes.txt is a file, not a folder" in proc.stderr
 
 
 def test_two_processes_of_one_machine_copy_at_once_and_keep_one_copy(gs, cache) -> None:
@@ -264,3 +295,22 @@ def test_a_run_whose_vocabulary_is_in_a_bucket_records_its_url(local, gs, cache)
     )
     params, _ = convert.load_checkpoint(settings.init_checkpoint)  # the checkpoint's copy is whole
     assert _equal(params, _params(0))
+
+
+def test_the_placeholder_objects_of_a_folder_are_not_files(monkeypatch) -> None:
+    """The empty ``name/`` objects the Cloud Console or ``gfile.MakeDirs`` make for a
+    folder (which the emulator does not keep) are not listed as files."""
+
+    class Listing:
+        def find(self, path: str, detail: bool) -> dict:
+            assert path == "bkt/model" and detail
+            made = {"type": "file", "size": 0, "generation": "1"}
+            return {
+                "bkt/model/": made,
+                "bkt/model/sub/": made,
+                "bkt/model/config.json": {"type": "file", "size": 5, "generation": "7"},
+                "bkt/model/sub/a.txt": {"type": "file", "size": 2, "generation": "8"},
+            }
+
+    monkeypatch.setattr(files, "_bucket_fs", lambda path: (Listing(), path.removeprefix("gs://")))
+    assert files.tree("gs://bkt/model/") == {"config.json": [5, 7], "sub/a.txt": [2, 8]}

@@ -16,13 +16,9 @@ from bert_jax.finetuning import finished_run
 from bert_jax.training import run_config
 from configs import bbc as bbc_config
 from tests.conftest import ROOT
+from tests.helpers import task_data
 
-# A one-epoch BBC News run of the tiny BERT: two steps of 8 rows, 8 dev rows.
-TINY_RUN = {
-    "max_train_examples": 16, "max_eval_examples": 8, "max_seq_length": 32, "global_batch_size": 8,
-    "num_epochs": 1, "learning_rate": 2e-3, "log_every_steps": 1, "pack_examples": False,
-    "length_buckets": (),
-}  # fmt: skip
+TINY_RUN = task_data.TINY_BBC_RUN
 
 
 def _config(checkpoint: str, **changes):

@@ -28,6 +28,15 @@ TINY = BertConfig(
 )
 
 
+# A one-epoch BBC News run of the tiny BERT (`config.set_keys` changes): two steps of 8
+# rows, 8 dev rows.
+TINY_BBC_RUN = {
+    "max_train_examples": 16, "max_eval_examples": 8, "max_seq_length": 32, "global_batch_size": 8,
+    "num_epochs": 1, "learning_rate": 2e-3, "log_every_steps": 1, "pack_examples": False,
+    "length_buckets": (),
+}  # fmt: skip
+
+
 def tiny_params(seed: int = 0) -> dict:
     """A random `TINY` encoder's params, ``{"bert": ...}``, drawn by `seed`."""
     ids = jnp.zeros((1, 8), jnp.int32)
