@@ -48,9 +48,10 @@ def define_flags() -> None:
 
 def output_paths(kind: str, output: str) -> list[str]:
     """The files `kind` writes for ``--output``, the tokenizer's own first. A folder (one
-    that exists, or a path ending in /) gets the names the vocabulary-folder readers look
-    for (`tokenization.vocab_in_folder`): ``vocab.txt``, ``spm.model``, ``tokenizer.json``."""
-    into_folder = os.path.isdir(output) or output.endswith(("/", os.sep))
+    that exists, in a bucket too, or a path ending in /) gets the names the
+    vocabulary-folder readers look for (`tokenization.vocab_in_folder`): ``vocab.txt``,
+    ``spm.model``, ``tokenizer.json``."""
+    into_folder = output.endswith(("/", os.sep)) or files.is_dir(output)
     if kind == "sentencepiece":
         prefix = os.path.join(output, "spm") if into_folder else output
         return [f"{prefix}.model", f"{prefix}.vocab"]

@@ -32,7 +32,6 @@ import os
 import queue
 import shutil
 import threading
-import uuid
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -314,6 +313,9 @@ def _copy_listed(folder: str, local: str, record: dict) -> None:
     need = sum(size for size, _ in wanted.values())
     parent = os.path.dirname(local)
     os.makedirs(parent, exist_ok=True)
+    for left in atomic_files.abandoned(local):  # a copy killed half-way: its disk freed
+        print(f"removing {left}, a copy its process left unfinished", flush=True)
+        shutil.rmtree(left, ignore_errors=True)
     free = shutil.disk_usage(parent).free
     if need > free:
         raise OSError(
@@ -322,7 +324,7 @@ def _copy_listed(folder: str, local: str, record: dict) -> None:
         )
     print(f"copying {folder} ({human_bytes(need)}, {len(wanted)} files) into {local}", flush=True)
     bar = ProgressLines(f"copying {folder}", need, "B", every=30.0, only_if_long=True)
-    tmp = f"{local}.partial-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    tmp = atomic_files.temp_path(local)  # this process's own: a leftover is told apart
     try:
         for rel, (size, _) in sorted(wanted.items()):
             dst = os.path.join(tmp, rel)

@@ -34,9 +34,11 @@ def input_file(path: str, flag: str) -> str:
     if not path:
         raise ValueError(f"{flag} is empty: pass a file")
     if files.is_remote(path):
-        if not files.exists(path):
-            raise FileNotFoundError(f"{flag} {path} does not exist")
-        return path
+        if files.is_file(path):
+            return path
+        if files.is_dir(path):
+            raise IsADirectoryError(f"{flag} {path} is a folder, not a file")
+        raise FileNotFoundError(f"{flag} {path} does not exist")
     if os.path.isdir(path):
         raise IsADirectoryError(f"{flag} {path} is a folder, not a file")
     if not os.path.exists(path):
@@ -99,7 +101,9 @@ def output_file(path: str, flag: str, overwrite: bool) -> None:
     if path.endswith(("/", os.sep)):
         raise IsADirectoryError(f"{flag} {path} names a folder (it ends in /): give a file name")
     if files.is_remote(path):
-        exists = files.exists(path)
+        exists = files.is_file(path)
+        if not exists and files.is_dir(path):
+            raise IsADirectoryError(f"{flag} {path} is a folder: give a file name")
     elif os.path.isdir(path):
         raise IsADirectoryError(f"{flag} {path} is a folder: give a file name")
     else:

@@ -56,7 +56,7 @@ from bert_jax.model import param_shapes
 from bert_jax.model.flops import model_flops_per_step
 from bert_jax.tasks.base import MODEL_INPUTS, Split, Task
 from bert_jax.tasks.registry import get_task
-from bert_jax.training import engine, sharding
+from bert_jax.training import engine, multihost, sharding
 from bert_jax.training.hooks import default_hooks
 from bert_jax.training.loop import StopRequested, TrainingRun
 from bert_jax.training.results import JobResult
@@ -126,6 +126,7 @@ def load_inputs(settings: FinetuneSettings, read_train: bool = True) -> Finetuni
     loaded, bert_config = convert.load_checkpoint(
         checkpoint, vocab_pad_multiple=settings.model.vocab_pad_multiple or None
     )
+    multihost.check_same_weights(loaded, checkpoint)  # each host read it: the same step
     table = bert_config.max_position_embeddings
     if bert_config.position_embedding_type == "absolute" and settings.max_seq_length > table:
         raise ValueError(

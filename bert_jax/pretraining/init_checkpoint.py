@@ -28,7 +28,7 @@ from bert_jax import convert
 from bert_jax.data.settings import DataSettings
 from bert_jax.model import param_shapes
 from bert_jax.model.layer_scan import stack_layers
-from bert_jax.training import engine
+from bert_jax.training import engine, multihost
 
 _HEADS = {"mlm": "masked-LM head", "nsp": "next-sentence head"}
 
@@ -57,6 +57,7 @@ def starting_params(job: Any, path: str, seed: int) -> Any:
     in the run's layer layout (scanned or not) and vocabulary padding."""
     config = job.model_config
     loaded, _ = convert.load_checkpoint(path, vocab_pad_multiple=config.vocab_pad_multiple)
+    multihost.check_same_weights(loaded, path)  # each host read it: the same step
     if job.numerics.scanned:
         loaded = stack_layers(loaded, config.num_hidden_layers, config)
     init = lambda key: nn.meta.unbox(job.objective.init_params(key))

@@ -11,6 +11,7 @@ written straight to its name (objects appear whole)."""
 from __future__ import annotations
 
 import contextlib
+import glob
 import json
 import os
 import socket
@@ -41,6 +42,13 @@ def writer_alive(tmp: str) -> bool:
     except PermissionError:  # another user's live process
         return True
     return True
+
+
+def abandoned(path: str) -> list[str]:
+    """The temporary files or folders of `path` (`temp_path`s) whose writer stopped
+    without removing them (killed): this machine's, their process gone."""
+    found = glob.glob(f"{glob.escape(path)}{_MARK}*")
+    return sorted(tmp for tmp in found if tmp.rpartition(_MARK)[2].count("-") and not writer_alive(tmp))
 
 
 def write_bytes(path: str, data: bytes) -> None:

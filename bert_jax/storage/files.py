@@ -114,6 +114,14 @@ def is_file(path: str) -> bool:
         return epath.Path(path).is_file()
 
 
+def is_dir(path: str) -> bool:
+    """Whether `path` is a folder (on a bucket: a prefix objects are under)."""
+    if not is_remote(path):
+        return os.path.isdir(path)
+    with on_bucket(path, "reading"):
+        return epath.Path(path).is_dir()
+
+
 def makedirs(path: str) -> None:
     with on_bucket(path, "writing"):
         epath.Path(path).mkdir(parents=True, exist_ok=True)

@@ -72,6 +72,13 @@ def test_bucket_globs_are_refused_as_local_ones(gs, copies) -> None:
     ):
         user_paths.input_files([f"{gs}/corpus/*"], "--input_file")
     assert not copies.exists()
+    # A folder where a file is wanted, as locally.
+    with pytest.raises(IsADirectoryError, match=rf"^--input_file {gs}/corpus is a folder, not a file$"):
+        user_paths.input_file(f"{gs}/corpus", "--input_file")
+    with pytest.raises(IsADirectoryError, match=rf"^--output {gs}/corpus is a folder: give a file name$"):
+        user_paths.output_file(f"{gs}/corpus", "--output", overwrite=True)
+    with pytest.raises(FileNotFoundError, match=rf"^--input_file {gs}/corpus/none.txt does not exist$"):
+        user_paths.input_file(f"{gs}/corpus/none.txt", "--input_file")
 
 
 def test_build_vocab_reads_and_writes_a_bucket(gs, tmp_path) -> None:
@@ -88,3 +95,10 @@ def test_build_vocab_reads_and_writes_a_bucket(gs, tmp_path) -> None:
     assert set(files.tree(f"{gs}/vocab")) == {"spm.model", "spm.vocab"}
     model = spm.SentencePieceProcessor(model_proto=files.read_bytes(f"{gs}/vocab/spm.model"))
     assert model.GetPieceSize() == 300 and model.IdToPiece(2) == "[CLS]"
+    # The folder named again, without its trailing /: the files go into it, as locally.
+    cmd[-1:] = [f"--output={gs}/vocab", "--overwrite"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=cwd, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert f"wrote {gs}/vocab/spm.model" in proc.stdout, proc.stdout
+    assert set(files.tree(f"{gs}/vocab")) == {"spm.model", "spm.vocab"}
+    assert not files.exists(f"{gs}/vocab.model")

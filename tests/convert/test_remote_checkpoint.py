@@ -5,6 +5,8 @@ through (gcsfs under `storage.files`)."""
 
 import json
 import os
+import shutil
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -132,6 +134,26 @@ def test_a_checkpoint_written_again_is_copied_again(local, gs, cache, capsys, mo
     assert f"copying {url}" in capsys.readouterr().out
     assert _equal(first, _params(0)) and _equal(second, _params(5))
     assert len(list(cache.iterdir())) == 1  # the older copy replaced, no half copy left
+
+
+def test_a_copy_killed_half_way_is_removed_by_the_next(local, gs, cache, capsys, monkeypatch) -> None:
+    """The temporary folder a killed copy left (its process gone) is removed when the
+    checkpoint is next copied; one whose process still runs is left to it."""
+    url = f"{gs['root']}/killed"
+    _upload(local["hf"], url)
+    copy = Path(convert.local_copy(url))
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    dead, live = (Path(f"{copy}.tmp-{socket.gethostname()}-{pid}") for pid in (gone.pid, os.getppid()))
+    for left in (dead, live):
+        left.mkdir()
+        (left / "model.safetensors").write_bytes(b"half")
+    shutil.rmtree(copy)  # copied again below
+    monkeypatch.setattr(remote_checkpoint, "_COPIES", {})
+    capsys.readouterr()
+    params, _ = convert.load_checkpoint(url)
+    assert f"removing {dead}, a copy its process left unfinished" in capsys.readouterr().out
+    assert _equal(params, _params(0)) and not dead.exists() and live.exists()
 
 
 def test_what_is_no_checkpoint_in_a_bucket_is_one_line(local, gs, cache) -> None:

@@ -139,3 +139,29 @@ def test_a_restore_that_fails_on_one_host_is_failed_on_every_host(tmp_path, fail
     else:  # both fail alike, naming every step; nothing moved
         assert all("no checkpoint in" in r.get("error", "") for r in results), results
         assert sorted(p.name for p in (tmp_path / "run" / "checkpoints").iterdir()) == ["1", "2"]
+
+
+@pytest.mark.parametrize("case", ["same", "other"])
+def test_hosts_that_loaded_other_weights_from_one_checkpoint_all_refuse(case) -> None:
+    """A checkpoint a run saves to while the hosts read it gives them other steps: every
+    host refuses in one line naming it, rather than training one model of two."""
+    worker, port = ROOT / "tests" / "helpers" / "same_weights_worker.py", pod.free_port()
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(worker), str(i), str(port), case],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(2)
+    ]
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], [err[-2000:] for _, err in outs]
+    results = [worker_results.parse(o) for o, _ in outs]
+    if case == "same":
+        assert [r.get("ok") for r in results] == [True, True], results
+    else:
+        assert all(
+            r.get("error", "").startswith("hosts [1] read other weights from gs://bucket/run than host 0")
+            for r in results
+        ), results
