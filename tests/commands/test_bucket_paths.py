@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import sentencepiece as spm
 
-from bert_jax.data import corpora, prepare, remote_copy, user_paths
+from bert_jax.data import prepare, remote_copy, user_paths
 from bert_jax.storage import files
 from tests.conftest import ROOT
 from tests.helpers import prepared_data
@@ -23,11 +23,7 @@ OPTS = prepare.Options(max_seq_length=64, dupe_factor=1, random_seed=3, eval_fra
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory) -> Path:
     """Twelve Wikipedia articles as three text files."""
-    folder = tmp_path_factory.mktemp("corpus")
-    docs = corpora.load_documents("wiki_excerpt")[:12]
-    for i in range(3):
-        (folder / f"wiki-{i}.txt").write_text("\n\n".join("\n".join(d) for d in docs[i::3]) + "\n")
-    return folder
+    return prepared_data.wiki_texts(tmp_path_factory.mktemp("corpus"), 12, 3)
 
 
 @pytest.fixture(scope="module")

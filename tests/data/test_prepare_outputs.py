@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from bert_jax.data import corpora, prepare, prepared_cache, records, tokenization
+from bert_jax.data import prepare, prepared_cache, records, tokenization
 from bert_jax.data.settings import DataSettings
+from tests.helpers import prepared_data
 
 OPTS = prepare.Options(max_seq_length=32, dupe_factor=1, random_seed=3, eval_fraction=0.0)
 
@@ -15,11 +16,7 @@ OPTS = prepare.Options(max_seq_length=32, dupe_factor=1, random_seed=3, eval_fra
 @pytest.fixture(scope="module")
 def texts(tmp_path_factory) -> Path:
     """Two small text files in the original format."""
-    folder = tmp_path_factory.mktemp("texts")
-    docs = corpora.load_documents("wiki_excerpt")[:6]
-    for i in range(2):
-        (folder / f"part-{i}.txt").write_text("\n\n".join("\n".join(d) for d in docs[i::2]) + "\n")
-    return folder
+    return prepared_data.wiki_texts(tmp_path_factory.mktemp("texts"), 6, 2, stem="part")
 
 
 def _tree(folder: Path) -> dict[str, int]:

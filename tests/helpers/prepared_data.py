@@ -16,10 +16,20 @@ from bert_jax.storage import emulator, files, gcs
 from tests.helpers import pod
 
 
+def wiki_texts(folder: Path, articles: int, parts: int = 1, stem: str = "wiki") -> Path:
+    """The first `articles` of the Wikipedia excerpt as `parts` text files in the original
+    format (``<stem>.txt``, or ``<stem>-<i>.txt`` for several, article i in part i mod
+    `parts`); returns `folder`."""
+    docs = corpora.load_documents("wiki_excerpt")[:articles]
+    for i in range(parts):
+        name = f"{stem}-{i}.txt" if parts > 1 else f"{stem}.txt"
+        (folder / name).write_text("\n\n".join("\n".join(d) for d in docs[i::parts]) + "\n")
+    return folder
+
+
 def wiki_prepared(folder: Path) -> str:
     """Prepares 30 articles of the Wikipedia excerpt into `folder`/prep; returns its path."""
-    text = folder / "wiki.txt"
-    text.write_text("\n\n".join("\n".join(d) for d in corpora.load_documents("wiki_excerpt")[:30]) + "\n")
+    text = wiki_texts(folder, 30) / "wiki.txt"
     opts = prepare.Options(max_seq_length=64, dupe_factor=2, eval_fraction=0.1)
     prepare.prepare(prepare.list_inputs(str(text)), str(folder / "prep"), opts, progress=False)
     return str(folder / "prep")

@@ -118,12 +118,13 @@ def test_hosts_started_with_different_configs_are_refused_in_one_line(gcs, tmp_p
     assert not (tmp_path / "run").exists()
 
 
-@pytest.mark.parametrize("failing", ["newest", "all"])
-def test_a_restore_that_fails_on_one_host_is_failed_on_every_host(tmp_path, failing) -> None:
-    worker, port = ROOT / "tests" / "helpers" / "restore_agreement_worker.py", pod.free_port()
+def _two_workers(name: str, *args: str) -> list[dict]:
+    """What the 2 processes of `tests/helpers/<name>` (process index, coordinator port,
+    `args`) print as their result, once both exit 0."""
+    worker, port = ROOT / "tests" / "helpers" / name, pod.free_port()
     procs = [
         subprocess.Popen(
-            [sys.executable, str(worker), str(i), str(port), str(tmp_path / "run"), failing],
+            [sys.executable, str(worker), str(i), str(port), *args],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -132,7 +133,12 @@ def test_a_restore_that_fails_on_one_host_is_failed_on_every_host(tmp_path, fail
     ]
     outs = [p.communicate(timeout=300) for p in procs]
     assert [p.returncode for p in procs] == [0, 0], [err[-2000:] for _, err in outs]
-    results = [worker_results.parse(o) for o, _ in outs]
+    return [worker_results.parse(o) for o, _ in outs]
+
+
+@pytest.mark.parametrize("failing", ["newest", "all"])
+def test_a_restore_that_fails_on_one_host_is_failed_on_every_host(tmp_path, failing) -> None:
+    results = _two_workers("restore_agreement_worker.py", str(tmp_path / "run"), failing)
     if failing == "newest":  # both resume from step 1; step 2 set aside once, not deleted
         assert [r.get("step") for r in results] == [1, 1], results
         assert [p.name.split("-")[0] for p in (tmp_path / "run" / "checkpoints_damaged").iterdir()] == ["2"]
@@ -145,19 +151,7 @@ def test_a_restore_that_fails_on_one_host_is_failed_on_every_host(tmp_path, fail
 def test_hosts_that_loaded_other_weights_from_one_checkpoint_all_refuse(case) -> None:
     """A checkpoint a run saves to while the hosts read it gives them other steps: every
     host refuses in one line naming it, rather than training one model of two."""
-    worker, port = ROOT / "tests" / "helpers" / "same_weights_worker.py", pod.free_port()
-    procs = [
-        subprocess.Popen(
-            [sys.executable, str(worker), str(i), str(port), case],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for i in range(2)
-    ]
-    outs = [p.communicate(timeout=300) for p in procs]
-    assert [p.returncode for p in procs] == [0, 0], [err[-2000:] for _, err in outs]
-    results = [worker_results.parse(o) for o, _ in outs]
+    results = _two_workers("same_weights_worker.py", case)
     if case == "same":
         assert [r.get("ok") for r in results] == [True, True], results
     else:
