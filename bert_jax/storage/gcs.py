@@ -111,9 +111,21 @@ def configure() -> RetryPolicy:
         ("TENSORSTORE_CURL_LOW_SPEED_LIMIT_BYTES", "1"),
     ):
         os.environ.setdefault(key, value)
+    _no_listings_cache()
     _retry_gcsfs(retry)
     _retry_tensorstore(retry)
     return retry
+
+
+def _no_listings_cache() -> None:
+    """gcsfs keeps each folder's listing per client, and epath's client and
+    `storage.files`' are two: an object one wrote (or another host, or a run saving its
+    checkpoint) was missing from the other's next listing, and its size refused as a
+    missing file. Every listing asks the bucket (fsspec's config: every client made from
+    now on, epath's too)."""
+    import fsspec
+
+    fsspec.config.conf.setdefault("gcs", {})["use_listings_cache"] = False
 
 
 def _warn(what: str) -> None:

@@ -153,3 +153,22 @@ def test_configure_makes_gcsfs_the_client_with_the_policy_on_a_machine_with_tens
         "low_speed_s": "20",
         "sock_read": 20.0,
     }
+
+
+def test_objects_written_since_a_listing_are_seen(tmp_path) -> None:
+    """Listings are not cached: an object written after a folder was listed (by this
+    process through another client, or by another process: a run saving a checkpoint)
+    is in the next listing, and its size is read, not refused as missing."""
+    import fsspec
+
+    from tests.helpers import prepared_data
+
+    with prepared_data.bucket(tmp_path) as gs:
+        files.write_bytes_remote(f"{gs}/run/a", b"1")
+        assert set(files.tree(f"{gs}/run")) == {"a"}
+        other, _ = fsspec.core.url_to_fs(gs, skip_instance_cache=True)  # another process's client
+        other.pipe_file(f"{gs.removeprefix('gs://')}/run/b", b"22")
+        assert set(files.tree(f"{gs}/run")) == {"a", "b"}
+        assert files.size_and_time(f"{gs}/run/b")[0] == 2
+        files.write_bytes_remote(f"{gs}/run/c", b"333")  # epath's own client
+        assert files.size_and_time(f"{gs}/run/c")[0] == 3 and set(files.tree(f"{gs}/run")) == {"a", "b", "c"}
