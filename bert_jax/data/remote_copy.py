@@ -240,13 +240,20 @@ def copy_folder(folder: RemoteFolder, stop: threading.Event | None = None) -> bo
 
 
 def copy_object(
-    src: str, dst: str, size: int, stop: threading.Event | None = None, block: int = 16 << 20
+    src: str,
+    dst: str,
+    size: int,
+    stop: threading.Event | None = None,
+    block: int = 16 << 20,
+    advance: Callable[[int], None] | None = None,
 ) -> bool:
     """The bucket object `src` (of `size` bytes, as listed) to the local file `dst`, in
     blocks (memory: one block), to a temporary name, then into place; False (and nothing
     in place) when `stop` is set first. A read of another size (the object written again
-    meanwhile, a damaged upload) is refused naming it."""
+    meanwhile, a damaged upload) is refused naming it. `advance(n)` is told of each block's
+    n new bytes (a progress line's: a retried read is not counted twice)."""
     tmp = atomic_files.temp_path(dst)
+    told = [0]
 
     def copy() -> int:
         n = 0
@@ -254,6 +261,9 @@ def copy_object(
             while chunk := f.read(block):
                 out.write(chunk)
                 n += len(chunk)
+                if advance is not None and n > told[0]:
+                    advance(n - told[0])
+                    told[0] = n
                 if stop is not None and stop.is_set():
                     break
         return n
@@ -329,8 +339,7 @@ def _copy_listed(folder: str, local: str, record: dict) -> None:
         for rel, (size, _) in sorted(wanted.items()):
             dst = os.path.join(tmp, rel)
             os.makedirs(os.path.dirname(dst), exist_ok=True)
-            copy_object(f"{folder}/{rel}", dst, size)
-            bar.advance(size)
+            copy_object(f"{folder}/{rel}", dst, size, advance=bar.advance)  # a line each 30 s
         with open(os.path.join(tmp, LISTED_RECORD), "w") as f:
             json.dump(record, f)
         if listed_record(local) == record:

@@ -131,7 +131,10 @@ def test_a_stopped_copy_leaves_no_half_file_and_the_next_copies_only_the_rest(pr
     assert os.listdir(folder.local) == []  # the temporary file removed, nothing in place
     first = folder.files[0][0]
     src = f"{url}/{first}"
-    assert remote_copy.copy_object(src, os.path.join(folder.local, first), folder.files[0][1], None)
+    told: list[int] = []
+    dst, size = os.path.join(folder.local, first), folder.files[0][1]
+    assert remote_copy.copy_object(src, dst, size, None, block=max(1, size // 3), advance=told.append)
+    assert sum(told) == size and len(told) >= 3  # a long copy's progress within the file
     again = remote_copy.open_folder(url, str(tmp_path / "cache2"))  # another cache: all to copy
     assert not again.done
     shutil.copytree(folder.local, again.local)
