@@ -209,6 +209,11 @@ def wait_for_copies() -> None:
         _COPIER[0].queue.join()
 
 
+# How often the background copy of a prepared folder says how far it is (a whole line
+# among the run's: tens of GiB take minutes, each host copying its own).
+BACKGROUND_EVERY_S = 300.0
+
+
 def copy_folder(folder: RemoteFolder, stop: threading.Event | None = None) -> bool:
     """Copies the folder's missing files (index files first), then its ``metadata.json``;
     False when stopped first, or when the disk has too little room (one warning line)."""
@@ -230,12 +235,14 @@ def copy_folder(folder: RemoteFolder, stop: threading.Event | None = None) -> bo
             "the background; reading it from the bucket until then",
             flush=True,
         )
+    bar = ProgressLines(f"copying {folder.url}", need, "B", every=BACKGROUND_EVERY_S, only_if_long=True)
     for file, size in todo:
         dst = os.path.join(folder.local, file)
-        if not copy_object(f"{folder.url}/{file}", dst, size, stop):
+        if not copy_object(f"{folder.url}/{file}", dst, size, stop, advance=bar.advance):
             return False
         folder.done.add(dst)
     atomic_files.write_text(os.path.join(folder.local, METADATA), folder.raw.decode())
+    bar.close()
     return True
 
 

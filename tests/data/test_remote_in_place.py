@@ -93,16 +93,24 @@ def test_copied_files_are_read_locally_and_a_rerun_finds_the_whole_copy(
     assert isinstance(found, str) and os.path.exists(os.path.join(found, "metadata.json"))
 
 
-def test_index_files_are_copied_first(prepared, gs, tmp_path, monkeypatch) -> None:
+def test_index_files_are_copied_first_and_the_copy_says_how_far_it_is(
+    prepared, gs, tmp_path, monkeypatch, capsys
+) -> None:
     url = f"{gs}/order"
     prepared_data.upload(prepared, url)
     folder = remote_copy.open_folder(url, str(tmp_path / "cache"))
     copied = []
     real = remote_copy.copy_object
-    monkeypatch.setattr(remote_copy, "copy_object", lambda src, *a: copied.append(src) or real(src, *a))
+    monkeypatch.setattr(
+        remote_copy, "copy_object", lambda src, *a, **k: copied.append(src) or real(src, *a, **k)
+    )
+    monkeypatch.setattr(remote_copy, "BACKGROUND_EVERY_S", 0.0)  # a line at each block
+    capsys.readouterr()
     assert remote_copy.copy_folder(folder)
     kinds = [name.rsplit(".", 1)[1] for name in copied]
     assert kinds == sorted(kinds, key=lambda k: k != "index") and "tokens" in kinds
+    lines = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith(f"copying {url}: ")]
+    assert len(lines) >= 2 and "eta" in lines[0] and "(100%) in" in lines[-1], lines
 
 
 def test_too_little_disk_keeps_the_reads_in_place_in_one_line(
