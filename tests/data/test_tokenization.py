@@ -163,6 +163,12 @@ def test_a_vocabulary_folder_given_for_a_checkpoint_is_compared_by_its_file(tmp_
     convert.check_same_vocabulary(str(same), str(checkpoint), "--vocab_file")
     with pytest.raises(ValueError, match=rf"^--vocab_file {other / 'vocab.txt'} differs from {checkpoint}"):
         convert.check_same_vocabulary(str(other), str(checkpoint), "--vocab_file")
+    # A TF checkpoint named by its prefix (no file of that name) is compared too.
+    prefix = checkpoint / "bert_model.ckpt"
+    (checkpoint / "bert_model.ckpt.index").write_bytes(b"")
+    convert.check_same_vocabulary(str(same), str(prefix), "--vocab_file")
+    with pytest.raises(ValueError, match=rf"^--vocab_file {other / 'vocab.txt'} differs from {checkpoint}"):
+        convert.check_same_vocabulary(str(other), str(prefix), "--vocab_file")
     # Fine-tuning decides the file at its settings' edge, as pre-training does: the run's
     # settings and the config it records name the file, not the folder.
     from bert_jax.commands import run_settings
