@@ -258,9 +258,8 @@ def copy_object(
     blocks (memory: one block), to a temporary name, then into place; False (and nothing
     in place) when `stop` is set first. A read of another size (the object written again
     meanwhile, a damaged upload) is refused naming it. `advance(n)` is told of each block's
-    n new bytes (a progress line's: a retried read is not counted twice)."""
+    n bytes (a progress line's)."""
     tmp = atomic_files.temp_path(dst)
-    told = [0]
 
     def copy() -> int:
         n = 0
@@ -268,9 +267,8 @@ def copy_object(
             while chunk := f.read(block):
                 out.write(chunk)
                 n += len(chunk)
-                if advance is not None and n > told[0]:
-                    advance(n - told[0])
-                    told[0] = n
+                if advance is not None:
+                    advance(len(chunk))
                 if stop is not None and stop.is_set():
                     break
         return n

@@ -47,8 +47,7 @@ def writer_alive(tmp: str) -> bool:
 def abandoned(path: str) -> list[str]:
     """The temporary files or folders of `path` (`temp_path`s) whose writer stopped
     without removing them (killed): this machine's, their process gone."""
-    found = glob.glob(f"{glob.escape(path)}{_MARK}*")
-    return sorted(tmp for tmp in found if tmp.rpartition(_MARK)[2].count("-") and not writer_alive(tmp))
+    return sorted(tmp for tmp in glob.glob(f"{glob.escape(path)}{_MARK}*") if not writer_alive(tmp))
 
 
 def write_bytes(path: str, data: bytes) -> None:

@@ -116,8 +116,6 @@ def is_file(path: str) -> bool:
 
 def is_dir(path: str) -> bool:
     """Whether `path` is a folder (on a bucket: a prefix objects are under)."""
-    if not is_remote(path):
-        return os.path.isdir(path)
     with on_bucket(path, "reading"):
         return epath.Path(path).is_dir()
 
