@@ -1,16 +1,21 @@
 """`bert-jax features --checkpoint=PATH --input=TEXT --output=F.npy [--layers=-1]`.
 
-An existing non-empty ``--output`` is refused unless ``--overwrite``; it is written whole,
-once the features are computed. Refused at start, in one line naming the flag: an
-``--output`` whose folder cannot be made or written, a ``--max_seq_length`` longer than
-the checkpoint's position table (a model with learned absolute positions), and sizes
-whose output or activations cannot fit this host's or device's memory
-(`training.memory_fit`).
+Beside ``F.npy``, ``F.tokens.jsonl`` holds each example's pieces (``[CLS]`` to the last
+``[SEP]``), one JSON list a line: what each row of the array is, and where its padding
+starts (as the original `extract_features.py` names each feature's token). Examples longer
+than ``--max_seq_length`` are cut (the longer segment first), said in one warning line.
+An existing non-empty ``--output`` (or its tokens file) is refused unless ``--overwrite``;
+both are written whole, once the features are computed (the array last). Refused at start,
+in one line naming the flag: an ``--output`` whose folder cannot be made or written, a
+``--max_seq_length`` longer than the checkpoint's position table (a model with learned
+absolute positions), and sizes whose output or activations cannot fit this host's or
+device's memory (`training.memory_fit`).
 """
 
 from __future__ import annotations
 
 import io
+import json
 import os
 
 import numpy as np
@@ -73,6 +78,7 @@ def main(argv: list[str]) -> None:
         raise FileNotFoundError(f"--checkpoint {FLAGS.checkpoint} does not exist")
     user_paths.input_file(FLAGS.input, "--input")
     user_paths.output_file(FLAGS.output, "--output", FLAGS.overwrite)
+    user_paths.output_file(tokens_path(FLAGS.output), "--output", FLAGS.overwrite)
     convert.check_same_vocabulary(FLAGS.vocab_file, checkpoint, "--vocab_file")
     params, config = convert.load_checkpoint(checkpoint)
     vocab = FLAGS.vocab_file or tokenization.vocab_beside(checkpoint)
@@ -87,7 +93,13 @@ def main(argv: list[str]) -> None:
     weights = [float(x) for x in FLAGS.layer_weights] if FLAGS.layer_weights else None
     numerics = Numerics(compute_dtype=FLAGS.compute_dtype)
     check_memory(config, numerics, len(texts_a), len(layers))
-    batch = tokenizer.encode_pairs(texts_a, texts_b, FLAGS.max_seq_length)
+    batch, lengths = tokenizer.encode_pairs_measured(texts_a, texts_b, FLAGS.max_seq_length)
+    if (cut := int(np.sum(lengths > FLAGS.max_seq_length))) > 0:
+        print(
+            f"warning: {cut:,} of {len(lengths):,} examples of {FLAGS.input} are longer than "
+            f"--max_seq_length={FLAGS.max_seq_length} and were cut (the longest: {lengths.max():,} tokens)",
+            flush=True,
+        )
     bar = ProgressLines("features", len(texts_a), "examples")
     out = features.extract(
         params["bert"], config, batch, layers, FLAGS.batch_size, FLAGS.combine, weights, numerics,
@@ -97,9 +109,24 @@ def main(argv: list[str]) -> None:
     out = np.asarray(out, np.float32)  # as documented, whatever --compute_dtype
     buffer = io.BytesIO()
     np.save(buffer, out)
+    pieces = "".join(json.dumps(row) + "\n" for row in row_pieces(tokenizer, batch))
     with user_paths.removed_if_failed(os.path.dirname(FLAGS.output)):
+        atomic_files.write_bytes(tokens_path(FLAGS.output), pieces.encode("utf-8"))
         atomic_files.write_bytes(FLAGS.output, buffer.getvalue())  # local or gs://, written whole
-    print(f"wrote {FLAGS.output}: {out.shape} ({FLAGS.combine} of layers {layers})")
+    print(f"wrote {FLAGS.output}: {out.shape} ({FLAGS.combine} of layers {layers}); its pieces: "
+          f"{tokens_path(FLAGS.output)}")  # fmt: skip
+
+
+def tokens_path(output: str) -> str:
+    """``F.npy`` → ``F.tokens.jsonl``: each row's pieces, beside the array."""
+    return f"{output.removesuffix('.npy')}.tokens.jsonl"
+
+
+def row_pieces(tokenizer: tokenization.Tokenizer, batch: dict[str, np.ndarray]) -> list[list[str]]:
+    """The vocabulary strings of each row's real (unpadded) positions."""
+    vocab = tokenizer.vocab
+    rows = zip(batch["input_ids"], batch["input_mask"], strict=True)
+    return [[vocab[int(i)] for i in ids[mask > 0]] for ids, mask in rows]
 
 
 def check_positions(config: BertConfig) -> None:

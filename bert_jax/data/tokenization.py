@@ -239,6 +239,13 @@ class _PairEncoder:
         """``[CLS] A [SEP] (B [SEP])`` padded to `max_seq_length`, the longer segment
         truncated first (as the original `_truncate_seq_pair`); a row whose B is None (or
         every row, with ``texts_b=None``) is a single segment."""
+        return self.encode_pairs_measured(texts_a, texts_b, max_seq_length)[0]
+
+    def encode_pairs_measured(
+        self, texts_a: list[str], texts_b: list[str | None] | None, max_seq_length: int
+    ) -> tuple[dict[str, np.ndarray], np.ndarray]:
+        """`encode_pairs` and each row's length before truncation (special tokens
+        included): the rows longer than `max_seq_length` are the ones cut."""
         a_ids = self.tokenize(texts_a)
         b_ids: list[list[int] | None] = [None] * len(a_ids)
         if texts_b is not None:
@@ -249,9 +256,11 @@ class _PairEncoder:
         ids = np.full((n, max_seq_length), self.special.pad, np.int32)
         segments = np.zeros((n, max_seq_length), np.int32)
         mask = np.zeros((n, max_seq_length), np.int32)
+        lengths = np.zeros(n, np.int64)
         for i, (a, b) in enumerate(zip(a_ids, b_ids, strict=True)):
             a, b = list(a), (list(b) if b is not None else None)
             budget = max_seq_length - (3 if b is not None else 2)
+            lengths[i] = len(a) + (len(b) if b is not None else 0) + max_seq_length - budget
             while len(a) + (len(b) if b else 0) > budget:
                 (a if b is None or len(a) > len(b) else b).pop()
             row = [self.special.cls, *a, self.special.sep]
@@ -262,11 +271,7 @@ class _PairEncoder:
             ids[i, : len(row)] = row
             segments[i, : len(seg)] = seg
             mask[i, : len(row)] = 1
-        return {
-            "input_ids": ids,
-            "input_mask": mask,
-            "segment_ids": segments,
-        }
+        return {"input_ids": ids, "input_mask": mask, "segment_ids": segments}, lengths
 
 
 class _CharTable(dict):

@@ -110,6 +110,8 @@ def train(
     task = get_task(run.task)
     train_split = task.load(run.task_data, tok, "train")
     evals = [task.load(run.task_data, tok, name) for name in task.eval_splits]
+    if jax.process_index() == 0:
+        print(f"rows: {', '.join(split.described() for split in (train_split, *evals))}", flush=True)
     index = tuple(layer_indices(layers, bert_config.num_hidden_layers))
     model = FrozenFeatures(
         bert_config, index, _model(task, settings, combine), span=isinstance(task, squad.SquadTask)

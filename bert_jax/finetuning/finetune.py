@@ -149,7 +149,7 @@ def load_inputs(settings: FinetuneSettings, read_train: bool = True) -> Finetuni
     began = time.perf_counter()
     evals = [task.load(settings.task_data, tok, s) for s in task.eval_splits]
     train = task.load(settings.task_data, tok, "train") if read_train else evals[0]
-    rows = ", ".join(f"{split.name} {len(split):,}" for split in ([train, *evals] if read_train else evals))
+    rows = ", ".join(split.described() for split in ([train, *evals] if read_train else evals))
     _say(f"  rows: {rows} ({time.perf_counter() - began:.1f} s)")
     model = task.model(bert_config)
     init_params = lambda key, *sample: nn.meta.unbox(model.init(key, *sample))["params"]

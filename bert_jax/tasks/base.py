@@ -93,14 +93,23 @@ class Split:
     `arrays` hold `MODEL_INPUTS` and, when labelled, the task's targets; every array has
     one row per model input (a SQuAD window, an NER sentence, a SWAG question). `meta` is
     task-specific (SQuAD: examples and window maps; GLUE: ids for submission files).
+    `cut`: the examples whose text did not fit and was cut, at the limit `cut_at` names
+    (``max_seq_length=128``; SQuAD's questions at ``max_query_length``).
     """
 
     name: str
     arrays: dict[str, np.ndarray]
     meta: Any = None
+    cut: int = 0
+    cut_at: str = ""
 
     def __len__(self) -> int:
         return len(self.arrays["input_ids"])
+
+    def described(self) -> str:
+        """``train 1,780`` and, where texts did not fit, ``(1,512 cut at max_seq_length=128)``."""
+        cut = f" ({self.cut:,} cut at {self.cut_at})" if self.cut else ""
+        return f"{self.name} {len(self):,}{cut}"
 
 
 class Task:

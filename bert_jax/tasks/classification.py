@@ -34,7 +34,7 @@ class ClassificationTask(Task):
         labelled = not self.regression and all(e.label is not None for e in examples)
         examples = subset(examples, data, split, [e.label for e in examples] if labelled else None)
         pairs = any(e.text_b is not None for e in examples)
-        arrays = tokenizer.encode_pairs(
+        arrays, lengths = tokenizer.encode_pairs_measured(
             [e.text_a for e in examples],
             [e.text_b or "" for e in examples] if pairs else None,
             data.max_seq_length,
@@ -42,7 +42,8 @@ class ClassificationTask(Task):
         if all(e.label is not None for e in examples):
             dtype = np.float32 if self.regression else np.int32
             arrays["labels"] = np.array([e.label for e in examples], dtype)
-        return Split(split, arrays, examples)
+        cut = int(np.sum(lengths > data.max_seq_length))
+        return Split(split, arrays, examples, cut, f"max_seq_length={data.max_seq_length}")
 
     def loss(self, outputs: Any, batch: dict[str, Any]) -> Any:
         """Mean over the batch's examples (packed: over the slots ``label_weights`` marks)."""

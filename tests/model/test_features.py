@@ -1,5 +1,6 @@
 """`bert-jax features` on the real MiniLM checkpoint equals transformers' hidden states."""
 
+import json
 import os
 import subprocess
 import sys
@@ -18,6 +19,7 @@ LINES = [
     "The capital of France is Paris.\tIt lies on the Seine.",
     "Who discovered penicillin?\tAlexander Fleming, in 1928.",
     "Short.\tA considerably longer second sentence that needs more word pieces to encode.",
+    "A first sentence far too long for the row: " + "it goes on and on, " * 8 + "then ends.\tA short one.",
 ]
 
 
@@ -44,7 +46,7 @@ def test_features_command_matches_transformers(tmp_path) -> None:
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     got = np.load(out)
-    assert got.shape == (3, 32, 2 * 384) and got.dtype == np.float32
+    assert got.shape == (4, 32, 2 * 384) and got.dtype == np.float32
     tok = transformers.BertTokenizer(os.path.join(MINILM, "vocab.txt"))
     a, b = zip(*(ln.split("\t") for ln in LINES), strict=True)
     enc = tok(list(a), list(b), padding="max_length", max_length=32, truncation=True, return_tensors="pt")
@@ -54,6 +56,17 @@ def test_features_command_matches_transformers(tmp_path) -> None:
     want = np.concatenate([ref.hidden_states[-1].numpy(), ref.hidden_states[-2].numpy()], -1) * mask
     assert np.max(np.abs(got - want)) <= 1e-4
     assert (got[mask[..., 0] == 0] == 0).all()  # padding zeroed
+    # Beside the array: each row's pieces, up to its padding; the cut example said in one line.
+    rows = [json.loads(line) for line in (tmp_path / "features.tokens.jsonl").read_text().splitlines()]
+    assert rows == [
+        tok.convert_ids_to_tokens(ids[: int(n)])
+        for ids, n in zip(enc["input_ids"], mask.sum((1, 2)), strict=True)
+    ]
+    assert rows[3][-6:] == ["[SEP]", "a", "short", "one", ".", "[SEP]"] and len(rows[3]) == 32
+    warning = [line for line in proc.stdout.splitlines() if line.startswith("warning:")]
+    assert (
+        len(warning) == 1 and f"1 of 4 examples of {text} are longer than --max_seq_length=32" in warning[0]
+    )
 
 
 def test_mixed_pairs_and_singles_are_taken_line_by_line(tmp_path) -> None:

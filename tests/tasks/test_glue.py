@@ -8,8 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from bert_jax.data import tokenization
 from bert_jax.tasks import glue
-from bert_jax.tasks.base import Split
+from bert_jax.tasks.base import Split, TaskData
 from bert_jax.tasks.registry import get_task
 
 # One data line per split in each task's exact column layout (header as in the release).
@@ -118,6 +119,11 @@ def test_every_task_reads_its_release_layout(tmp_path) -> None:
     assert labels[matched[0].label] == "entailment" and labels[mismatched[0].label] == "contradiction"
     assert glue.read("mnli", root, "test_mismatched")[0].text_b == S2
     assert get_task("mnli").eval_splits == ("dev_matched", "dev_mismatched")
+    # A split says how many of its examples did not fit in max_seq_length and were cut.
+    tok = tokenization.load_tokenizer()
+    fits, cut = (get_task("mrpc").load(TaskData(root, max_seq_length=n), tok, "dev") for n in (64, 8))
+    assert (fits.cut, fits.described()) == (0, "dev 1")
+    assert (cut.cut, cut.described()) == (1, "dev 1 (1 cut at max_seq_length=8)")
 
 
 def _replace(root: Path, folder: str, name: str, text: str) -> None:

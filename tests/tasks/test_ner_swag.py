@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from bert_jax.data import tokenization
-from bert_jax.tasks import ner, swag
+from bert_jax.tasks import base, ner, swag
 
 CONLL = """-DOCSTART- -X- -X- O
 
@@ -82,6 +82,10 @@ def test_first_piece_carries_the_tag_and_decoding_maps_back(tokenizer, tmp_path)
     assert list(labels[: len(expected_labels)]) == expected_labels
     assert (labels[len(expected_labels) :] == ner.IGNORE).all()
     assert (first[0] == -1).any()  # the 12-piece row cut the sentence: those words are "O"
+    # The split says how many sentences lost words (their words count as "O" in the score).
+    split = ner.NerTask().load(base.TaskData(str(tmp_path), max_seq_length=12), tokenizer, "train")
+    assert (split.cut, split.described()) == (1, f"train {len(sentences)} (1 cut at max_seq_length=12)")
+    assert ner.NerTask().load(base.TaskData(str(tmp_path), max_seq_length=64), tokenizer, "train").cut == 0
     # Logits that put each word's gold tag on its first piece decode to the gold tags.
     logits = np.zeros((*arrays["input_ids"].shape, len(ner.TAGS)), np.float32)
     for i, s in enumerate(sentences):
@@ -115,8 +119,10 @@ def test_swag_release_csv_and_choices(tokenizer, tmp_path) -> None:
     examples = swag.read_swag(str(path), labelled=True)
     assert [e.label for e in examples] == [0, 3]
     assert examples[0].start == "A drum line" and examples[1].endings[3] == "sings, loudly."
-    arrays = swag.featurize(examples, tokenizer, 40)
+    arrays, cut = swag.featurize(examples, tokenizer, 40)
     assert arrays["input_ids"].shape == (2, 4, 40) and list(arrays["labels"]) == [0, 3]
+    assert cut == 0  # every choice fits in 40 pieces; at 12, the first question's do
+    assert swag.featurize(examples, tokenizer, 12)[1] == 1
     row = arrays["input_ids"][0, 0]
     ending = tokenizer.tokenize(["A drum line passes by walking down the street playing their instruments."])[
         0

@@ -27,7 +27,7 @@ def _task_data(config):
     return run_settings.finetune_settings(config).task_data
 
 
-NLP_METRICS = ROOT / ".venv/lib/python3.11/site-packages/nlp/metrics"
+NLP_METRICS = Path(importlib.util.find_spec("nlp").origin).parent / "metrics"  # not imported
 
 
 def _official(version: str):
@@ -233,6 +233,8 @@ def test_windows_cover_every_piece_once_and_hold_the_answer(tokenizer, tmp_path)
     _, examples = squad.read_examples(path, version_2=True)
     arrays, windows = squad.featurize(examples, tokenizer, 64, 16, 16, training=True)
     special = tokenizer.special
+    longer = sum(len(q) > 16 for q in tokenizer.tokenize([ex.question for ex in examples]))
+    assert windows.questions_cut == longer > 0  # the questions cut at max_query_length
     n_windows = np.bincount(windows.example, minlength=len(examples))
     assert (n_windows >= 1).all() and n_windows.max() >= 4  # long paragraphs → several windows
     for i, ex in enumerate(examples):
