@@ -92,7 +92,10 @@ def detect_format(path: str) -> str:
         found = formats.of_names(set(os.listdir(path)))
         if found:
             return found
-    elif os.path.exists(path + ".index") or path.endswith(".index"):
+        folders = sorted(d for d in os.listdir(path) if os.path.isdir(os.path.join(path, d)))
+        inside = [d for d in folders if formats.of_names(set(os.listdir(os.path.join(path, d))))]
+        raise formats.not_a_checkpoint(path, inside)
+    if os.path.exists(path + ".index") or path.endswith(".index"):
         return "tf"
     raise formats.not_a_checkpoint(path)
 

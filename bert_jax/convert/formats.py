@@ -15,9 +15,12 @@ def of_names(names: set[str]) -> str | None:
     return None
 
 
-def not_a_checkpoint(path: str) -> ValueError:
+def not_a_checkpoint(path: str, inside: list[str] = ()) -> ValueError:
+    """The one-line refusal; `inside`: subfolders of `path` that are checkpoints (a
+    package's ``model/``, a folder of runs), the first of which it names."""
+    named = f": {path.rstrip('/')}/{inside[0]} is one" if inside else ""
     return ValueError(
-        f"{path} is not a checkpoint: expected a Hugging Face folder (config.json + "
-        "model.safetensors/pytorch_model.bin), an original TF checkpoint (*.index + "
-        "bert_config.json) or a bert_jax folder (bert_config.json + params/ or checkpoints/)"
+        f"{path} is not a checkpoint (expected a Hugging Face folder: config.json + "
+        "model.safetensors/pytorch_model.bin, an original TF checkpoint: *.index + "
+        f"bert_config.json, or a bert_jax folder: bert_config.json + params/ or checkpoints/){named}"
     )

@@ -106,7 +106,8 @@ def _checkpoint_files(url: str) -> tuple[str, dict[str, list[int]], str, str]:
     subfolders = {k.split("/", 1)[0] for k in found if "/" in k}
     fmt = formats.of_names(set(top) | subfolders)
     if fmt is None:
-        raise formats.not_a_checkpoint(url)
+        inside = [d for d in sorted(subfolders) if formats.of_names(_names_in(found, f"{d}/"))]
+        raise formats.not_a_checkpoint(url, inside)
     if fmt == "bert_jax":  # an export's params/, else a workdir's latest checkpoint
         inner = "params/" if "params" in subfolders else f"checkpoints/{_latest_step(url, found)}/"
         beside = {k: v for k, v in top.items() if k in _BESIDE}
@@ -128,6 +129,11 @@ def _listing(url: str) -> dict[str, list[int]]:
     """`files.tree(url)`; an error other than a bucket that did not answer as one line
     naming `url` (no permission, ...)."""
     return remote_copy.reading(url, lambda: files.tree(url))
+
+
+def _names_in(found: dict[str, list[int]], prefix: str) -> set[str]:
+    """The files and subfolders directly in the listing's folder `prefix` (``model/``)."""
+    return {k[len(prefix) :].split("/", 1)[0] for k in found if k.startswith(prefix)}
 
 
 def _latest_step(url: str, found: dict[str, list[int]]) -> str:

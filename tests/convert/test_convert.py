@@ -289,8 +289,15 @@ def test_wrong_checkpoints_fail_naming_the_problem(hf_pretraining, tmp_path) -> 
     junk = tmp_path / "junk"
     junk.mkdir()
     (junk / "notes.txt").write_text("not a checkpoint")
-    with pytest.raises(ValueError, match="is not a checkpoint"):
+    with pytest.raises(ValueError, match=r"junk is not a checkpoint \(expected [^)]*\)$"):
         convert.load_checkpoint(str(junk))
+    (tmp_path / "package" / "model").mkdir(parents=True)  # a checkpoint one level down is named
+    for name in ("config.json", "model.safetensors"):
+        (tmp_path / "package" / "model" / name).write_text("{}")
+    with pytest.raises(
+        ValueError, match=rf"package is not a checkpoint \(.*\): {tmp_path}/package/model is one$"
+    ):
+        convert.load_checkpoint(str(tmp_path / "package"))
     (junk / "config.json").write_text('{"model_type": "bert", "hidden_size": 64, "num_attention_heads": 4}')
     (junk / "model.safetensors").write_bytes(b"garbage")
     with pytest.raises(ValueError, match="not a readable safetensors file"):

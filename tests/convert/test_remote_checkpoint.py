@@ -163,8 +163,14 @@ def test_what_is_no_checkpoint_in_a_bucket_is_one_line(local, gs, cache) -> None
     ):
         convert.load_checkpoint(f"{root}/none")
     files.write_bytes_remote(f"{root}/texts/a.txt", b"text")
-    with pytest.raises(ValueError, match=rf"^{root}/texts is not a checkpoint: expected a Hugging Face"):
+    with pytest.raises(ValueError, match=rf"^{root}/texts is not a checkpoint \(expected a Hugging Face"):
         convert.load_checkpoint(f"{root}/texts")
+    for name in ("model/config.json", "model/model.safetensors", "README.md"):  # a package's layout
+        files.write_bytes_remote(f"{root}/package/{name}", b"{}")
+    with pytest.raises(
+        ValueError, match=rf"^{root}/package is not a checkpoint \(.*\): {root}/package/model is one$"
+    ):
+        convert.load_checkpoint(f"{root}/package")
     assert not cache.exists()  # nothing copied
 
 
