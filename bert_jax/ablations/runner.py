@@ -33,7 +33,7 @@ import functools
 import os
 from typing import Any
 
-from bert_jax.ablations import cells, compile_cache, figure5, parallel, progress, reports
+from bert_jax.ablations import cells, compile_cache, figure5, parallel, progress, reports, task_data
 from bert_jax.ablations.spec import AblationTable
 from bert_jax.finetuning import feature_based
 from bert_jax.pretraining import pretrain
@@ -62,6 +62,22 @@ def check_table(table: AblationTable) -> None:
                     raise ValueError(f"row {row}, column {name}: {e} ({plan['model_from']})") from None
 
 
+def check_data(table: AblationTable, workdir: str, rows: list[str], columns: list[str]) -> None:
+    """Every cell of `rows` x `columns` still to fill can get its task data here
+    (`task_data.check`): checked before the rows pre-train, not found at the first cell."""
+    stages = [f"step{k}" for k in table.steps] if table.table == "figure5" else [""]
+    seen = set()
+    for row in rows:
+        for name in columns:
+            dirs = [os.path.join(workdir, row, stage, name) for stage in stages]
+            if all(cells.cell_done(table, row, name, d) for d in dirs):
+                continue
+            config = cells.cell_plan(table, row, name).get("config")
+            if config is not None and (config.task, config.data_dir) not in seen:
+                seen.add((config.task, config.data_dir))
+                task_data.check(config.task, config.data_dir, f"column {name} ({config.task})")
+
+
 def run_table(
     table: AblationTable,
     workdir: str,
@@ -76,6 +92,8 @@ def run_table(
     check_table(table)
     names = _select("row", rows, list(table.row_order), table.table)
     cols = _select("column", columns, list(table.column_order), table.table)
+    if not dry_run:
+        check_data(table, workdir, names, cols)
     with compile_cache.use(table, workdir):
         return _run(table, workdir, names, cols, dry_run)
 

@@ -14,7 +14,9 @@ import json
 import os
 from typing import Any
 
-from bert_jax.storage import atomic_files, tensorflow_runtime
+from bert_jax.data import corpora
+from bert_jax.storage import atomic_files, files, tensorflow_runtime
+from bert_jax.tasks import glue
 
 # task → (TFDS name, {file split: TFDS split})
 _TFDS = {
@@ -40,6 +42,7 @@ def resolve(task: str, data_dir: str, cache: str) -> str:
         os.makedirs(folder, exist_ok=True)
         tfds_dir = data_dir.partition(":")[2] or None
         name, splits = _TFDS[task]
+        corpora.ensure_tfds(name, tfds_dir or "", instead=_instead(task))  # a table runs on one host
         for split, tfds_split in splits.items():
             rows = _load(name, tfds_split, tfds_dir)
             if task == "conll2003":
@@ -51,10 +54,33 @@ def resolve(task: str, data_dir: str, cache: str) -> str:
     return folder
 
 
+def _instead(task: str) -> str:
+    family = "conll2003" if task == "conll2003" else "squad"
+    return f"or give the folder of the original files (config.data_dirs.{family})"
+
+
+def check(task: str, data_dir: str, where: str) -> None:
+    """Refuses in one line naming `where` (a column) task data this machine cannot get: a
+    TFDS name neither prepared nor downloadable here (`corpora.check_tfds`), a local folder
+    that does not exist. For a table's columns before its rows pre-train (hours to days)."""
+    task = task.split("+")[0]
+    try:
+        if is_tfds(data_dir):
+            tfds_dir = data_dir.partition(":")[2]
+            if task in _TFDS:
+                corpora.check_tfds(_TFDS[task][0], tfds_dir, _instead(task))
+            elif task in glue.TASKS:
+                corpora.check_tfds(f"glue/{task}", tfds_dir, glue.tfds_instead(task))
+        elif data_dir and not files.is_remote(data_dir) and not os.path.isdir(data_dir):
+            raise ValueError(f"data folder {data_dir} does not exist")
+    except ValueError as e:
+        raise ValueError(f"{where}: {e}") from None
+
+
 def _load(name: str, split: str, data_dir: str | None) -> list[dict[str, Any]]:
     tfds = tensorflow_runtime.tensorflow_datasets()
 
-    return list(tfds.as_numpy(tfds.load(name, split=split, data_dir=data_dir)))
+    return list(tfds.as_numpy(tfds.load(name, split=split, data_dir=data_dir, download=False)))
 
 
 def _text(x: Any) -> str:

@@ -36,6 +36,8 @@ import html
 import importlib.util
 import os
 import re
+import socket
+import urllib.parse
 from collections.abc import Iterable, Iterator
 
 from bert_jax.data import bbc_news, text_files
@@ -242,11 +244,29 @@ def read_bbc_news(data_dir: str = "") -> Iterator[Document]:
 TFDS_PUBLIC_DATA_DIR = "gs://tfds-data/datasets"
 
 
-def ensure_tfds(name: str, data_dir: str = "", build: bool = True) -> None:
+def ensure_tfds(name: str, data_dir: str = "", build: bool = True, instead: str = "") -> None:
     """Makes sure TFDS dataset `name` is prepared in `data_dir` (TFDS's default,
     ``$TFDS_DATA_DIR`` or ``~/tensorflow_datasets``, when empty) before anything reads it:
     built here once when `build` (not by every worker and host at once), else refused in
-    one line. A name TFDS does not know is one line too."""
+    one line. A name TFDS does not know is one line too, and so is a download from a
+    machine without a network (none of the dataset's download hosts resolves), at once
+    rather than after TFDS's retries (minutes). `instead`: the caller's other way to the
+    data, added to a refusal (``or set config.data_dir to GLUE's files``)."""
+    builder = _unprepared(name, data_dir, build, instead)
+    if builder is not None:
+        print(f"building TFDS dataset {name} once into {builder.data_dir}", flush=True)
+        builder.download_and_prepare()
+
+
+def check_tfds(name: str, data_dir: str = "", instead: str = "") -> None:
+    """`ensure_tfds`'s refusals, nothing built: for a job that reads the dataset later (an
+    ablation table's fine-tuning, after hours of pre-training)."""
+    _unprepared(name, data_dir, True, instead)
+
+
+def _unprepared(name: str, data_dir: str, build: bool, instead: str):
+    """The builder of a dataset to build here, None for one prepared; refused in one line
+    (`ensure_tfds`)."""
     tfds = tensorflow_runtime.tensorflow_datasets()
     where = data_dir or "TFDS's data folder"
     try:
@@ -255,15 +275,44 @@ def ensure_tfds(name: str, data_dir: str = "", build: bool = True) -> None:
         known = f"not a name TFDS knows, nor prepared in {where}"
         raise ValueError(f"TFDS dataset {name!r} not found: {known}") from None
     if builder.is_prepared():
-        return
+        return None
+    instead = f", {instead}" if instead else ""
     if not build:
         raise ValueError(
             f"TFDS dataset {name!r} is not prepared in {where}, and several hosts would each build it: "
             f"build it once (`tfds build {name} --data_dir=DIR`) and read it from DIR, or from TFDS's "
-            f"own prepared copies ({TFDS_PUBLIC_DATA_DIR})"
+            f"own prepared copies ({TFDS_PUBLIC_DATA_DIR}){instead}"
         )
-    print(f"building TFDS dataset {name} once into {builder.data_dir}", flush=True)
-    builder.download_and_prepare()
+    if host := _offline_host(builder):
+        raise ValueError(
+            f"TFDS dataset {name!r} is not prepared in {where} and cannot be downloaded here ({host} "
+            f"does not resolve: no network?): build it where there is one (`tfds build {name} "
+            f"--data_dir=DIR`) and read it from DIR{instead}"
+        )
+    return builder
+
+
+_PROXIES = ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy")
+
+
+def _offline_host(builder) -> str | None:
+    """One of the builder's download hosts when none of them resolves (no network here),
+    else None; None too behind a proxy (which resolves them itself) or for a builder that
+    lists no URLs."""
+    if any(os.environ.get(k) for k in _PROXIES):
+        return None
+    try:
+        urls = list(builder.url_infos or ())
+    except Exception:  # a builder without checksums to read: nothing to check
+        return None
+    hosts = sorted({h for h in (urllib.parse.urlparse(u).hostname for u in urls) if h})
+    for host in hosts:
+        try:
+            socket.getaddrinfo(host, 443)
+            return None
+        except OSError:
+            continue
+    return hosts[0] if hosts else None
 
 
 def read_tfds(

@@ -22,6 +22,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from bert_jax.data import corpora
 from bert_jax.storage import tensorflow_runtime
 from bert_jax.tasks import scorers
 from bert_jax.tasks.base import Example, TaskSpec
@@ -169,15 +170,27 @@ def read_tsv(task: str, data_dir: str, split: str) -> list[Example]:
     return out
 
 
+def tfds_instead(task: str) -> str:
+    """The other way to `task`'s data, for a refusal of its TFDS dataset."""
+    return (
+        f"or give the folder of GLUE's files, holding {LAYOUTS[task].folder}/ (config.data_dir; an "
+        "ablation table's config.data_dirs.glue)"
+    )
+
+
 def read_tfds(task: str, split: str, data_dir: str | None = None) -> list[Example]:
     """Examples from ``tfds.load("glue/<task>")``; TFDS's label ids are mapped to ours by
     label name (MNLI orders its classes differently), test labels (-1) become None."""
-    tfds = tensorflow_runtime.tensorflow_datasets()
+    import jax  # a run's hosts would each build it: only a run of one builds it
 
+    tfds = tensorflow_runtime.tensorflow_datasets()
     layout, labels = LAYOUTS[task], LABELS[task]
     name = f"glue/{task}"
+    corpora.ensure_tfds(name, data_dir or "", build=jax.process_count() == 1, instead=tfds_instead(task))
     tfds_split = _TFDS_SPLITS.get(split, split)
-    dataset = tfds.load(name, split=tfds_split, data_dir=data_dir or None, shuffle_files=False)
+    dataset = tfds.load(
+        name, split=tfds_split, data_dir=data_dir or None, shuffle_files=False, download=False
+    )
     out = []
     for i, row in enumerate(tfds.as_numpy(dataset)):
         a = row[layout.tfds_a].decode("utf-8")

@@ -9,6 +9,7 @@ import json
 import math
 import re
 import shutil
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -28,6 +29,7 @@ from bert_jax.training import run_config
 from configs import ablations as ablation_configs
 from tests.conftest import ROOT
 from tests.helpers.task_data import TINY, bbc_sentences, write_tiny_checkpoint
+from tests.helpers.tfds_mock import prepared_mock_data
 
 COLUMNS = {
     "table5": ["mnli_m", "qnli", "mrpc", "sst2", "squad_f1"],
@@ -431,14 +433,43 @@ def test_figure5_plots_every_column_that_has_figures(tmp_path, monkeypatch) -> N
     assert not figure5.write_figures({**report, "columns": ["mnli_m"]}, str(tmp_path / "none"))
 
 
+def test_task_data_this_machine_cannot_get_is_refused_before_any_row_pretrains(tmp_path, monkeypatch) -> None:
+    """A column's TFDS dataset neither prepared nor downloadable here (no download host
+    resolves), or a data folder that does not exist: one line naming the column, before
+    the rows pre-train (at the paper's scale, days before the first fine-tuning)."""
+    from bert_jax.data import corpora
+
+    def no_network(host, *args, **kwargs):
+        raise socket.gaierror(-2, "Name or service not known")
+
+    for name in corpora._PROXIES:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(socket, "getaddrinfo", no_network)
+    table = _tiny_table("table5.tiny")
+    table.data_dirs.glue = table.data_dirs.squad = f"tfds:{tmp_path / 'tfds'}"  # not TFDS's own folder
+    with pytest.raises(
+        ValueError, match=r"^column mnli_m \(mnli\): TFDS dataset 'glue/mnli' is not prepared"
+    ):
+        runner.run_table(run_settings.ablation_table(table), str(tmp_path / "run"))
+    table.data_dirs.glue = str(tmp_path / "nowhere")
+    with pytest.raises(
+        ValueError, match=rf"^column mnli_m \(mnli\): data folder {tmp_path}/nowhere does not exist"
+    ):
+        runner.run_table(run_settings.ablation_table(table), str(tmp_path / "run"))
+    # The columns asked for only: SQuAD's TFDS dataset is checked as GLUE's.
+    with pytest.raises(
+        ValueError, match=r"^column squad_f1 \(squad1\.1\): TFDS dataset 'squad/v1\.1' is not"
+    ):
+        runner.run_table(run_settings.ablation_table(table), str(tmp_path / "run"), columns=["squad_f1"])
+    assert not list((tmp_path / "run").glob("*/checkpoints")) and not (tmp_path / "tfds").exists()
+
+
 def test_figure5_pretrains_in_stages_and_finetunes_mnli_from_each(tmp_path, capsys) -> None:
     """MNLI from TFDS (mock data), fine-tuned from the MLM model at steps 3 and 6."""
-    import tensorflow_datasets as tfds
-
     table = _tiny_table("figure5.tiny+squad_f1")
     table.columns.squad_f1.skip = "no data here"  # a column that runs nothing (as at cpu)
     assert tuple(table.steps) == (3, 6) and table.data_dirs.glue == "tfds"
-    with tfds.testing.mock_data(num_examples=16, policy=tfds.testing.MockPolicy.USE_CODE):
+    with prepared_mock_data(num_examples=16):
         report = runner.run_table(run_settings.ablation_table(table), str(tmp_path), rows=["mlm"])
     assert [(r["row"], r["step"]) for r in report["rows"]] == [("mlm@3", 3), ("mlm@6", 6)]
     _check_schema(report, ["mnli_m", "squad_f1"])
@@ -468,7 +499,6 @@ def test_figure5_pretrains_in_stages_and_finetunes_mnli_from_each(tmp_path, caps
 
 def test_squad_and_conll_by_tfds_name_are_written_in_the_original_format(tmp_path) -> None:
     import tensorflow as tf
-    import tensorflow_datasets as tfds
 
     from bert_jax.ablations import task_data
     from bert_jax.tasks import ner, squad_examples
@@ -501,7 +531,7 @@ def test_squad_and_conll_by_tfds_name_are_written_in_the_original_format(tmp_pat
 
     assert task_data.resolve("sst2", "tfds", str(tmp_path)) == "tfds"  # GLUE reads TFDS itself
     assert task_data.resolve("conll2003", "/data/conll", str(tmp_path)) == "/data/conll"
-    with tfds.testing.mock_data(as_dataset_fn=as_dataset, policy=tfds.testing.MockPolicy.USE_CODE):
+    with prepared_mock_data(as_dataset_fn=as_dataset):
         conll = task_data.resolve("conll2003", "tfds", str(tmp_path))
         squad = task_data.resolve("squad1.1+bilstm", "tfds", str(tmp_path))
     assert sorted(p.name for p in Path(conll).iterdir()) == [

@@ -9,6 +9,7 @@ import pytest
 from bert_jax.data import prepared_cache, records, run_vocabulary, sampler, sources, tokenization
 from bert_jax.data.settings import DataSettings
 from tests.helpers.masking import mask_rows
+from tests.helpers.tfds_mock import prepared_mock_data
 
 
 def _it(c, **kw):
@@ -183,7 +184,6 @@ def test_tfds_source_by_name_works_offline(tmp_path) -> None:
     """`source=tfds`: a TFDS text dataset by name (here `wikipedia/20230601.en`, served by
     `tfds.testing.mock_data` with real Wikipedia text) → prepared → masked batches."""
     import tensorflow as tf
-    import tensorflow_datasets as tfds
 
     from bert_jax.data import corpora
 
@@ -201,7 +201,7 @@ def test_tfds_source_by_name_works_offline(tmp_path) -> None:
         source="tfds", tfds_name="wikipedia/20230601.en", cache_dir=str(tmp_path),
         tfds_num_shards=1, dupe_factor=2, eval_fraction=0.1,
     )  # fmt: skip
-    with tfds.testing.mock_data(as_dataset_fn=as_dataset, policy=tfds.testing.MockPolicy.USE_CODE):
+    with prepared_mock_data(as_dataset_fn=as_dataset):
         docs = corpora.load_documents("tfds", tfds_name=c.tfds_name)
         assert docs == [[s for p in t.split("\n") for s in corpora.split_sentences(p)] for t in texts[:-1]]
         rows = next(_it(c, seed=0, process_index=0, process_count=1))

@@ -3,15 +3,18 @@
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
+from unittest import mock
 
 import numpy as np
 import pytest
 
-from bert_jax.data import tokenization
+from bert_jax.data import corpora, tokenization
 from bert_jax.tasks import glue
 from bert_jax.tasks.base import Split, TaskData
 from bert_jax.tasks.registry import get_task
+from tests.helpers.tfds_mock import prepared_mock_data
 
 # One data line per split in each task's exact column layout (header as in the release).
 S1, S2 = "The cat sat on the mat.", "A cat is sitting on a mat."
@@ -202,7 +205,7 @@ def test_task_write_test_maps_logits_to_labels(tmp_path) -> None:
 def test_glue_from_tfds_by_name_with_mock_data() -> None:
     import tensorflow_datasets as tfds
 
-    with tfds.testing.mock_data(num_examples=7, policy=tfds.testing.MockPolicy.USE_CODE):
+    with prepared_mock_data(num_examples=7):
         for task in ("cola", "stsb", "mnli", "qqp"):
             spec = glue.TASKS[task]
             for split in (*spec.eval_splits, "train"):
@@ -221,3 +224,33 @@ def test_glue_from_tfds_by_name_with_mock_data() -> None:
         tfds_names = glue.LAYOUTS["mnli"].tfds_labels
         assert [glue.LABELS["mnli"][o] for o in ours] == [tfds_names[r] for r in raw]
         assert len(set(raw)) > 1
+
+
+def test_glue_by_tfds_name_on_a_machine_without_a_network_is_one_line_at_once(tmp_path, monkeypatch) -> None:
+    """Not prepared and no download host resolving: refused before TFDS's retries (minutes
+    of them), naming the way to the data; nothing is written in the data folder."""
+
+    def no_network(host, *args, **kwargs):
+        raise socket.gaierror(-2, "Name or service not known")
+
+    for name in corpora._PROXIES:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(socket, "getaddrinfo", no_network)
+    offline = (
+        r"is not prepared in .* and cannot be downloaded here \([a-z.]+ does not resolve: no network\?\)"
+    )
+    with pytest.raises(
+        ValueError, match=rf"^TFDS dataset 'glue/mnli' {offline}.*holding MNLI/ \(config\.data_dir"
+    ):
+        glue.read("mnli", f"tfds:{tmp_path}", "train")
+    assert not list(tmp_path.iterdir())
+    # Behind a proxy the hosts are the proxy's to resolve: TFDS is left to download.
+    import tensorflow_datasets as tfds
+
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy.invalid:3128")
+    download = RuntimeError("downloading")
+    with (
+        mock.patch.object(tfds.core.DatasetBuilder, "download_and_prepare", side_effect=download),
+        pytest.raises(RuntimeError, match="downloading"),
+    ):
+        glue.read("mnli", f"tfds:{tmp_path}", "train")
