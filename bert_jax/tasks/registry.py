@@ -11,6 +11,7 @@ from bert_jax.tasks import (
     downstream_qa,
     glue,
     ner,
+    own_classification,
     squad,
     swag,
     with_bilstm,
@@ -21,13 +22,14 @@ from bert_jax.tasks.base import Task
 def get_task(name: str) -> Task:
     """The task called `name` (GLUE names as in TFDS: cola, sst2, mrpc, ...; bbc; squad1.1,
     squad2.0; conll2003; swag; the offline downstream suite: disfl_qa, cpkc, dialog_pairs,
-    vitaminc, rotten_tomatoes; any of them + "+bilstm")."""
+    vitaminc, rotten_tomatoes; classify, a user's own files; any of them + "+bilstm")."""
     registry: dict[str, Callable[[], Task]] = {
         **{n: (lambda s=s: classification.ClassificationTask(s)) for n, s in glue.TASKS.items()},
         "bbc": lambda: classification.ClassificationTask(bbc.TASK),
         "squad1.1": lambda: squad.SquadTask(version_2=False),
         "squad2.0": lambda: squad.SquadTask(version_2=True),
         "conll2003": ner.NerTask,
+        own_classification.NAME: own_classification.OwnClassificationTask,
         "swag": swag.SwagTask,
         **{n: (lambda n=n: downstream_qa.DownstreamSquadTask(n)) for n in downstream_qa.VERSIONS},
         **{

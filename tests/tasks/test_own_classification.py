@@ -1,0 +1,131 @@
+"""Classification on a user's own files (`configs/classify.py`): TSV, CSV and JSONL as
+written, the classes from the train file, one line for each fault, and a fine-tuning run
+end to end whose predictions and saved head carry the labels' names."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+
+from bert_jax.commands import run_settings
+from bert_jax.data import tokenization
+from bert_jax.tasks import own_classification
+from bert_jax.tasks.base import TaskData
+from bert_jax.tasks.registry import get_task
+from bert_jax.training import run_config
+from configs import classify as classify_config
+from tests.helpers.task_data import bbc_sentences
+
+
+def _load(folder: Path, split: str, max_seq_length: int = 64):
+    task = get_task("classify")
+    split_data = task.load(
+        TaskData(str(folder), max_seq_length=max_seq_length), tokenization.load_tokenizer(), split
+    )
+    return task, split_data
+
+
+def test_each_format_is_read_as_written_and_the_classes_come_from_train(tmp_path) -> None:
+    (tmp_path / "train.csv").write_text(
+        'text,label\n"A sentence, with a comma",10\n"Two\nlines",-1\nplain,2\n\n', newline=""
+    )
+    (tmp_path / "validation.jsonl").write_text(
+        json.dumps({"sentence": "dev one", "sentence2": "its pair", "label": -1}) + "\n\n"
+        + json.dumps({"sentence": "dev two", "label": 10, "extra": None}) + "\n"
+    )  # fmt: skip
+    (tmp_path / "test.tsv").write_text('idx\ttext\nt7\tA "quoted" test\nt8\tanother\n')
+    task, train = _load(tmp_path, "train")
+    assert task.label_names == ("-1", "2", "10")  # integers in their order, not as text
+    assert [e.text_a for e in train.meta] == ["A sentence, with a comma", "Two\nlines", "plain"]
+    assert list(train.arrays["labels"]) == [2, 0, 1]
+    _, dev = _load(tmp_path, "dev")
+    assert [(e.text_a, e.text_b, e.label) for e in dev.meta] == [
+        ("dev one", "its pair", 0),
+        ("dev two", None, 2),
+    ]
+    assert dev.arrays["segment_ids"][0].max() == 1  # a pair where the row has one
+    _, test = _load(tmp_path, "test")
+    assert [(e.text_a, e.guid, e.label) for e in test.meta] == [
+        ('A "quoted" test', "t7", None),
+        ("another", "t8", None),
+    ]
+    assert "labels" not in test.arrays
+    (tmp_path / "train.csv").write_text("text,label\na,pos\nb,neg\nc,neutral\n")
+    assert _load(tmp_path, "train")[0].label_names == ("neg", "neutral", "pos")  # text labels as text
+
+
+TWO = "text\tlabel\na\t1\nb\t0\n"
+FAULTS = [  # (files, the split read, the one line)
+    ({}, "train", r"^task classify: no train file in .* \(looked for train\.tsv\|\.csv\|\.jsonl\)$"),
+    ({"train.tsv": TWO, "train.csv": "text,label\na,1\n"}, "train", r"are both the train split"),
+    (
+        {"train.tsv": "words\tlabel\na\t1\n"},
+        "train",
+        r"train\.tsv: no text/sentence/sentence1/text_a column \(its columns: words, label\)$",
+    ),
+    (
+        {"train.tsv": "text\tlabel\na\t1\nb\t1\n"},
+        "train",
+        r"train\.tsv: one label only \(1\): .* two or more$",
+    ),
+    ({"train.tsv": "text\tlabel\na\t1\nb\n"}, "train", r"train\.tsv:3: 1 fields, the header has 2$"),
+    ({"train.tsv": "text\tlabel\na\t1\nb\t\n"}, "train", r"train\.tsv:3: no label$"),
+    (
+        {"train.jsonl": '{"text": "a", "label": 1}\n{"text": "b",\n'},
+        "train",
+        r"train\.jsonl:2: not a JSON object",
+    ),
+    (
+        {"train.tsv": TWO, "dev.tsv": "text\tlabel\nc\t1\nd\t7\n"},
+        "dev",
+        r"dev\.tsv:3: label '7' is not one of .*train\.tsv's \(0, 1\)$",
+    ),
+]
+
+
+@pytest.mark.parametrize(("files", "split", "error"), FAULTS)
+def test_each_fault_in_the_files_is_one_line_naming_file_and_line(tmp_path, files, split, error) -> None:
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    with pytest.raises((ValueError, FileNotFoundError), match=error):
+        _load(tmp_path, split)
+
+
+def test_a_run_on_own_files_trains_predicts_and_saves_its_labels(tmp_path, tiny_checkpoint) -> None:
+    """The label is the first word ("great" / "awful" before a real sentence): learnable by
+    a tiny model in a few epochs; the test predictions and the saved head name the labels."""
+    sentences = bbc_sentences(210, seed=1)
+    rows = [
+        (("great : " if i % 2 else "awful : ") + s, "positive" if i % 2 else "negative")
+        for i, s in enumerate(sentences)
+    ]
+    data = tmp_path / "data"
+    data.mkdir()
+    with open(data / "train.csv", "w", newline="", encoding="utf-8") as f:
+        csv.writer(f).writerows([("text", "label"), *rows[:170]])
+    (data / "dev.jsonl").write_text(
+        "".join(json.dumps({"text": s, "label": y}) + "\n" for s, y in rows[170:200])
+    )
+    (data / "test.tsv").write_text(
+        "id\ttext\n" + "".join(f"row{i}\t{s}\n" for i, (s, _) in enumerate(rows[200:]))
+    )
+    c = classify_config.get_config()
+    run_config.set_keys(
+        c,
+        dict(init_checkpoint=tiny_checkpoint, data_dir=str(data), max_seq_length=48, global_batch_size=8,
+             learning_rate=2e-3, num_epochs=6, predict_test=True, log_every_steps=5),
+    )  # fmt: skip
+    c.data.vocab_file = tokenization.default_vocab_file()
+    best = run_settings.finetune(c, str(tmp_path / "run"))
+    assert best.metrics["accuracy"] >= 0.9 and best.metrics["f1_macro"] >= 0.9
+    lines = (tmp_path / "run" / "test" / own_classification.PREDICTIONS).read_text().splitlines()
+    assert lines[0] == "id\tprediction" and [x.split("\t")[0] for x in lines[1:]] == [
+        f"row{i}" for i in range(10)
+    ]
+    got = [x.split("\t")[1] for x in lines[1:]]
+    assert sum(g == y for g, (_, y) in zip(got, rows[200:], strict=True)) >= 9
+    record = json.loads((tmp_path / "run" / "best_model" / "task.json").read_text())
+    assert record["head"] == {"kind": "classifier", "labels": ["negative", "positive"]}
