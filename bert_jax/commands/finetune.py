@@ -1,7 +1,7 @@
 """`bert-jax finetune --config=configs/glue.py:sst2 --workdir=DIR [--config.k=v] [--sweep]`.
 
-Configs: configs/{glue,squad,ner,swag,bbc,classify}.py (or configs/finetune.py:TASK for any task;
-classify: your own labelled files, --config.data_dir=DIR).
+Configs: configs/{glue,squad,ner,swag,bbc,classify,tag}.py (or configs/finetune.py:TASK for any
+task; classify and tag: your own labelled files and CoNLL files, --config.data_dir=DIR).
 A finished run in DIR is read back, not trained again; one of another config is refused
 unless --overwrite, which trains anew in its place.
 With --sweep, runs the grid of `config.sweep` (batch sizes x learning rates x epochs x

@@ -70,7 +70,7 @@ class FeatureBiLSTMSettings:
 def _model(task: Task, settings: FeatureBiLSTMSettings, combine: str) -> FeatureBiLSTM:
     size, layers = settings.lstm_size, settings.lstm_layers
     if isinstance(task, ner.NerTask):
-        return FeatureBiLSTM(len(ner.TAGS), size, layers, combine)
+        return FeatureBiLSTM(len(task.label_names), size, layers, combine)
     if isinstance(task, classification.ClassificationTask):
         return FeatureBiLSTM(task.spec.num_labels, size, layers, combine, per_token=False)
     if isinstance(task, squad.SquadTask):  # a start and an end logit per token

@@ -41,9 +41,9 @@ class Sentence:
     line: int  # line number of its first word, for messages
 
 
-def read_conll(path: str, tags: tuple[str, ...] = TAGS) -> list[Sentence]:
-    """Sentences of a CoNLL file; a tag outside `tags` or a line without a tag is an error
-    naming the file and the line."""
+def read_conll(path: str, tags: tuple[str, ...] | None = TAGS) -> list[Sentence]:
+    """Sentences of a CoNLL file; a tag outside `tags` (None: any tag) or a line without a
+    tag is an error naming the file and the line."""
     if not os.path.exists(path):
         raise FileNotFoundError(f"CoNLL file {path} does not exist")
     sentences: list[Sentence] = []
@@ -60,7 +60,7 @@ def read_conll(path: str, tags: tuple[str, ...] = TAGS) -> list[Sentence]:
                 continue
             if len(fields) < 2:
                 raise ValueError(f"{path}:{number}: expected 'word ... TAG', got {line.strip()!r}")
-            if fields[-1] not in tags:
+            if tags is not None and fields[-1] not in tags:
                 raise ValueError(f"{path}:{number}: tag {fields[-1]!r} is not one of {list(tags)}")
             if not words:
                 start = number
@@ -125,17 +125,21 @@ def decode(
 
 
 class NerTask(Task):
+    """CoNLL-2003's tags (`TAGS`), or another IOB2 tag set (`tags`)."""
+
     name = "conll2003"
     main_metric = "f1"
     test_splits = ("test",)
-    label_names = TAGS
+
+    def __init__(self, tags: tuple[str, ...] = TAGS) -> None:
+        self.label_names = tags
 
     def model(self, bert_config: Any) -> Any:
-        return BertForTokenClassification(bert_config, num_labels=len(TAGS))
+        return BertForTokenClassification(bert_config, num_labels=len(self.label_names))
 
     def load(self, data: TaskData, tokenizer: Any, split: str) -> Split:
-        sentences = subset(read_conll(split_path(data.data_dir, split)), data, split)
-        arrays, first = featurize(sentences, tokenizer, data.max_seq_length)
+        sentences = subset(read_conll(split_path(data.data_dir, split), self.label_names), data, split)
+        arrays, first = featurize(sentences, tokenizer, data.max_seq_length, self.label_names)
         cut = sum(bool(np.any(f < 0)) for f in first)  # their words past the row count as "O"
         return Split(split, arrays, NerMeta(sentences, first), cut, f"max_seq_length={data.max_seq_length}")
 
@@ -150,13 +154,13 @@ class NerTask(Task):
 
     def score(self, outputs: Any, split: Split, out_dir: str) -> dict[str, float]:
         meta: NerMeta = split.meta
-        predicted = decode(outputs, meta.first_piece)
+        predicted = decode(outputs, meta.first_piece, self.label_names)
         self._write(meta, predicted, os.path.join(out_dir, f"{split.name}_predictions.txt"))
         return scorers.entity_f1([s.tags for s in meta.sentences], predicted)
 
     def write_test(self, outputs: Any, split: Split, out_dir: str) -> str:
         path = os.path.join(out_dir, f"{split.name}_predictions.txt")
-        self._write(split.meta, decode(outputs, split.meta.first_piece), path)
+        self._write(split.meta, decode(outputs, split.meta.first_piece, self.label_names), path)
         return path
 
     @staticmethod

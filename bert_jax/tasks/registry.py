@@ -12,6 +12,7 @@ from bert_jax.tasks import (
     glue,
     ner,
     own_classification,
+    own_tagging,
     squad,
     swag,
     with_bilstm,
@@ -22,7 +23,7 @@ from bert_jax.tasks.base import Task
 def get_task(name: str) -> Task:
     """The task called `name` (GLUE names as in TFDS: cola, sst2, mrpc, ...; bbc; squad1.1,
     squad2.0; conll2003; swag; the offline downstream suite: disfl_qa, cpkc, dialog_pairs,
-    vitaminc, rotten_tomatoes; classify, a user's own files; any of them + "+bilstm")."""
+    vitaminc, rotten_tomatoes; classify and tag, a user's own files; any of them + "+bilstm")."""
     registry: dict[str, Callable[[], Task]] = {
         **{n: (lambda s=s: classification.ClassificationTask(s)) for n, s in glue.TASKS.items()},
         "bbc": lambda: classification.ClassificationTask(bbc.TASK),
@@ -30,6 +31,7 @@ def get_task(name: str) -> Task:
         "squad2.0": lambda: squad.SquadTask(version_2=True),
         "conll2003": ner.NerTask,
         own_classification.NAME: own_classification.OwnClassificationTask,
+        own_tagging.NAME: own_tagging.OwnTaggingTask,
         "swag": swag.SwagTask,
         **{n: (lambda n=n: downstream_qa.DownstreamSquadTask(n)) for n in downstream_qa.VERSIONS},
         **{

@@ -1,11 +1,13 @@
-"""Classification on a user's own files (`configs/classify.py`): TSV, CSV and JSONL as
-written, the classes from the train file, one line for each fault, and a fine-tuning run
-end to end whose predictions and saved head carry the labels' names."""
+"""Fine-tuning on a user's own files. Classification (`configs/classify.py`): TSV, CSV and
+JSONL as written, the classes from the train file, one line for each fault. Tagging
+(`configs/tag.py`): CoNLL files of any IOB2 tags, the tag set from the train file. Each
+end to end on a tiny model, its predictions and saved head carrying the labels' names."""
 
 from __future__ import annotations
 
 import csv
 import json
+import random
 from pathlib import Path
 
 import pytest
@@ -17,6 +19,7 @@ from bert_jax.tasks.base import TaskData
 from bert_jax.tasks.registry import get_task
 from bert_jax.training import run_config
 from configs import classify as classify_config
+from configs import tag as tag_config
 from tests.helpers.task_data import bbc_sentences
 
 
@@ -129,3 +132,56 @@ def test_a_run_on_own_files_trains_predicts_and_saves_its_labels(tmp_path, tiny_
     assert sum(g == y for g, (_, y) in zip(got, rows[200:], strict=True)) >= 9
     record = json.loads((tmp_path / "run" / "best_model" / "task.json").read_text())
     assert record["head"] == {"kind": "classifier", "labels": ["negative", "positive"]}
+
+
+CONLL = "EGFR B-GENE\nbinds O\nerlotinib B-CHEM\n.\tO\n\nThe O\nBRCA1 B-GENE\nprotein I-GENE\n"
+
+
+def test_tags_are_the_train_files_iob2_types_and_other_tags_are_one_line(tmp_path) -> None:
+    (tmp_path / "train.txt").write_text(CONLL)
+    (tmp_path / "dev.txt").write_text("-DOCSTART- -X- -X- O\n\naspirin NN B-NP B-CHEM\nworks VBZ B-VP O\n")
+    task = get_task("tag")
+    dev = task.load(TaskData(str(tmp_path)), tokenization.load_tokenizer(), "dev")
+    assert task.label_names == ("O", "B-CHEM", "I-CHEM", "B-GENE", "I-GENE")  # I-CHEM though train has none
+    assert [s.tags for s in dev.meta.sentences] == [["B-CHEM", "O"]]
+    assert dev.arrays["labels"][0, 1] == 1  # B-CHEM on "aspirin"'s first piece
+    (tmp_path / "dev.txt").write_text("aspirin B-DRUG\n")
+    with pytest.raises(ValueError, match=r"dev\.txt:1: tag 'B-DRUG' is not one of \['O', 'B-CHEM'"):
+        get_task("tag").load(TaskData(str(tmp_path)), tokenization.load_tokenizer(), "dev")
+    for text, error in (("a PER\n", r"train\.txt: tag 'PER' is not IOB2"), ("a O\n", r"every tag is O")):
+        (tmp_path / "train.txt").write_text(text)
+        with pytest.raises(ValueError, match=error):
+            get_task("tag").load(TaskData(str(tmp_path)), tokenization.load_tokenizer(), "dev")
+    with pytest.raises(ValueError, match=r"^task tag: set config\.data_dir"):
+        get_task("tag").load(TaskData(""), tokenization.load_tokenizer(), "train")
+
+
+def test_a_tagging_run_on_own_files_learns_its_tags_and_saves_them(tmp_path, tiny_checkpoint) -> None:
+    """Gazetteer genes and chemicals inserted in real sentences (``word TAG`` lines)."""
+    names = [("egfr", "GENE"), ("brca one", "GENE"), ("aspirin", "CHEM"), ("sodium chloride", "CHEM")]
+    rng, data = random.Random(0), tmp_path / "data"
+    data.mkdir()
+    for name, n in (("train.txt", 90), ("dev.txt", 30), ("test.txt", 10)):
+        lines = []
+        for sentence in bbc_sentences(n, seed=len(name) + n):
+            words = [(w, "O") for w in sentence.lower().split()]
+            phrase, kind = rng.choice(names)
+            at = rng.randrange(len(words))
+            words[at:at] = [(w, ("B-" if i == 0 else "I-") + kind) for i, w in enumerate(phrase.split())]
+            lines += [f"{w} {t}" for w, t in words] + [""]
+        (data / name).write_text("\n".join(lines) + "\n")
+    c = tag_config.get_config()
+    run_config.set_keys(
+        c,
+        dict(init_checkpoint=tiny_checkpoint, data_dir=str(data), max_seq_length=64, global_batch_size=8,
+             learning_rate=3e-3, num_epochs=8, predict_test=True, log_every_steps=5),
+    )  # fmt: skip
+    c.data.vocab_file = tokenization.default_vocab_file()
+    best = run_settings.finetune(c, str(tmp_path / "run"))
+    assert best.metrics["f1"] > 0.5  # the names are learnable from their pieces
+    tags = ["O", "B-CHEM", "I-CHEM", "B-GENE", "I-GENE"]
+    predicted = (tmp_path / "run" / "test" / "test_predictions.txt").read_text().splitlines()
+    assert {line.split()[2] for line in predicted if line} <= set(tags)  # word gold predicted
+    assert any(line.split()[2].startswith("B-") for line in predicted if line)
+    record = json.loads((tmp_path / "run" / "best_model" / "task.json").read_text())
+    assert record["head"] == {"kind": "token_classifier", "labels": tags}
