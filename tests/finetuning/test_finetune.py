@@ -35,7 +35,7 @@ from configs import squad as squad_config
 from configs import swag as swag_config
 from tests.conftest import ROOT
 from tests.helpers import results as worker_results
-from tests.helpers.task_data import bbc_sentences, build_squad, write_sst2
+from tests.helpers.task_data import bbc_sentences, build_squad, tagged_sentences, write_sst2
 
 
 def _tiny(config, checkpoint: str, **overrides):
@@ -231,11 +231,7 @@ def _conll(root: Path) -> Path:
     root.mkdir(parents=True, exist_ok=True)
     for name, n in (("train.txt", 90), ("valid.txt", 30), ("test.txt", 10)):
         lines = ["-DOCSTART- -X- -X- O", ""]
-        for sentence in bbc_sentences(n, seed=len(name) + n):
-            words = [(w, "O") for w in sentence.lower().split()]
-            phrase, kind = rng.choice(entities)
-            at = rng.randrange(len(words))
-            words[at:at] = [(w, ("B-" if i == 0 else "I-") + kind) for i, w in enumerate(phrase.split())]
+        for words in tagged_sentences(n, len(name) + n, entities, rng):
             lines += [f"{w} NN O {t}" for w, t in words] + [""]
         (root / name).write_text("\n".join(lines) + "\n")
     return root

@@ -111,6 +111,21 @@ def bbc_sentences(n: int, seed: int) -> list[str]:
     return rng.sample(sentences, n)
 
 
+def tagged_sentences(
+    n: int, seed: int, names: list[tuple[str, str]], rng: random.Random
+) -> list[list[tuple[str, str]]]:
+    """`n` real sentences (lower-cased words, tagged ``O``), each with one of `names`
+    ((phrase, type)) inserted at a random place, tagged IOB2."""
+    out = []
+    for sentence in bbc_sentences(n, seed=seed):
+        words = [(w, "O") for w in sentence.lower().split()]
+        phrase, kind = rng.choice(names)
+        at = rng.randrange(len(words))
+        words[at:at] = [(w, ("B-" if i == 0 else "I-") + kind) for i, w in enumerate(phrase.split())]
+        out.append(words)
+    return out
+
+
 def write_sst2(root: Path) -> Path:
     """SST-2-layout files: real sentences after a sentiment word; label = that word."""
     folder = root / "SST-2"

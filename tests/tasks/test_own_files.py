@@ -20,7 +20,17 @@ from bert_jax.tasks.registry import get_task
 from bert_jax.training import run_config
 from configs import classify as classify_config
 from configs import tag as tag_config
-from tests.helpers.task_data import bbc_sentences
+from tests.helpers.task_data import bbc_sentences, tagged_sentences
+
+
+def _tiny_run(config, checkpoint: str, data: Path, **keys):
+    """`config` from the tiny checkpoint on the files in `data`, batch 8, test predicted."""
+    keys = dict(
+        init_checkpoint=checkpoint, data_dir=str(data), global_batch_size=8, predict_test=True, **keys
+    )
+    run_config.set_keys(config, keys)
+    config.data.vocab_file = tokenization.default_vocab_file()
+    return config
 
 
 def _load(folder: Path, split: str, max_seq_length: int = 64):
@@ -115,13 +125,8 @@ def test_a_run_on_own_files_trains_predicts_and_saves_its_labels(tmp_path, tiny_
     (data / "test.tsv").write_text(
         "id\ttext\n" + "".join(f"row{i}\t{s}\n" for i, (s, _) in enumerate(rows[200:]))
     )
-    c = classify_config.get_config()
-    run_config.set_keys(
-        c,
-        dict(init_checkpoint=tiny_checkpoint, data_dir=str(data), max_seq_length=48, global_batch_size=8,
-             learning_rate=2e-3, num_epochs=6, predict_test=True, log_every_steps=5),
-    )  # fmt: skip
-    c.data.vocab_file = tokenization.default_vocab_file()
+    c = _tiny_run(classify_config.get_config(), tiny_checkpoint, data, max_seq_length=48, learning_rate=2e-3,
+                  num_epochs=6)  # fmt: skip
     best = run_settings.finetune(c, str(tmp_path / "run"))
     assert best.metrics["accuracy"] >= 0.9 and best.metrics["f1_macro"] >= 0.9
     lines = (tmp_path / "run" / "test" / own_classification.PREDICTIONS).read_text().splitlines()
@@ -163,20 +168,11 @@ def test_a_tagging_run_on_own_files_learns_its_tags_and_saves_them(tmp_path, tin
     data.mkdir()
     for name, n in (("train.txt", 90), ("dev.txt", 30), ("test.txt", 10)):
         lines = []
-        for sentence in bbc_sentences(n, seed=len(name) + n):
-            words = [(w, "O") for w in sentence.lower().split()]
-            phrase, kind = rng.choice(names)
-            at = rng.randrange(len(words))
-            words[at:at] = [(w, ("B-" if i == 0 else "I-") + kind) for i, w in enumerate(phrase.split())]
+        for words in tagged_sentences(n, len(name) + n, names, rng):
             lines += [f"{w} {t}" for w, t in words] + [""]
         (data / name).write_text("\n".join(lines) + "\n")
-    c = tag_config.get_config()
-    run_config.set_keys(
-        c,
-        dict(init_checkpoint=tiny_checkpoint, data_dir=str(data), max_seq_length=64, global_batch_size=8,
-             learning_rate=3e-3, num_epochs=8, predict_test=True, log_every_steps=5),
-    )  # fmt: skip
-    c.data.vocab_file = tokenization.default_vocab_file()
+    c = _tiny_run(tag_config.get_config(), tiny_checkpoint, data, max_seq_length=64, learning_rate=3e-3,
+                  num_epochs=8)  # fmt: skip
     best = run_settings.finetune(c, str(tmp_path / "run"))
     assert best.metrics["f1"] > 0.5  # the names are learnable from their pieces
     tags = ["O", "B-CHEM", "I-CHEM", "B-GENE", "I-GENE"]
