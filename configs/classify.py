@@ -5,7 +5,8 @@
 
 DIR holds ``train`` and ``dev`` (and ``test`` to predict) as ``.tsv``, ``.csv`` or
 ``.jsonl`` with a ``text`` (and optionally ``text_b``) and a ``label`` column; the classes
-are the train file's labels (`bert_jax.tasks.own_classification`). The defaults are the
+are the train file's labels, or a score is predicted where they are numbers and not all
+integers (`bert_jax.tasks.own_classification`). The defaults are the
 paper's GLUE recipe at sequence 128; no init_checkpoint: the bundled MiniLM.
 """
 

@@ -13,7 +13,10 @@ CSV's with the usual double quotes.
 The classes are the train file's labels, sorted (as numbers when every label is an
 integer: ``-1, 0, 1``; else as text); a dev label that is not one of them is refused in
 one line naming the file and line. Scored by accuracy (chosen on) and macro F1; ``test``
-predictions go to ``test_predictions.tsv`` (``id`` and the class's label).
+predictions go to ``test_predictions.tsv`` (``id`` and the class's label). Labels that are
+all numbers, not all integers (``3.8``: a similarity score, as STS-B's), make it a
+regression (one output, squared error; Pearson, chosen on, and Spearman; the predicted
+score in ``test_predictions.tsv``).
 """
 
 from __future__ import annotations
@@ -131,6 +134,22 @@ def sorted_labels(labels: set[str]) -> tuple[str, ...]:
         return tuple(sorted(labels))
 
 
+def scores(labels: Sequence[str]) -> bool:
+    """Whether `labels` are all numbers and not all integers (``3.8``): a regression."""
+    try:
+        values = [float(x) for x in labels]
+    except ValueError:
+        return False
+    return not all(v.is_integer() and "." not in x for v, x in zip(values, labels, strict=True))
+
+
+def _number(text: str) -> float | None:
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
 def macro_f1(labels: np.ndarray, preds: np.ndarray, num_classes: int) -> float:
     """The mean over classes of each class's F1 (a class absent from both scores 0)."""
     return float(np.mean([scorers.f1_binary(labels, preds, positive=c) for c in range(num_classes)]))
@@ -161,10 +180,15 @@ class OwnClassificationTask(ClassificationTask):
             except FileNotFoundError:
                 raise no_train from None
         labels = sorted_labels({r.label for r in read_rows(path, labelled=True)})
+        self.data_dir, self._source = data_dir, path
+        if scores(labels):
+            self.spec = dataclasses.replace(self.spec, labels=(), main_metric="pearson")
+            self.regression, self.label_names, self.main_metric = True, (), "pearson"
+            return
         if len(labels) < 2:
             raise ValueError(f"{path}: one label only ({labels[0]}): a classifier needs two or more")
-        self.spec = dataclasses.replace(self.spec, labels=labels)
-        self.label_names, self.data_dir, self._source = labels, data_dir, path
+        self.spec = dataclasses.replace(self.spec, labels=labels, main_metric="accuracy")
+        self.regression, self.label_names, self.main_metric = False, labels, "accuracy"
 
     def _read(self, data_dir: str, split: str) -> list[Example]:
         path = split_file(data_dir, split)
@@ -172,6 +196,14 @@ class OwnClassificationTask(ClassificationTask):
         index = {name: i for i, name in enumerate(self.label_names)}
         out = []
         for row in read_rows(path, labelled):
+            if self.regression:
+                score = _number(row.label)  # (a test row may give none)
+                if labelled and score is None:
+                    raise ValueError(
+                        f"{path}:{row.line}: label {row.label!r} is not a number, as {self._source}'s are"
+                    )
+                out.append(Example(row.text_a, row.text_b, score, row.guid))
+                continue
             if labelled and row.label not in index:
                 raise ValueError(
                     f"{path}:{row.line}: label {row.label!r} is not one of {self._source}'s "
@@ -181,6 +213,8 @@ class OwnClassificationTask(ClassificationTask):
         return out
 
     def _metrics(self, labels: np.ndarray, preds: np.ndarray) -> dict[str, float]:
+        if self.regression:
+            return {"pearson": scorers.pearson(labels, preds), "spearman": scorers.spearman(labels, preds)}
         return {
             "accuracy": scorers.accuracy(labels, preds),
             "f1_macro": macro_f1(labels, preds, len(self.label_names)),
@@ -190,7 +224,8 @@ class OwnClassificationTask(ClassificationTask):
         """``<out_dir>/test_predictions.tsv``: each row's id and predicted label."""
         predicted = self.predictions(np.asarray(outputs))
         lines = ["id\tprediction"]
-        lines += [f"{e.guid}\t{self.label_names[int(p)]}" for e, p in zip(split.meta, predicted, strict=True)]
+        named = (lambda p: f"{float(p):.4f}") if self.regression else (lambda p: self.label_names[int(p)])
+        lines += [f"{e.guid}\t{named(p)}" for e, p in zip(split.meta, predicted, strict=True)]
         path = os.path.join(out_dir, PREDICTIONS)
         atomic_files.write_text(path, "\n".join(lines) + "\n")
         return path

@@ -10,6 +10,7 @@ import json
 import random
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from bert_jax.commands import run_settings
@@ -68,6 +69,30 @@ def test_each_format_is_read_as_written_and_the_classes_come_from_train(tmp_path
     assert "labels" not in test.arrays
     (tmp_path / "train.csv").write_text("text,label\na,pos\nb,neg\nc,neutral\n")
     assert _load(tmp_path, "train")[0].label_names == ("neg", "neutral", "pos")  # text labels as text
+
+
+def test_scores_for_labels_make_it_a_regression(tmp_path) -> None:
+    """Labels that are numbers, not all integers (similarity scores): one output, squared
+    error, Pearson chosen on; an integer among them is a score too."""
+    (tmp_path / "train.tsv").write_text("text_a\ttext_b\tlabel\na\tb\t3.8\nc\td\t1\ne\tf\t0.25\n")
+    (tmp_path / "dev.tsv").write_text("text_a\ttext_b\tlabel\na\tb\t4.5\n")
+    task, train = _load(tmp_path, "train")
+    assert (task.regression, task.main_metric, task.label_names, task.spec.num_labels) == (
+        True,
+        "pearson",
+        (),
+        1,
+    )
+    assert train.arrays["labels"].dtype == np.float32
+    assert list(train.arrays["labels"]) == [np.float32(3.8), 1.0, 0.25]
+    assert set(task.spec.metrics(np.array([1.0, 2.0, 3.0]), np.array([1.1, 2.2, 2.9]))) == {
+        "pearson",
+        "spearman",
+    }
+    (tmp_path / "dev.tsv").write_text("text_a\ttext_b\tlabel\na\tb\tn/a\n")
+    with pytest.raises(ValueError, match=r"dev\.tsv:2: label 'n/a' is not a number, as .*train\.tsv's are$"):
+        _load(tmp_path, "dev")
+    assert not own_classification.scores(("0", "1", "2")) and own_classification.scores(("1", "2.5"))
 
 
 TWO = "text\tlabel\na\t1\nb\t0\n"
