@@ -101,12 +101,13 @@ def read_rows(path: str, labelled: bool) -> list[Row]:
         csv.field_size_limit(sys.maxsize)
         quoting = csv.QUOTE_NONE if path.endswith(".tsv") else csv.QUOTE_MINIMAL
         delimiter = "\t" if path.endswith(".tsv") else ","
-        rows = list(csv.reader(io.StringIO(text, newline=""), delimiter=delimiter, quoting=quoting))
+        reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter, quoting=quoting)
+        rows = [(reader.line_num, row) for row in reader]  # a quoted field may span lines
         if not rows:
             raise ValueError(f"{path} is empty: a header line, then one example a line")
-        header = [h.strip() for h in rows[0]]
+        header = [h.strip() for h in rows[0][1]]
         records = []
-        for line, row in enumerate(rows[1:], start=2):
+        for line, row in rows[1:]:
             if not any(f.strip() for f in row):
                 continue
             if len(row) != len(header):

@@ -116,6 +116,11 @@ FAULTS = [  # (files, the split read, the one line)
         "train",
         r"train\.jsonl:2: not a JSON object",
     ),
+    (  # a quoted field over two lines: the line the row ends on
+        {"train.csv": 'text,label\n"a\nb",1\nc\n', "dev.tsv": TWO},
+        "train",
+        r"train\.csv:4: 1 fields, the header has 2$",
+    ),
     (
         {"train.tsv": TWO, "dev.tsv": "text\tlabel\nc\t1\nd\t7\n"},
         "dev",
