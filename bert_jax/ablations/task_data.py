@@ -70,7 +70,7 @@ def check(task: str, data_dir: str, where: str) -> None:
             if task in _TFDS:
                 corpora.check_tfds(_TFDS[task][0], tfds_dir, _instead(task))
             elif task in glue.TASKS:
-                corpora.check_tfds(f"glue/{task}", tfds_dir, glue.tfds_instead(task))
+                glue.check_tfds(task, tfds_dir)
         elif data_dir and not files.is_remote(data_dir) and not os.path.isdir(data_dir):
             raise ValueError(f"data folder {data_dir} does not exist")
     except ValueError as e:

@@ -89,10 +89,11 @@ def detect_format(path: str) -> str:
     if files.is_remote(path):
         return remote_checkpoint.format_of(path)
     if os.path.isdir(path):
-        found = formats.of_names(set(os.listdir(path)))
+        names = os.listdir(path)
+        found = formats.of_names(set(names))
         if found:
             return found
-        folders = sorted(d for d in os.listdir(path) if os.path.isdir(os.path.join(path, d)))
+        folders = sorted(d for d in names if os.path.isdir(os.path.join(path, d)))
         inside = [d for d in folders if formats.of_names(set(os.listdir(os.path.join(path, d))))]
         raise formats.not_a_checkpoint(path, inside)
     if os.path.exists(path + ".index") or path.endswith(".index"):

@@ -259,8 +259,9 @@ class _PairEncoder:
         lengths = np.zeros(n, np.int64)
         for i, (a, b) in enumerate(zip(a_ids, b_ids, strict=True)):
             a, b = list(a), (list(b) if b is not None else None)
-            budget = max_seq_length - (3 if b is not None else 2)
-            lengths[i] = len(a) + (len(b) if b is not None else 0) + max_seq_length - budget
+            specials = 3 if b is not None else 2  # [CLS] A [SEP] (B [SEP])
+            budget = max_seq_length - specials
+            lengths[i] = len(a) + (len(b) if b is not None else 0) + specials
             while len(a) + (len(b) if b else 0) > budget:
                 (a if b is None or len(a) > len(b) else b).pop()
             row = [self.special.cls, *a, self.special.sep]

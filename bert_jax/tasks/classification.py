@@ -20,11 +20,21 @@ class ClassificationTask(Task):
     def __init__(self, spec: TaskSpec) -> None:
         self.spec = spec
         self.name = spec.name
-        self.main_metric = spec.main_metric
         self.eval_splits = spec.eval_splits
         self.test_splits = tuple(spec.test_files)
-        self.regression = not spec.labels
-        self.label_names = spec.labels
+
+    # What the spec says (a task that learns its labels from its data replaces its spec).
+    @property
+    def main_metric(self) -> str:
+        return self.spec.main_metric
+
+    @property
+    def regression(self) -> bool:
+        return not self.spec.labels
+
+    @property
+    def label_names(self) -> tuple[str, ...]:
+        return self.spec.labels
 
     def model(self, bert_config: Any) -> Any:
         return BertForSequenceClassification(bert_config, num_labels=self.spec.num_labels)

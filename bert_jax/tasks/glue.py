@@ -170,12 +170,18 @@ def read_tsv(task: str, data_dir: str, split: str) -> list[Example]:
     return out
 
 
-def tfds_instead(task: str) -> str:
+def _tfds_instead(task: str) -> str:
     """The other way to `task`'s data, for a refusal of its TFDS dataset."""
     return (
         f"or give the folder of GLUE's files, holding {LAYOUTS[task].folder}/ (config.data_dir; an "
         "ablation table's config.data_dirs.glue)"
     )
+
+
+def check_tfds(task: str, data_dir: str = "") -> None:
+    """`corpora.check_tfds` of `task`'s TFDS dataset (``glue/<task>``): for a job that
+    reads it later."""
+    corpora.check_tfds(f"glue/{task}", data_dir, _tfds_instead(task))
 
 
 def read_tfds(task: str, split: str, data_dir: str | None = None) -> list[Example]:
@@ -186,7 +192,7 @@ def read_tfds(task: str, split: str, data_dir: str | None = None) -> list[Exampl
     tfds = tensorflow_runtime.tensorflow_datasets()
     layout, labels = LAYOUTS[task], LABELS[task]
     name = f"glue/{task}"
-    corpora.ensure_tfds(name, data_dir or "", build=jax.process_count() == 1, instead=tfds_instead(task))
+    corpora.ensure_tfds(name, data_dir or "", build=jax.process_count() == 1, instead=_tfds_instead(task))
     tfds_split = _TFDS_SPLITS.get(split, split)
     dataset = tfds.load(
         name, split=tfds_split, data_dir=data_dir or None, shuffle_files=False, download=False

@@ -137,9 +137,8 @@ def sorted_labels(labels: set[str]) -> tuple[str, ...]:
 
 def scores(labels: Sequence[str]) -> bool:
     """Whether `labels` are all numbers and not all integers (``3.8``): a regression."""
-    try:
-        values = [float(x) for x in labels]
-    except ValueError:
+    values = [_number(x) for x in labels]
+    if None in values:
         return False
     return not all(v.is_integer() and "." not in x for v, x in zip(values, labels, strict=True))
 
@@ -164,8 +163,9 @@ class OwnClassificationTask(ClassificationTask):
         super().__init__(
             TaskSpec(NAME, (), self._read, self._metrics, "accuracy", ("dev",), {"test": PREDICTIONS})
         )
-        self.regression = False
         self.data_dir: str | None = None
+        self._source = ""  # the file the labels were learnt from
+        self._learnt: list[Row] | None = None  # its rows, read once: its split's load takes them
 
     def load(self, data: TaskData, tokenizer: Any, split: str) -> Split:
         if self.data_dir != data.data_dir:
@@ -180,23 +180,26 @@ class OwnClassificationTask(ClassificationTask):
                 path = split_file(data_dir, "dev")
             except FileNotFoundError:
                 raise no_train from None
-        labels = sorted_labels({r.label for r in read_rows(path, labelled=True)})
-        self.data_dir, self._source = data_dir, path
+        rows = read_rows(path, labelled=True)
+        labels = sorted_labels({r.label for r in rows})
+        self.data_dir, self._source, self._learnt = data_dir, path, rows
         if scores(labels):
             self.spec = dataclasses.replace(self.spec, labels=(), main_metric="pearson")
-            self.regression, self.label_names, self.main_metric = True, (), "pearson"
             return
         if len(labels) < 2:
             raise ValueError(f"{path}: one label only ({labels[0]}): a classifier needs two or more")
         self.spec = dataclasses.replace(self.spec, labels=labels, main_metric="accuracy")
-        self.regression, self.label_names, self.main_metric = False, labels, "accuracy"
 
     def _read(self, data_dir: str, split: str) -> list[Example]:
         path = split_file(data_dir, split)
         labelled = split != "test"
+        if path == self._source and self._learnt is not None:
+            rows, self._learnt = self._learnt, None
+        else:
+            rows = read_rows(path, labelled)
         index = {name: i for i, name in enumerate(self.label_names)}
         out = []
-        for row in read_rows(path, labelled):
+        for row in rows:
             if self.regression:
                 score = _number(row.label)  # (a test row may give none)
                 if labelled and score is None:

@@ -20,9 +20,12 @@ class BiLSTMTask(Task):
     def __init__(self, inner: Task, lstm_size: int = 0, lstm_layers: int = 1) -> None:
         self.inner, self.lstm_size, self.lstm_layers = inner, lstm_size, lstm_layers
         self.name = inner.name + SUFFIX
-        self.main_metric = inner.main_metric
         self.eval_splits = inner.eval_splits
         self.test_splits = inner.test_splits
+
+    @property
+    def main_metric(self) -> str:  # the inner task's, also once its data has set it
+        return self.inner.main_metric
 
     def model(self, bert_config: Any) -> Any:
         base = self.inner.model(bert_config)

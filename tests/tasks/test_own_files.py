@@ -42,7 +42,7 @@ def _load(folder: Path, split: str, max_seq_length: int = 64):
     return task, split_data
 
 
-def test_each_format_is_read_as_written_and_the_classes_come_from_train(tmp_path) -> None:
+def test_each_format_is_read_as_written_and_the_classes_come_from_train(tmp_path, monkeypatch) -> None:
     (tmp_path / "train.csv").write_text(
         'text,label\n"A sentence, with a comma",10\n"Two\nlines",-1\nplain,2\n\n', newline=""
     )
@@ -51,7 +51,12 @@ def test_each_format_is_read_as_written_and_the_classes_come_from_train(tmp_path
         + json.dumps({"sentence": "dev two", "label": 10, "extra": None}) + "\n"
     )  # fmt: skip
     (tmp_path / "test.tsv").write_text('idx\ttext\nt7\tA "quoted" test\nt8\tanother\n')
+    reads, read_rows = [], own_classification.read_rows
+    monkeypatch.setattr(
+        own_classification, "read_rows", lambda p, labelled: reads.append(p) or read_rows(p, labelled)
+    )
     task, train = _load(tmp_path, "train")
+    assert reads == [str(tmp_path / "train.csv")]  # read once: for the classes, and as the split
     assert task.label_names == ("-1", "2", "10")  # integers in their order, not as text
     assert [e.text_a for e in train.meta] == ["A sentence, with a comma", "Two\nlines", "plain"]
     assert list(train.arrays["labels"]) == [2, 0, 1]
@@ -89,6 +94,9 @@ def test_scores_for_labels_make_it_a_regression(tmp_path) -> None:
         "pearson",
         "spearman",
     }
+    bilstm = get_task("classify+bilstm")  # its main metric is the inner task's, once data set it
+    bilstm.load(TaskData(str(tmp_path)), tokenization.load_tokenizer(), "dev")
+    assert bilstm.main_metric == "pearson"
     (tmp_path / "dev.tsv").write_text("text_a\ttext_b\tlabel\na\tb\tn/a\n")
     with pytest.raises(ValueError, match=r"dev\.tsv:2: label 'n/a' is not a number, as .*train\.tsv's are$"):
         _load(tmp_path, "dev")
