@@ -55,6 +55,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "build-vocab": ("bert_jax.commands.build_vocab", "Learn a WordPiece vocab or a SentencePiece model."),
     "tokenize": ("bert_jax.commands.tokenize", "WordPiece ids of each line of a text file (JSONL)."),
+    "fill-mask": (
+        "bert_jax.commands.fill_mask",
+        "A checkpoint's most likely tokens at each [MASK] of a text (its MLM head).",
+    ),
     "features": (
         "bert_jax.commands.features",
         "Extract per-token hidden states of a checkpoint to .npy.",
@@ -246,7 +250,12 @@ def run(argv: list[str] | None = None) -> None:
         # absl's own --help lists only the flags of `__main__`: list the subcommand's.
         doc = (module.__doc__ or "").strip()
         print(f"usage: bert-jax {name} [--flag=value ...]\n\n{doc}\n\nflags:")
-        print(flags.FLAGS.module_help(module.__name__))
+        shared = [
+            m
+            for m in flags.FLAGS.flags_by_module_dict()
+            if m.startswith("bert_jax.") and m != module.__name__
+        ]
+        print("\n\n".join(flags.FLAGS.module_help(m) for m in [module.__name__, *sorted(shared)]))
         print(f"\nErrors print one line; {DEBUG_ENV}=1 shows their traceback.")
         sys.exit(0)
     args = [f"bert-jax {name}", *_config_paths(argv[2:])]

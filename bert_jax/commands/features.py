@@ -21,8 +21,8 @@ import os
 import numpy as np
 from absl import flags, logging
 
-from bert_jax import convert
-from bert_jax.data import tokenization, user_paths, vocab_fit
+from bert_jax.commands import checkpoint_text
+from bert_jax.data import tokenization, user_paths
 from bert_jax.data.progress import ProgressLines
 from bert_jax.model import features
 from bert_jax.model.config import BertConfig
@@ -50,16 +50,7 @@ def define_flags() -> None:
     flags.register_validator(
         "max_seq_length", lambda v: v >= 3, "must be at least 3 (room for [CLS], a token and [SEP])"
     )
-    flags.DEFINE_string(
-        "vocab_file",
-        None,
-        "vocab.txt or tokenizer.json, or a folder holding one (default: the one beside the checkpoint).",
-    )
-    flags.DEFINE_bool(
-        "do_lower_case",
-        None,
-        "Lower-case and strip accents (default: the casing recorded beside the vocabulary, else true).",
-    )
+    checkpoint_text.define_vocab_flags()
     flags.DEFINE_integer("batch_size", 32, "Examples per forward pass.", lower_bound=1)
     flags.DEFINE_enum(
         "compute_dtype", "float32", list(DTYPES), "Compute dtype (whatever the checkpoint was trained in)."
@@ -73,18 +64,14 @@ def main(argv: list[str]) -> None:
         raise ValueError(f"unexpected arguments: {argv[1:]}")
     logging.set_verbosity(logging.WARNING)
 
-    checkpoint = convert.local_copy(FLAGS.checkpoint)  # one in a bucket: its local copy
-    if not (os.path.exists(checkpoint) or os.path.exists(f"{checkpoint}.index")):
-        raise FileNotFoundError(f"--checkpoint {FLAGS.checkpoint} does not exist")
+    checkpoint = checkpoint_text.local_checkpoint(FLAGS.checkpoint)
     user_paths.input_file(FLAGS.input, "--input")
     user_paths.output_file(FLAGS.output, "--output", FLAGS.overwrite)
     user_paths.output_file(tokens_path(FLAGS.output), "--output", FLAGS.overwrite)
-    convert.check_same_vocabulary(FLAGS.vocab_file, checkpoint, "--vocab_file")
-    params, config = convert.load_checkpoint(checkpoint)
-    vocab = FLAGS.vocab_file or tokenization.vocab_beside(checkpoint)
-    tokenizer = tokenization.load_tokenizer(vocab, FLAGS.do_lower_case)
-    vocab_fit.check_vocab_fits(tokenizer, config.vocab_size, FLAGS.checkpoint)
-    check_positions(config)
+    params, config = checkpoint_text.load_params(FLAGS.checkpoint, checkpoint, FLAGS.vocab_file)
+    tokenizer = checkpoint_text.tokenizer_for(
+        FLAGS.checkpoint, checkpoint, config, FLAGS.vocab_file, FLAGS.do_lower_case, FLAGS.max_seq_length
+    )
     texts_a, texts_b = features.read_examples(FLAGS.input)
     try:
         layers = features.parse_layers(FLAGS.layers, config.num_hidden_layers)
@@ -127,16 +114,6 @@ def row_pieces(tokenizer: tokenization.Tokenizer, batch: dict[str, np.ndarray]) 
     vocab = tokenizer.vocab
     rows = zip(batch["input_ids"], batch["input_mask"], strict=True)
     return [[vocab[int(i)] for i in ids[mask > 0]] for ids, mask in rows]
-
-
-def check_positions(config: BertConfig) -> None:
-    """A learned position table must hold every position (past it, rows would be NaN)."""
-    table = config.max_position_embeddings
-    if config.position_embedding_type == "absolute" and FLAGS.max_seq_length > table:
-        raise ValueError(
-            f"--max_seq_length={FLAGS.max_seq_length} is longer than the position table of "
-            f"{FLAGS.checkpoint} (max_position_embeddings={table}): set --max_seq_length={table} or less"
-        )
 
 
 def check_memory(config: BertConfig, numerics: Numerics, examples: int, num_layers: int) -> None:

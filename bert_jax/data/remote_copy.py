@@ -312,6 +312,32 @@ def local_listed(
     return local
 
 
+def local_folder(url: str, what: str) -> str:
+    """The local copy of everything under the bucket folder `url` (a fine-tuning task's
+    files: small beside a pre-training corpus, read whole by every host), made once per
+    machine and again where an object was written since; a local `url` is itself. A
+    folder that is not there, or holds no file, is refused in one line naming `what`."""
+    if not files.is_remote(url):
+        return url
+    url = url.rstrip("/")
+    files.check_reachable(url, what)
+    listing = files.tree(url)
+    if not listing:
+        raise FileNotFoundError(f"{what} {url} holds no files")
+    return local_listed(url, listing, kind="data")
+
+
+def local_file(url: str, what: str) -> str:
+    """The local copy of the bucket file `url` (beside nothing else of its folder)."""
+    if not files.is_remote(url):
+        return url
+    if not files.is_file(url):
+        raise FileNotFoundError(f"{what} {url} does not exist")
+    folder, name = url.rsplit("/", 1)
+    local = local_listed(folder, {name: files.size_and_time(url)}, kind="data-file", name=url)
+    return os.path.join(local, name)
+
+
 def listed_record(local: str) -> dict | None:
     """The record of a copy `local_listed` made (None: no whole copy there)."""
     try:

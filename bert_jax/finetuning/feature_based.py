@@ -108,8 +108,9 @@ def train(
         run.data.vocab_file or tokenization.vocab_beside(checkpoint), run.data.do_lower_case
     )
     task = get_task(run.task)
-    train_split = task.load(run.task_data, tok, "train")
-    evals = [task.load(run.task_data, tok, name) for name in task.eval_splits]
+    data = run.task_data.local()  # a data_dir in a bucket: its local copy
+    train_split = task.load(data, tok, "train")
+    evals = [task.load(data, tok, name) for name in task.eval_splits]
     if jax.process_index() == 0:
         print(f"rows: {', '.join(split.described() for split in (train_split, *evals))}", flush=True)
     index = tuple(layer_indices(layers, bert_config.num_hidden_layers))

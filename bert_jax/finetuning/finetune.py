@@ -147,8 +147,9 @@ def load_inputs(settings: FinetuneSettings, read_train: bool = True) -> Finetuni
     read = ("train", *task.eval_splits) if read_train else task.eval_splits
     _say(f"reading and tokenizing {task.name}: {', '.join(read)} ...")
     began = time.perf_counter()
-    evals = [task.load(settings.task_data, tok, s) for s in task.eval_splits]
-    train = task.load(settings.task_data, tok, "train") if read_train else evals[0]
+    data = settings.task_data.local()  # a data_dir in a bucket: its local copy
+    evals = [task.load(data, tok, s) for s in task.eval_splits]
+    train = task.load(data, tok, "train") if read_train else evals[0]
     rows = ", ".join(split.described() for split in ([train, *evals] if read_train else evals))
     _say(f"  rows: {rows} ({time.perf_counter() - began:.1f} s)")
     model = task.model(bert_config)
@@ -451,9 +452,9 @@ def predict_test(ft: Finetuning, workdir: str, settings: FinetuneSettings) -> li
     """Test-split predictions of the best epoch's model (read back from ``best_model/``)."""
     params = load_saved_params(os.path.join(workdir, "best_model"), ft.inputs)
     placed = engine.place_tree(params, ft.engine.state_shardings.params)
-    files = []
+    files, data = [], settings.task_data.local()
     for name in ft.inputs.task.test_splits:
-        split = ft.inputs.task.load(settings.task_data, ft.inputs.tokenizer, name)
+        split = ft.inputs.task.load(data, ft.inputs.tokenizer, name)
         outputs = ft.predict_shown(placed, split)
         files.append(ft.inputs.task.write_test(outputs, split, os.path.join(workdir, "test")))
     return files

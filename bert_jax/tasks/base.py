@@ -49,6 +49,25 @@ class TaskData:
     do_lower_case: bool = True
     qa: QAWindows | None = None
 
+    def local(self) -> TaskData:
+        """These settings with a ``data_dir`` in a bucket (``gs://...``) read from its local
+        copy (`remote_copy.local_folder`; ``tfds:gs://...`` TFDS reads itself), and so the
+        QA settings' ``train_file`` and ``dev_file``."""
+        from bert_jax.data import remote_copy  # the bucket client, only where one is named
+        from bert_jax.storage import files
+
+        data_dir = self.data_dir
+        if files.is_remote(data_dir):
+            data_dir = remote_copy.local_folder(data_dir, "data_dir")
+        qa = self.qa
+        if qa is not None and any(files.is_remote(f) for f in (qa.train_file, qa.dev_file)):
+            qa = dataclasses.replace(
+                qa,
+                train_file=remote_copy.local_file(qa.train_file, "train_file") if qa.train_file else "",
+                dev_file=remote_copy.local_file(qa.dev_file, "dev_file") if qa.dev_file else "",
+            )
+        return dataclasses.replace(self, data_dir=data_dir, qa=qa)
+
     def windows(self, task: str) -> QAWindows:
         """The QA settings, which a QA task cannot do without."""
         if self.qa is None:

@@ -27,6 +27,10 @@ class BiLSTMTask(Task):
     def main_metric(self) -> str:  # the inner task's, also once its data has set it
         return self.inner.main_metric
 
+    @property
+    def label_names(self) -> tuple[str, ...]:  # the inner task's (own data: once it is read)
+        return self.inner.label_names
+
     def model(self, bert_config: Any) -> Any:
         base = self.inner.model(bert_config)
         size = dict(lstm_size=self.lstm_size, lstm_layers=self.lstm_layers)

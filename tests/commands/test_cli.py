@@ -31,7 +31,7 @@ def bert_jax_ids(text: str) -> list[int]:
 def test_help_lists_every_subcommand() -> None:
     proc = bert_jax("--help")
     assert proc.returncode == 0
-    for sub in ("pretrain", "plan", "convert", "features", "tokenize"):
+    for sub in ("pretrain", "plan", "convert", "features", "fill-mask", "tokenize"):
         assert f"  {sub} " in proc.stdout
 
 
@@ -42,6 +42,8 @@ def test_subcommand_help_lists_its_flags() -> None:
         assert flag in proc.stdout
     proc = bert_jax("pretrain", "--help")
     assert "--workdir" in proc.stdout and "--config" in proc.stdout
+    proc = bert_jax("fill-mask", "--help")  # flags defined by a module the commands share too
+    assert all(f"--{f}:" in proc.stdout for f in ("checkpoint", "top_k", "vocab_file", "[no]do_lower_case"))
 
 
 def test_unknown_subcommand_and_missing_flags_fail_clearly() -> None:

@@ -130,6 +130,14 @@ def _cases(w: Path) -> list[tuple[list[str], list[str]]]:
             "create-data --input_file={w}/in.txt --output_file=/proc/bert_jax_test/d",
             ["--output_file /proc/bert_jax_test/d cannot be written: no file can be made in /proc"],
         ),
+        (
+            "fill-mask --checkpoint={minilm} --input={w}/adir --output={new}/f.jsonl",
+            ["--input {w}/adir is a folder"],
+        ),
+        (
+            "fill-mask --checkpoint={minilm} --input={w}/short.txt --output={w}/done.jsonl",
+            ["--output {w}/done.jsonl already exists"],
+        ),
         ("eval-squad {w}/adir {w}/in.txt", ["DATA_FILE {w}/adir is a folder"]),
         ("eval-squad {w}/squad.json {w}/adir", ["PRED_FILE {w}/adir is a folder"]),
         (

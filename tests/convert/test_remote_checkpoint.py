@@ -342,3 +342,39 @@ def test_the_placeholder_objects_of_a_folder_are_not_files(monkeypatch) -> None:
 
     monkeypatch.setattr(files, "_bucket_fs", lambda path: (Listing(), path.removeprefix("gs://")))
     assert files.tree("gs://bkt/model/") == {"config.json": [5, 7], "sub/a.txt": [2, 8]}
+
+
+def test_a_fine_tuning_runs_data_dir_in_a_bucket_is_read_from_its_copy(gs, cache, tmp_path) -> None:
+    """A folder of own classification files in the bucket: copied once per machine (test
+    predictions read from it too), the results naming the URL; a folder not there is one
+    line."""
+    from configs import classify as classify_config
+
+    sentences = task_data.bbc_sentences(40, seed=3)
+    rows = [(s, "even" if i % 2 == 0 else "odd") for i, s in enumerate(sentences)]
+    url = f"{gs['root']}/data/own"
+    files.write_bytes_remote(
+        f"{url}/train.tsv", ("text\tlabel\n" + "".join(f"{s}\t{y}\n" for s, y in rows[:30])).encode()
+    )
+    files.write_bytes_remote(
+        f"{url}/dev.tsv", ("text\tlabel\n" + "".join(f"{s}\t{y}\n" for s, y in rows[30:38])).encode()
+    )
+    files.write_bytes_remote(
+        f"{url}/sub/test.tsv", ("text\n" + "".join(f"{s}\n" for s, _ in rows[38:])).encode()
+    )
+    files.write_bytes_remote(f"{url}/test.tsv", ("text\n" + "".join(f"{s}\n" for s, _ in rows[38:])).encode())
+    keys = {**task_data.TINY_BBC_RUN, "init_checkpoint": gs["hf"], "data_dir": url, "predict_test": True}
+    keys.pop("max_train_examples"), keys.pop("max_eval_examples")
+    c = run_config.set_keys(classify_config.get_config(), keys)
+    result = run_settings.finetune(c, str(tmp_path / "run"))
+    assert result.step == 30 // 8 and not result.stopped  # one epoch of 30 rows in batches of 8
+    results = json.loads((tmp_path / "run" / "results.json").read_text())
+    assert results["config"]["data_dir"] == url
+    (copy,) = cache.glob("data-*-own")
+    assert sorted(str(p.relative_to(copy)) for p in copy.rglob("*.tsv")) == [
+        "dev.tsv", "sub/test.tsv", "test.tsv", "train.tsv"
+    ]  # fmt: skip
+    assert len((tmp_path / "run" / "test" / "test_predictions.tsv").read_text().splitlines()) == 3
+    c = run_config.set_keys(classify_config.get_config(), {**keys, "data_dir": f"{gs['root']}/data/none"})
+    with pytest.raises(FileNotFoundError, match=r"data_dir gs://.*/data/none"):
+        run_settings.finetune(c, str(tmp_path / "run2"))

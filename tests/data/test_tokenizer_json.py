@@ -244,3 +244,20 @@ def test_finetuning_and_features_use_it_and_refuse_another_size(cased, tmp_path)
     proc = bert_jax(*features, f"--checkpoint={other}", f"--vocab_file={cased / 'tokenizer.json'}")
     assert proc.returncode == 1 and len(proc.stderr.strip().splitlines()) == 1
     assert f"{VOCAB_SIZE} tokens" in proc.stderr and str(VOCAB_SIZE + 64) in proc.stderr
+
+
+def test_fill_mask_rows_are_autotokenizers_with_the_mask_taking_its_space(cased) -> None:
+    """`masked_text.encode` splits the text at the mask string and drops the space before
+    a mask, as `transformers` reads ModernBERT's ``[MASK]`` (lstrip): the same ids."""
+    from bert_jax.data import masked_text
+
+    ours = tokenization.load_tokenizer(str(cased / "tokenizer.json"))
+    ref = transformers.AutoTokenizer.from_pretrained(str(cased))
+    texts = ["The [MASK] of France is Paris.", "[MASK] begins, and ends:[MASK]", "two  [MASK] [MASK]  spaces"]
+    rows = masked_text.encode(ours, texts)
+    for i, want in enumerate(ref(texts)["input_ids"]):
+        assert rows.batch["input_ids"][i, : len(want)].tolist() == want, texts[i]
+        assert [want[k] for k in rows.positions[i, : rows.counts[i]]] == [ours.mask_id] * texts[i].count(
+            "[MASK]"
+        )
+    assert masked_text.piece_text(ours.vocab[ours.tokenize(["the capital"])[0][-1]]) == "capital"

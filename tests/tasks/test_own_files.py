@@ -74,6 +74,9 @@ def test_each_format_is_read_as_written_and_the_classes_come_from_train(tmp_path
     assert "labels" not in test.arrays
     (tmp_path / "train.csv").write_text("text,label\na,pos\nb,neg\nc,neutral\n")
     assert _load(tmp_path, "train")[0].label_names == ("neg", "neutral", "pos")  # text labels as text
+    bilstm = get_task("classify+bilstm")  # its label names are the inner task's (its task.json's)
+    bilstm.load(TaskData(str(tmp_path)), tokenization.load_tokenizer(), "train")
+    assert bilstm.label_names == ("neg", "neutral", "pos")
 
 
 def test_scores_for_labels_make_it_a_regression(tmp_path) -> None:

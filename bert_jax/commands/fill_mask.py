@@ -1,0 +1,163 @@
+"""`bert-jax fill-mask --checkpoint=PATH --text="Paris is the [MASK] of France." [--input=TEXT]
+[--top_k=5] [--output=F.jsonl]`.
+
+What a pre-trained checkpoint's masked-LM head predicts at each mask written in a text
+(``[MASK]``, or the mask string of the checkpoint's ``tokenizer.json``): its `top_k` tokens
+with their probabilities, and the text with the most likely ones filled in, as
+`transformers`' fill-mask pipeline gives them. The texts: each ``--text`` (the flag may be
+repeated), then each line of ``--input``. The checkpoint: a pre-training workdir, a
+bert_jax export, a `transformers` folder with its MLM head (``BertForPreTraining``,
+``BertForMaskedLM``, ``ModernBertForMaskedLM``) or an original TF checkpoint; one without
+the head is refused in one line. In Python: ``bert_jax.fill_mask(checkpoint, texts)``.
+
+Printed: each text, then a line per mask (``1. capital 0.912  2. ...``). ``--output``
+writes the same as JSON lines (``text``, ``filled``, ``masks``: a list per mask of
+``{"token", "id", "score"}``), whole, once every text is done; an existing non-empty one is
+refused unless ``--overwrite``. A text without a mask, or whose mask lies past
+``--max_seq_length``, is refused in one line naming it (``--text 2``, ``line 7 of F``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+from absl import flags, logging
+
+from bert_jax.commands import checkpoint_text
+from bert_jax.data import masked_text, text_files, user_paths
+from bert_jax.data.progress import ProgressLines
+from bert_jax.model import fill_mask
+from bert_jax.model.numerics import DTYPES, Numerics
+from bert_jax.storage import atomic_files
+
+FLAGS = flags.FLAGS
+
+
+def define_flags() -> None:
+    flags.DEFINE_string(
+        "checkpoint", None, "Pre-training workdir, or a bert_jax, HF or TF checkpoint with an MLM head."
+    )
+    flags.DEFINE_multi_string("text", [], "A text with [MASK] in it (repeat the flag for more).")
+    flags.DEFINE_string("input", None, "Text file: one text with [MASK] in it a line.")
+    flags.DEFINE_string("output", None, "Optional .jsonl: one line of predictions per text.")
+    flags.DEFINE_integer("top_k", 5, "Tokens shown per mask, most likely first.", lower_bound=1)
+    flags.DEFINE_integer(
+        "max_seq_length",
+        None,
+        "Tokens per text, [CLS] and [SEP] in them (default: the longest text's, within the checkpoint's).",
+    )
+    flags.register_validator(
+        "max_seq_length",
+        lambda v: v is None or v >= 3,
+        "must be at least 3 (room for [CLS], a mask and [SEP])",
+    )
+    checkpoint_text.define_vocab_flags()
+    flags.DEFINE_integer("batch_size", 32, "Texts per forward pass.", lower_bound=1)
+    flags.DEFINE_enum("compute_dtype", "float32", list(DTYPES), "Compute dtype.")
+    flags.DEFINE_bool("overwrite", False, "Replace an existing --output.")
+    flags.mark_flags_as_required(["checkpoint"])
+
+
+def main(argv: list[str]) -> None:
+    if len(argv) > 1:
+        raise ValueError(f"unexpected arguments: {argv[1:]}")
+    logging.set_verbosity(logging.WARNING)
+    if not FLAGS.text and not FLAGS.input:
+        raise ValueError("--text or --input: give the texts with [MASK] in them")
+    if FLAGS.input:
+        user_paths.input_file(FLAGS.input, "--input")
+    if FLAGS.output:
+        user_paths.output_file(FLAGS.output, "--output", FLAGS.overwrite)
+    texts = list(FLAGS.text)
+    lines = text_files.read_lines(FLAGS.input) if FLAGS.input else []
+    texts += lines
+    if not texts:
+        raise ValueError(f"--input {FLAGS.input} is empty: give one text with [MASK] in it a line")
+    given = len(FLAGS.text)
+
+    def named(i: int) -> str:
+        return f"--text {i + 1}" if i < given else f"line {i - given + 1} of {FLAGS.input}"
+
+    records = fill(
+        FLAGS.checkpoint, texts, FLAGS.top_k, FLAGS.max_seq_length, FLAGS.vocab_file, FLAGS.do_lower_case,
+        FLAGS.batch_size, FLAGS.compute_dtype, named,
+    )  # fmt: skip
+    for record in records:
+        print(record["text"])
+        for k, predictions in enumerate(record["masks"]):
+            shown = "  ".join(f"{j + 1}. {p['token']} {p['score']:.3f}" for j, p in enumerate(predictions))
+            print(f"  mask {k + 1}: {shown}")
+        print(f"  filled: {record['filled']}")
+    if FLAGS.output:
+        lines_out = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
+        with user_paths.removed_if_failed(os.path.dirname(FLAGS.output)):
+            atomic_files.write_text(FLAGS.output, lines_out)
+        print(f"wrote {FLAGS.output}: {len(records)} texts, {sum(len(r['masks']) for r in records)} masks")
+
+
+def fill(
+    checkpoint: str,
+    texts: list[str],
+    top_k: int = 5,
+    max_seq_length: int | None = None,
+    vocab_file: str | None = None,
+    do_lower_case: bool | None = None,
+    batch_size: int = 32,
+    compute_dtype: str = "float32",
+    named=None,
+) -> list[dict]:
+    """For each text: ``{"text", "filled", "masks"}``, ``masks`` a list per mask (in the
+    text's order) of its `top_k` predictions ``{"token", "id", "score"}``, most likely
+    first; ``filled`` the text with each mask's first prediction. Each text is one row of
+    `max_seq_length` tokens (None: the longest text's, up to the checkpoint's position
+    table); a longer one is cut after its last mask, said in a warning line. `named(i)`
+    names text i in a refusal (default ``text i+1``). The Python API's ``bert_jax.fill_mask``."""
+    if isinstance(texts, str):
+        texts = [texts]
+    path = checkpoint_text.local_checkpoint(checkpoint)
+    params, config = checkpoint_text.load_params(checkpoint, path, vocab_file)
+    if "mlm" not in params:
+        raise ValueError(
+            f"--checkpoint {checkpoint} has no masked-LM head, only what fine-tuning or features "
+            "read: fill-mask needs one (a pre-training workdir, a BertForPreTraining, BertForMaskedLM "
+            "or ModernBertForMaskedLM folder, an original TF checkpoint)"
+        )
+    tokenizer = checkpoint_text.tokenizer_for(
+        checkpoint, path, config, vocab_file, do_lower_case, max_seq_length
+    )
+    if top_k > config.vocab_size:
+        raise ValueError(f"--top_k={top_k} is more than the vocabulary's {config.vocab_size:,} tokens")
+    named = named or (lambda i: f"text {i + 1}")
+    table = config.max_position_embeddings
+    rows = masked_text.encode(tokenizer, texts, max_seq_length, named)
+    if max_seq_length is None and rows.lengths.max() > table:
+        rows = masked_text.encode(tokenizer, texts, table, named)
+    length = rows.batch["input_ids"].shape[1]
+    cut = int((rows.lengths > length).sum())
+    if cut:
+        print(
+            f"warning: {cut:,} of {len(texts):,} texts are longer than --max_seq_length={length} "
+            f"and were cut after their last mask (the longest: {rows.lengths.max():,} tokens)",
+            flush=True,
+        )
+    bar = ProgressLines("fill-mask", len(texts), "texts") if len(texts) > batch_size else None
+    ids, probs = fill_mask.top_tokens(
+        params, config, rows.batch, rows.positions, top_k, batch_size, Numerics(compute_dtype=compute_dtype),
+        progress=bar.advance if bar else None,
+    )  # fmt: skip
+    if bar:
+        bar.close()
+    marker = masked_text.mask_string(tokenizer)
+    records = []
+    for i, text in enumerate(texts):
+        masks = [
+            [
+                {"token": masked_text.piece_text(tokenizer.vocab[int(t)]), "id": int(t), "score": float(p)}
+                for t, p in zip(ids[i, k], probs[i, k], strict=True)
+            ]
+            for k in range(int(rows.counts[i]))
+        ]
+        best = [m[0]["token"] for m in masks]
+        records.append({"text": text, "filled": masked_text.filled(text, marker, best), "masks": masks})
+    return records
