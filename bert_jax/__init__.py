@@ -38,6 +38,7 @@ _API = {
     "BertForMultipleChoice": ("bert_jax.model.heads", "BertForMultipleChoice"),
     "extract_features": ("bert_jax.model.features", "extract"),
     "fill_mask": ("bert_jax.commands.fill_mask", "fill"),  # = bert-jax fill-mask
+    "predict": ("bert_jax.commands.predict", "predict"),  # = bert-jax predict
     # Checkpoints: Hugging Face, the original TF release, bert_jax.
     "load_checkpoint": ("bert_jax.convert", "load_checkpoint"),
     "save_checkpoint": ("bert_jax.convert", "save_checkpoint"),

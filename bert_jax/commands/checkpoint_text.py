@@ -1,15 +1,21 @@
 """A checkpoint and the tokenizer of its text, for the commands that run it on text
-(`features`, `fill-mask`): each refusal one line naming the flag, before any work."""
+(`features`, `fill-mask`, `predict`): each refusal one line naming the flag, before any
+work; the texts of ``--text`` and ``--input`` and the JSON lines of ``--output``."""
 
 from __future__ import annotations
 
+import json
 import os
 
 from absl import flags
 
 from bert_jax import convert
-from bert_jax.data import tokenization, vocab_fit
+from bert_jax.data import text_files, tokenization, user_paths, vocab_fit
 from bert_jax.model.config import BertConfig
+from bert_jax.model.numerics import DTYPES
+from bert_jax.storage import atomic_files
+
+FLAGS = flags.FLAGS
 
 
 def define_vocab_flags() -> None:
@@ -24,6 +30,58 @@ def define_vocab_flags() -> None:
         None,
         "Lower-case and strip accents (default: the casing recorded beside the vocabulary, else true).",
     )
+
+
+def define_text_flags(what: str) -> None:
+    """``--text`` (repeated), ``--input``, ``--output``, ``--overwrite``, ``--batch_size``,
+    ``--compute_dtype``, ``--max_seq_length`` and the vocabulary's flags of a command run
+    on texts (`what` says what a text is)."""
+    flags.DEFINE_multi_string("text", [], f"{what} (repeat the flag for more).")
+    flags.DEFINE_string("input", None, f"Text file, one text a line: {what[0].lower()}{what[1:]}.")
+    flags.DEFINE_string("output", None, "Optional .jsonl: one line of predictions per text.")
+    flags.DEFINE_bool("overwrite", False, "Replace an existing --output.")
+    flags.DEFINE_integer("batch_size", 32, "Texts per forward pass.", lower_bound=1)
+    flags.DEFINE_enum("compute_dtype", "float32", list(DTYPES), "Compute dtype.")
+    flags.DEFINE_integer(
+        "max_seq_length", None, "Tokens per text (default: the longest text's, within the checkpoint's)."
+    )
+    flags.register_validator(
+        "max_seq_length",
+        lambda v: v is None or v >= 3,
+        "must be at least 3 (room for [CLS], a token and [SEP])",
+    )
+    define_vocab_flags()
+
+
+def texts_given(what: str) -> list[str]:
+    """Each ``--text``, then each line of ``--input``; the paths checked first (``--output``
+    too), none given or an empty file refused in one line."""
+    if not FLAGS.text and not FLAGS.input:
+        raise ValueError(f"--text or --input: give the texts ({what})")
+    if FLAGS.input:
+        user_paths.input_file(FLAGS.input, "--input")
+    if FLAGS.output:
+        user_paths.output_file(FLAGS.output, "--output", FLAGS.overwrite)
+    texts = list(FLAGS.text) + (text_files.read_lines(FLAGS.input) if FLAGS.input else [])
+    if not texts:
+        raise ValueError(f"--input {FLAGS.input} is empty: give one text a line ({what})")
+    return texts
+
+
+def text_named(i: int) -> str:
+    """Text `i` of `texts_given` as a refusal names it: ``--text 2``, ``line 7 of F``."""
+    given = len(FLAGS.text)
+    return f"--text {i + 1}" if i < given else f"line {i - given + 1} of {FLAGS.input}"
+
+
+def write_records(records: list[dict], what: str) -> None:
+    """``--output``, when given: a JSON line per record, written whole."""
+    if not FLAGS.output:
+        return
+    lines = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
+    with user_paths.removed_if_failed(os.path.dirname(FLAGS.output)):
+        atomic_files.write_text(FLAGS.output, lines)
+    print(f"wrote {FLAGS.output}: {len(records)} texts{what}")
 
 
 def local_checkpoint(checkpoint: str) -> str:

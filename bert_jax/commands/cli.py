@@ -59,6 +59,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "bert_jax.commands.fill_mask",
         "A checkpoint's most likely tokens at each [MASK] of a text (its MLM head).",
     ),
+    "predict": (
+        "bert_jax.commands.predict",
+        "A fine-tuned classifier's labels, or a tagger's tags and entities, for new text.",
+    ),
     "features": (
         "bert_jax.commands.features",
         "Extract per-token hidden states of a checkpoint to .npy.",

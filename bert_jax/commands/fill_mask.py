@@ -19,17 +19,13 @@ refused unless ``--overwrite``. A text without a mask, or whose mask lies past
 
 from __future__ import annotations
 
-import json
-import os
-
 from absl import flags, logging
 
 from bert_jax.commands import checkpoint_text
-from bert_jax.data import masked_text, text_files, user_paths
+from bert_jax.data import masked_text
 from bert_jax.data.progress import ProgressLines
 from bert_jax.model import fill_mask
-from bert_jax.model.numerics import DTYPES, Numerics
-from bert_jax.storage import atomic_files
+from bert_jax.model.numerics import Numerics
 
 FLAGS = flags.FLAGS
 
@@ -38,24 +34,8 @@ def define_flags() -> None:
     flags.DEFINE_string(
         "checkpoint", None, "Pre-training workdir, or a bert_jax, HF or TF checkpoint with an MLM head."
     )
-    flags.DEFINE_multi_string("text", [], "A text with [MASK] in it (repeat the flag for more).")
-    flags.DEFINE_string("input", None, "Text file: one text with [MASK] in it a line.")
-    flags.DEFINE_string("output", None, "Optional .jsonl: one line of predictions per text.")
     flags.DEFINE_integer("top_k", 5, "Tokens shown per mask, most likely first.", lower_bound=1)
-    flags.DEFINE_integer(
-        "max_seq_length",
-        None,
-        "Tokens per text, [CLS] and [SEP] in them (default: the longest text's, within the checkpoint's).",
-    )
-    flags.register_validator(
-        "max_seq_length",
-        lambda v: v is None or v >= 3,
-        "must be at least 3 (room for [CLS], a mask and [SEP])",
-    )
-    checkpoint_text.define_vocab_flags()
-    flags.DEFINE_integer("batch_size", 32, "Texts per forward pass.", lower_bound=1)
-    flags.DEFINE_enum("compute_dtype", "float32", list(DTYPES), "Compute dtype.")
-    flags.DEFINE_bool("overwrite", False, "Replace an existing --output.")
+    checkpoint_text.define_text_flags("A text with [MASK] in it")
     flags.mark_flags_as_required(["checkpoint"])
 
 
@@ -63,25 +43,10 @@ def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise ValueError(f"unexpected arguments: {argv[1:]}")
     logging.set_verbosity(logging.WARNING)
-    if not FLAGS.text and not FLAGS.input:
-        raise ValueError("--text or --input: give the texts with [MASK] in them")
-    if FLAGS.input:
-        user_paths.input_file(FLAGS.input, "--input")
-    if FLAGS.output:
-        user_paths.output_file(FLAGS.output, "--output", FLAGS.overwrite)
-    texts = list(FLAGS.text)
-    lines = text_files.read_lines(FLAGS.input) if FLAGS.input else []
-    texts += lines
-    if not texts:
-        raise ValueError(f"--input {FLAGS.input} is empty: give one text with [MASK] in it a line")
-    given = len(FLAGS.text)
-
-    def named(i: int) -> str:
-        return f"--text {i + 1}" if i < given else f"line {i - given + 1} of {FLAGS.input}"
-
+    texts = checkpoint_text.texts_given("with [MASK] in them")
     records = fill(
         FLAGS.checkpoint, texts, FLAGS.top_k, FLAGS.max_seq_length, FLAGS.vocab_file, FLAGS.do_lower_case,
-        FLAGS.batch_size, FLAGS.compute_dtype, named,
+        FLAGS.batch_size, FLAGS.compute_dtype, checkpoint_text.text_named,
     )  # fmt: skip
     for record in records:
         print(record["text"])
@@ -89,11 +54,8 @@ def main(argv: list[str]) -> None:
             shown = "  ".join(f"{j + 1}. {p['token']} {p['score']:.3f}" for j, p in enumerate(predictions))
             print(f"  mask {k + 1}: {shown}")
         print(f"  filled: {record['filled']}")
-    if FLAGS.output:
-        lines_out = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
-        with user_paths.removed_if_failed(os.path.dirname(FLAGS.output)):
-            atomic_files.write_text(FLAGS.output, lines_out)
-        print(f"wrote {FLAGS.output}: {len(records)} texts, {sum(len(r['masks']) for r in records)} masks")
+    masks = sum(len(r["masks"]) for r in records)
+    checkpoint_text.write_records(records, f", {masks} masks")
 
 
 def fill(

@@ -14,6 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from bert_jax.model import batched
 from bert_jax.model.config import BertConfig
 from bert_jax.model.heads import BertForMaskedLM
 from bert_jax.model.numerics import DEFAULT, Numerics
@@ -45,17 +46,6 @@ def top_tokens(
         p, i = jax.lax.top_k(probs, top_k)
         return i, p
 
-    on_device, total = jax.device_put(weights), len(batch["input_ids"])
-    ids_out, probs_out = [], []
-    for start in range(0, total, batch_size):
-        sl = slice(start, start + batch_size)
-        rows = [batch[k][sl] for k in ("input_ids", "input_mask", "segment_ids")] + [positions[sl]]
-        n = len(rows[0])
-        if n < batch_size < total:  # the last batch, padded to the compiled shape
-            rows = [np.concatenate([r, np.zeros((batch_size - n, *r.shape[1:]), r.dtype)]) for r in rows]
-        i, p = best(on_device, *rows)
-        ids_out.append(np.asarray(i[:n]))
-        probs_out.append(np.asarray(p[:n], np.float32))
-        if progress is not None:
-            progress(n)
-    return np.concatenate(ids_out), np.concatenate(probs_out)
+    rows = [batch[k] for k in ("input_ids", "input_mask", "segment_ids")] + [positions]
+    ids, probs = batched.apply_in_batches(best, weights, rows, batch_size, progress)
+    return ids, probs.astype(np.float32)

@@ -31,7 +31,7 @@ def bert_jax_ids(text: str) -> list[int]:
 def test_help_lists_every_subcommand() -> None:
     proc = bert_jax("--help")
     assert proc.returncode == 0
-    for sub in ("pretrain", "plan", "convert", "features", "fill-mask", "tokenize"):
+    for sub in ("pretrain", "plan", "convert", "features", "fill-mask", "predict", "tokenize"):
         assert f"  {sub} " in proc.stdout
 
 

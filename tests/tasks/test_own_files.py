@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import bert_jax
 from bert_jax.commands import run_settings
 from bert_jax.data import tokenization
 from bert_jax.tasks import own_classification
@@ -178,6 +179,9 @@ def test_a_run_on_own_files_trains_predicts_and_saves_its_labels(tmp_path, tiny_
     assert sum(g == y for g, (_, y) in zip(got, rows[200:], strict=True)) >= 9
     record = json.loads((tmp_path / "run" / "best_model" / "task.json").read_text())
     assert record["head"] == {"kind": "classifier", "labels": ["negative", "positive"]}
+    # `bert-jax predict` on the best model: the run's own test predictions, row by row.
+    predicted = bert_jax.predict(str(tmp_path / "run" / "best_model"), [s for s, _ in rows[200:]])
+    assert [r["label"] for r in predicted] == got
 
 
 CONLL = "EGFR B-GENE\nbinds O\nerlotinib B-CHEM\n.\tO\n\nThe O\nBRCA1 B-GENE\nprotein I-GENE\n"

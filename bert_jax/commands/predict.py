@@ -1,0 +1,179 @@
+"""`bert-jax predict --checkpoint=DIR --text="..." [--input=TEXT] [--output=F.jsonl]`.
+
+A fine-tuned model on new text, as `transformers`' text-classification and
+token-classification pipelines run one: the checkpoint is a fine-tuning run's
+``best_model/`` (or a bert_jax export with its head), or a `transformers`
+``BertForSequenceClassification`` / ``BertForTokenClassification`` (or ModernBERT's)
+folder; its labels are the ones it records (``task.json``, ``id2label``), else
+``LABEL_0``, ``LABEL_1``, ....
+
+- A sentence classifier: each text's label and its probability (all labels' in
+  ``--output``); a TAB in a text separates sentence A from sentence B (a pair task's
+  input). A one-output head (STS-B, a regression on own files) gives its score.
+- A token tagger: the text split into words at spaces and punctuation (as BERT's basic
+  tokenizer splits, and as CoNLL files are written), each word's tag (its first piece's),
+  and the entities its IOB tags make (``Angela Merkel/PER``).
+
+The texts: each ``--text`` (the flag may be repeated), then each line of ``--input``.
+Printed a line per text; ``--output`` writes each as a JSON line, whole, once every text is
+done (an existing non-empty one is refused unless ``--overwrite``). A text longer than
+``--max_seq_length`` (default: the longest text's, within the checkpoint's position table)
+is cut, said in one warning line (a cut tagger's words past the row are tagged ``O``). In
+Python: ``bert_jax.predict(checkpoint, texts)`` returns the same records.
+"""
+
+from __future__ import annotations
+
+import re
+
+import jax
+import numpy as np
+from absl import flags, logging
+
+from bert_jax import convert
+from bert_jax.commands import checkpoint_text
+from bert_jax.model import batched, heads
+from bert_jax.model.numerics import Numerics
+from bert_jax.tasks import ner, scorers
+
+FLAGS = flags.FLAGS
+
+KINDS = ("classifier", "token_classifier")  # the heads `predict` runs (`convert.layout.TASK_HEADS`)
+_WORD = re.compile(r"\w+|[^\w\s]")  # a word, or one punctuation mark
+
+
+def define_flags() -> None:
+    flags.DEFINE_string("checkpoint", None, "A fine-tuned best_model/, or a transformers classifier folder.")
+    checkpoint_text.define_text_flags("A text (TAB between a pair's sentences)")
+    flags.mark_flags_as_required(["checkpoint"])
+
+
+def main(argv: list[str]) -> None:
+    if len(argv) > 1:
+        raise ValueError(f"unexpected arguments: {argv[1:]}")
+    logging.set_verbosity(logging.WARNING)
+    texts = checkpoint_text.texts_given("to predict")
+    records = predict(
+        FLAGS.checkpoint, texts, FLAGS.max_seq_length, FLAGS.vocab_file, FLAGS.do_lower_case,
+        FLAGS.batch_size, FLAGS.compute_dtype,
+    )  # fmt: skip
+    for record in records:
+        print(shown(record))
+    checkpoint_text.write_records(records, "")
+
+
+def shown(record: dict) -> str:
+    """One line: the label (probability) or score, or the tagged words and entities, then
+    the text."""
+    if "tags" in record:
+        words = " ".join(
+            w if t == "O" else f"{w}/{t}" for w, t in zip(record["words"], record["tags"], strict=True)
+        )
+        found = ", ".join(f"{e['text']}/{e['type']}" for e in record["entities"]) or "none"
+        return f"{words}\n  entities: {found}"
+    if "label" in record:
+        return f"{record['label']} ({record['probability']:.3f})\t{record['text']}"
+    return f"{record['score']:.4f}\t{record['text']}"
+
+
+def predict(
+    checkpoint: str,
+    texts: list[str],
+    max_seq_length: int | None = None,
+    vocab_file: str | None = None,
+    do_lower_case: bool | None = None,
+    batch_size: int = 32,
+    compute_dtype: str = "float32",
+) -> list[dict]:
+    """For each text, a sentence classifier's ``{"text", "label", "probability",
+    "probabilities": {label: p}}`` (a one-output head: ``{"text", "score"}``), or a
+    tagger's ``{"text", "words", "tags", "entities": [{"text", "type", "start", "end"}]}``
+    (``start``/``end`` the entity's first and last word). The Python API's
+    ``bert_jax.predict``."""
+    if isinstance(texts, str):
+        texts = [texts]
+    path = checkpoint_text.local_checkpoint(checkpoint)
+    params, config = checkpoint_text.load_params(checkpoint, path, vocab_file)
+    kind = next((k for k in KINDS if k in params), None)
+    if kind is None:
+        held = [convert.HEADS[k] for k in convert.HEADS if k in params] or ["the encoder alone"]
+        raise ValueError(
+            f"--checkpoint {checkpoint} holds {', '.join(held)}: predict runs a fine-tuned sentence "
+            "classifier or token tagger (a run's best_model/, a transformers ...ForSequenceClassification "
+            "or ...ForTokenClassification folder)"
+        )
+    tokenizer = checkpoint_text.tokenizer_for(
+        checkpoint, path, config, vocab_file, do_lower_case, max_seq_length
+    )
+    outputs = int(params[kind]["bias"].shape[0])
+    labels = convert.label_names(path) or [f"LABEL_{i}" for i in range(outputs)]
+    if len(labels) != outputs:
+        raise ValueError(f"--checkpoint {checkpoint} names {len(labels)} labels for its {outputs} outputs")
+    table = config.max_position_embeddings
+    numerics = Numerics(compute_dtype=compute_dtype)
+    weights = {"bert": params["bert"], "classifier": params[kind]}
+    if kind == "classifier":
+        return _classified(
+            texts, weights, config, numerics, tokenizer, labels, max_seq_length, table, batch_size
+        )
+    return _tagged(texts, weights, config, numerics, tokenizer, labels, max_seq_length, table, batch_size)
+
+
+def _classified(texts, weights, config, numerics, tokenizer, labels, length, table, batch_size) -> list[dict]:
+    parts = [t.split("\t", 1) for t in texts]
+    a = [p[0] for p in parts]
+    b = [p[1] if len(p) == 2 else None for p in parts] if any(len(p) == 2 for p in parts) else None
+    longest = int(max(tokenizer.encode_pairs_measured(a, b, 3)[1]))
+    length = length or min(longest, table)
+    batch, lengths = tokenizer.encode_pairs_measured(a, b, length)
+    _warn_cut(lengths, length)
+    model = heads.BertForSequenceClassification(config, len(labels), numerics)
+    fn = jax.jit(lambda w, *rows: (model.apply({"params": w}, *rows),))
+    rows = [batch[k] for k in ("input_ids", "input_mask", "segment_ids")]
+    (logits,) = batched.apply_in_batches(fn, weights, rows, batch_size)
+    if len(labels) == 1:
+        return [{"text": t, "score": float(x[0])} for t, x in zip(texts, logits, strict=True)]
+    probs = np.asarray(jax.nn.softmax(logits, axis=-1), np.float64)
+    return [
+        {
+            "text": t,
+            "label": labels[int(p.argmax())],
+            "probability": float(p.max()),
+            "probabilities": {name: float(x) for name, x in zip(labels, p, strict=True)},
+        }
+        for t, p in zip(texts, probs, strict=True)
+    ]
+
+
+def _tagged(texts, weights, config, numerics, tokenizer, labels, length, table, batch_size) -> list[dict]:
+    words = [_WORD.findall(t) for t in texts]
+    placeholder = "O" if "O" in labels else labels[0]
+    sentences = [ner.Sentence(w, [placeholder] * len(w), i + 1) for i, w in enumerate(words)]
+    unique = list(dict.fromkeys(x for w in words for x in w))
+    pieces = dict(zip(unique, tokenizer.tokenize(unique), strict=True))
+    lengths = np.array([2 + sum(max(len(pieces[x]), 1) for x in w) for w in words])  # [CLS] .. [SEP]
+    length = length or min(max(int(lengths.max()), 3), table)
+    batch, first = ner.featurize(sentences, tokenizer, length, tuple(labels))
+    _warn_cut(lengths, length)
+    model = heads.BertForTokenClassification(config, len(labels), numerics)
+    fn = jax.jit(lambda w, *rows: (model.apply({"params": w}, *rows),))
+    rows = [batch[k] for k in ("input_ids", "input_mask", "segment_ids")]
+    (logits,) = batched.apply_in_batches(fn, weights, rows, batch_size)
+    records = []
+    for t, w, tags in zip(texts, words, ner.decode(logits, first, tuple(labels)), strict=True):
+        found = [
+            {"text": " ".join(w[s : e + 1]), "type": kind, "start": s, "end": e}
+            for kind, s, e in scorers.entities(tags)
+        ]
+        records.append({"text": t, "words": w, "tags": tags, "entities": found})
+    return records
+
+
+def _warn_cut(lengths: np.ndarray, length: int) -> None:
+    cut = int((lengths > length).sum())
+    if cut:
+        print(
+            f"warning: {cut:,} of {len(lengths):,} texts are longer than --max_seq_length={length} "
+            f"and were cut",
+            flush=True,
+        )
