@@ -261,3 +261,53 @@ def test_fill_mask_rows_are_autotokenizers_with_the_mask_taking_its_space(cased)
             "[MASK]"
         )
     assert masked_text.piece_text(ours.vocab[ours.tokenize(["the capital"])[0][-1]]) == "capital"
+
+
+def test_a_modernbert_folder_fills_masks_and_classifies_as_transformers(cased, tmp_path) -> None:
+    """A `transformers` ModernBERT folder with this tokenizer.json (local and global layers,
+    rotary positions): `bert_jax.fill_mask` gives the fill-mask pipeline's tokens and
+    scores, `bert_jax.predict` the text-classification pipeline's probabilities."""
+    import shutil
+
+    import torch
+
+    import bert_jax
+
+    texts = ["The [MASK] of France is Paris.", "Prices rose as the [MASK] bank [MASK] rates again."]
+    config = dict(
+        vocab_size=VOCAB_SIZE, hidden_size=32, num_attention_heads=2, intermediate_size=48,
+        num_hidden_layers=3, max_position_embeddings=64, global_attn_every_n_layers=2, local_attention=8,
+        pad_token_id=0, bos_token_id=2, eos_token_id=3, cls_token_id=2, sep_token_id=3,
+    )  # fmt: skip
+    labels = ["negative", "neutral", "positive"]
+    for cls, extra in (
+        (transformers.ModernBertForMaskedLM, {}),
+        (transformers.ModernBertForSequenceClassification, dict(id2label=dict(enumerate(labels)))),
+    ):
+        torch.manual_seed(0)
+        model = cls(transformers.ModernBertConfig(**config, **extra)).eval()
+        with torch.no_grad():
+            for p in model.parameters():
+                p.add_(0.1 * torch.randn_like(p))
+        folder = tmp_path / cls.__name__
+        model.save_pretrained(folder)
+        for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
+            shutil.copy(cased / name, folder / name)
+        if cls is transformers.ModernBertForMaskedLM:
+            got = bert_jax.fill_mask(str(folder), texts, top_k=4)
+            pipe = transformers.pipeline("fill-mask", model=str(folder), top_k=4)
+            for text, record in zip(texts, got, strict=True):
+                want = pipe(text)
+                want = [want] if isinstance(want[0], dict) else want
+                for ours, theirs in zip(record["masks"], want, strict=True):
+                    assert [p["id"] for p in ours] == [p["token"] for p in theirs], text
+                    np.testing.assert_allclose(
+                        [p["score"] for p in ours], [p["score"] for p in theirs], rtol=1e-4
+                    )
+        else:
+            got = bert_jax.predict(str(folder), [t.replace("[MASK]", "new") for t in texts])
+            pipe = transformers.pipeline("text-classification", model=str(folder), top_k=None)
+            for record, want in zip(got, pipe([r["text"] for r in got]), strict=True):
+                np.testing.assert_allclose(
+                    [record["probabilities"][p["label"]] for p in want], [p["score"] for p in want], rtol=1e-4
+                )
