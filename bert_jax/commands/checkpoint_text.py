@@ -13,7 +13,7 @@ from bert_jax import convert
 from bert_jax.data import text_files, tokenization, user_paths, vocab_fit
 from bert_jax.model.config import BertConfig
 from bert_jax.model.numerics import DTYPES
-from bert_jax.storage import atomic_files
+from bert_jax.storage import atomic_files, run_steps
 
 FLAGS = flags.FLAGS
 
@@ -88,7 +88,9 @@ def local_checkpoint(checkpoint: str) -> str:
     """`checkpoint` as a local path (one in a bucket: its local copy), refused when absent."""
     path = convert.local_copy(checkpoint)
     if not (os.path.exists(path) or os.path.exists(f"{path}.index")):
-        raise FileNotFoundError(f"--checkpoint {checkpoint} does not exist")
+        steps = run_steps.parse(os.path.dirname(path.rstrip("/")))  # WORKDIR/checkpoints/<a step not there>
+        held = f" (the steps saved there: {', '.join(run_steps.steps(steps))})" if steps else ""
+        raise FileNotFoundError(f"--checkpoint {checkpoint} does not exist{held}")
     return path
 
 

@@ -55,7 +55,7 @@ from bert_jax.convert.tokenizer_files import (
     write_tokenizer_files,
 )
 from bert_jax.model.config import BertConfig
-from bert_jax.storage import files
+from bert_jax.storage import files, run_steps
 
 __all__ = [
     "Params",
@@ -89,6 +89,8 @@ def detect_format(path: str) -> str:
     if files.is_remote(path):
         return remote_checkpoint.format_of(path)
     if os.path.isdir(path):
+        if run_steps.parse(path):  # a run's best/, checkpoints/ or one step in them
+            return "bert_jax"
         names = os.listdir(path)
         found = formats.of_names(set(names))
         if found:

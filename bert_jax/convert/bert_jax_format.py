@@ -16,6 +16,7 @@ from flax import serialization
 from bert_jax.convert import layout
 from bert_jax.convert.layout import Params
 from bert_jax.model.config import BertConfig
+from bert_jax.storage import run_steps
 
 
 def save_bert_jax(
@@ -84,19 +85,24 @@ def write_head_record(folder: str, params: Params, labels: list[str] | None) -> 
             json.dump({"head": {"kind": head[0], "labels": list(labels or [])}}, f, indent=2)
 
 
-def _restore_workdir_params(workdir: str) -> Params:
-    """Only the ``params`` of the latest train state in ``workdir/checkpoints/<step>/``.
+def _restore_workdir_params(workdir: str, saved: run_steps.RunStep | None = None) -> Params:
+    """Only the ``params`` of a train state of the run in ``workdir``: the latest in
+    ``checkpoints/<step>/``, or the one `saved` names (``best/``, a step).
 
     A partial restore: the optimizer state (twice the size of the params for Adam) is
     never read.
     """
-    manager = ocp.CheckpointManager(
-        os.path.join(workdir, "checkpoints"), item_handlers=ocp.PyTreeCheckpointHandler()
-    )
+    saved = saved or run_steps.RunStep(workdir, "checkpoints", None)
+    folder = os.path.join(workdir, saved.folder)
+    manager = ocp.CheckpointManager(folder, item_handlers=ocp.PyTreeCheckpointHandler())
     try:
-        step = manager.latest_step()
+        steps = manager.all_steps()
+        step = saved.step if saved.step is not None else manager.latest_step()
         if step is None:
-            raise ValueError(f"{workdir}: no params/ and no checkpoints/<step>/ in it")
+            raise ValueError(f"{workdir}: no params/ and no {saved.folder}/<step>/ in it")
+        if step not in steps:
+            held = ", ".join(map(str, sorted(steps))) or "none"
+            raise ValueError(f"{folder}/{step} is not a saved step of the run (its steps: {held})")
         metadata = manager.item_metadata(step)
         tree = getattr(metadata, "tree", metadata)
         if not isinstance(tree, dict) or "params" not in tree:
@@ -109,7 +115,11 @@ def _restore_workdir_params(workdir: str) -> Params:
         )
     finally:
         manager.close()
-    print(f"{workdir}: the weights of its latest checkpoint, step {step}", flush=True)
+    if saved.step is not None:
+        print(f"{workdir}: the weights of step {step} ({saved.folder}/{step})", flush=True)
+    else:
+        which = "latest" if saved.folder == "checkpoints" else "best"
+        print(f"{workdir}: the weights of its {which} checkpoint, step {step}", flush=True)
     params = restored["params"]
     # A fine-tuning workdir holds `bert` plus a task head: the encoder is what converts.
     if "mlm" not in params:
@@ -122,7 +132,7 @@ def _restore_workdir_params(workdir: str) -> Params:
 
 def read_bert_jax_config(path: str) -> BertConfig:
     """The `bert_config.json` of a bert_jax export or workdir."""
-    path = os.path.abspath(path)
+    path = run_steps.workdir_of(os.path.abspath(path))
     return layout.read_config(os.path.join(path, "bert_config.json"), path)
 
 
@@ -136,7 +146,10 @@ def load_bert_jax(path: str, expected: BertConfig | None = None) -> tuple[Params
     path = os.path.abspath(path)
     config = read_bert_jax_config(path)
     layout.check_expected(config, expected, path)
-    if os.path.isdir(os.path.join(path, "params")):
+    saved = run_steps.parse(path)  # a run's best/, checkpoints/ or one step in them
+    if saved is not None:
+        params, path = _restore_workdir_params(saved.workdir, saved), saved.workdir
+    elif os.path.isdir(os.path.join(path, "params")):
         try:
             params = ocp.StandardCheckpointer().restore(os.path.join(path, "params"))
         except Exception as e:

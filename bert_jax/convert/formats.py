@@ -22,5 +22,6 @@ def not_a_checkpoint(path: str, inside: list[str] = ()) -> ValueError:
     return ValueError(
         f"{path} is not a checkpoint (expected a Hugging Face folder: config.json + "
         "model.safetensors/pytorch_model.bin, an original TF checkpoint: *.index + "
-        f"bert_config.json, or a bert_jax folder: bert_config.json + params/ or checkpoints/){named}"
+        "bert_config.json, a bert_jax folder: bert_config.json + params/ or checkpoints/, or a run's "
+        f"best/ or checkpoints/<step>){named}"
     )

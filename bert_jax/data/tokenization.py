@@ -22,7 +22,7 @@ import numpy as np
 import sentencepiece as spm
 
 from bert_jax.data import remote_copy
-from bert_jax.storage import files, tensorflow_runtime
+from bert_jax.storage import files, run_steps, tensorflow_runtime
 
 if TYPE_CHECKING:
     from bert_jax.data import tokenizer_json
@@ -97,6 +97,7 @@ def vocab_beside(checkpoint: str) -> str:
             return vocab_in_folder(checkpoint)[0]
         except FileNotFoundError:
             raise FileNotFoundError(missing.format(checkpoint)) from None
+    checkpoint = run_steps.workdir_of(checkpoint)  # a run's best/ or checkpoints/<step>: its workdir's
     folder = checkpoint if os.path.isdir(checkpoint) else os.path.dirname(checkpoint)
     found = _saved_file(folder, SAVED_NAMES)
     if found:
