@@ -13,6 +13,11 @@ folder; its labels are the ones it records (``task.json``, ``id2label``), else
 - A token tagger: the text split into words at spaces and punctuation (as BERT's basic
   tokenizer splits, and as CoNLL files are written), each word's tag (its first piece's),
   and the entities its IOB tags make (``Angela Merkel/PER``).
+- A question-answering (span) model: a text is ``QUESTION<TAB>PASSAGE``; the answer is
+  the passage's best span as SQuAD's evaluation decodes it (windows of
+  ``--max_seq_length``, default 384, every ``--doc_stride`` 128 tokens; the question cut
+  at 64), with its probability among the n-best spans and the SQuAD 2.0 null-score
+  difference (above 0: the model would rather answer nothing).
 
 The texts: each ``--text`` (the flag may be repeated), then each line of ``--input``.
 Printed a line per text; ``--output`` writes each as a JSON line, whole, once every text is
@@ -34,17 +39,22 @@ from bert_jax import convert
 from bert_jax.commands import checkpoint_text
 from bert_jax.model import batched, heads
 from bert_jax.model.numerics import Numerics
-from bert_jax.tasks import ner, scorers
+from bert_jax.tasks import ner, scorers, squad_answers, squad_examples, squad_windows
 
 FLAGS = flags.FLAGS
 
-KINDS = ("classifier", "token_classifier")  # the heads `predict` runs (`convert.layout.TASK_HEADS`)
+KINDS = ("classifier", "token_classifier", "qa_outputs")  # the heads `predict` runs (`layout.TASK_HEADS`)
 _WORD = re.compile(r"\w+|[^\w\s]")  # a word, or one punctuation mark
 
 
 def define_flags() -> None:
     flags.DEFINE_string("checkpoint", None, "A fine-tuned best_model/, or a transformers classifier folder.")
-    checkpoint_text.define_text_flags("A text (TAB between a pair's sentences)")
+    checkpoint_text.define_text_flags(
+        "A text (TAB between a pair's sentences, or a question and its passage)"
+    )
+    flags.DEFINE_integer(
+        "doc_stride", 128, "Question answering: tokens between passage windows.", lower_bound=1
+    )
     flags.mark_flags_as_required(["checkpoint"])
 
 
@@ -55,7 +65,7 @@ def main(argv: list[str]) -> None:
     texts = checkpoint_text.texts_given("to predict")
     records = predict(
         FLAGS.checkpoint, texts, FLAGS.max_seq_length, FLAGS.vocab_file, FLAGS.do_lower_case,
-        FLAGS.batch_size, FLAGS.compute_dtype,
+        FLAGS.batch_size, FLAGS.compute_dtype, FLAGS.doc_stride, checkpoint_text.text_named,
     )  # fmt: skip
     for record in records:
         print(shown(record))
@@ -73,6 +83,9 @@ def shown(record: dict) -> str:
         return f"{words}\n  entities: {found}"
     if "label" in record:
         return f"{record['label']} ({record['probability']:.3f})\t{record['text']}"
+    if "answer" in record:
+        answer, null = record["answer"] or "(no span)", record["null_score_diff"]
+        return f"{answer} ({record['probability']:.3f}; null {null:+.2f})\t{record['question']}"
     return f"{record['score']:.4f}\t{record['text']}"
 
 
@@ -84,12 +97,15 @@ def predict(
     do_lower_case: bool | None = None,
     batch_size: int = 32,
     compute_dtype: str = "float32",
+    doc_stride: int = 128,
+    named=None,
 ) -> list[dict]:
     """For each text, a sentence classifier's ``{"text", "label", "probability",
     "probabilities": {label: p}}`` (a one-output head: ``{"text", "score"}``), or a
     tagger's ``{"text", "words", "tags", "entities": [{"text", "type", "start", "end"}]}``
-    (``start``/``end`` the entity's first and last word). The Python API's
-    ``bert_jax.predict``."""
+    (``start``/``end`` the entity's first and last word), or a span model's ``{"text",
+    "question", "answer", "probability", "null_score_diff"}``. `named(i)` names text i in a
+    refusal (default ``text i+1``). The Python API's ``bert_jax.predict``."""
     if isinstance(texts, str):
         texts = [texts]
     path = checkpoint_text.local_checkpoint(checkpoint)
@@ -105,12 +121,17 @@ def predict(
     tokenizer = checkpoint_text.tokenizer_for(
         checkpoint, path, config, vocab_file, do_lower_case, max_seq_length
     )
+    table = config.max_position_embeddings
+    numerics = Numerics(compute_dtype=compute_dtype)
+    if kind == "qa_outputs":
+        weights = {"bert": params["bert"], "qa_outputs": params[kind]}
+        named = named or (lambda i: f"text {i + 1}")
+        length = max_seq_length or min(384, table)
+        return _answered(texts, weights, config, numerics, tokenizer, length, doc_stride, batch_size, named)
     outputs = int(params[kind]["bias"].shape[0])
     labels = convert.label_names(path) or [f"LABEL_{i}" for i in range(outputs)]
     if len(labels) != outputs:
         raise ValueError(f"--checkpoint {checkpoint} names {len(labels)} labels for its {outputs} outputs")
-    table = config.max_position_embeddings
-    numerics = Numerics(compute_dtype=compute_dtype)
     weights = {"bert": params["bert"], "classifier": params[kind]}
     if kind == "classifier":
         return _classified(
@@ -166,6 +187,41 @@ def _tagged(texts, weights, config, numerics, tokenizer, labels, length, table, 
             for kind, s, e in scorers.entities(tags)
         ]
         records.append({"text": t, "words": w, "tags": tags, "entities": found})
+    return records
+
+
+def _answered(texts, weights, config, numerics, tokenizer, length, stride, batch_size, named) -> list[dict]:
+    examples = []
+    for i, text in enumerate(texts):
+        question, tab, passage = text.partition("\t")
+        if not tab or not passage.strip():
+            raise ValueError(
+                f"{named(i)}: a question-answering model reads QUESTION<TAB>PASSAGE, and it has no passage"
+            )
+        words = squad_examples.split_words(passage)[0]
+        examples.append(squad_examples.SquadExample(str(i), question, words, "", -1, -1, False))
+    query = min(64, length - 4)
+    arrays, windows = squad_windows.featurize(examples, tokenizer, length, min(stride, length), query)
+    model = heads.BertForQuestionAnswering(config, numerics)
+    fn = jax.jit(lambda w, *rows: model.apply({"params": w}, *rows))
+    rows = [arrays[k] for k in ("input_ids", "input_mask", "segment_ids")]
+    start, end = batched.apply_in_batches(fn, weights, rows, batch_size)
+    lower = getattr(tokenizer, "do_lower_case", True)
+    _, null_odds, nbest = squad_answers.predict_answers(
+        examples, windows, arrays["input_ids"], start, end, tokenizer.vocab, lower, version_2=True
+    )
+    records = []
+    for ex, text in zip(examples, texts, strict=True):
+        best = next((c for c in nbest[ex.qas_id] if c["text"]), {"text": "", "probability": 0.0})
+        records.append(
+            {
+                "text": text,
+                "question": ex.question,
+                "answer": best["text"],
+                "probability": float(best["probability"]),
+                "null_score_diff": float(null_odds[ex.qas_id]),
+            }
+        )
     return records
 
 

@@ -94,6 +94,48 @@ def test_a_taggers_word_tags_are_its_first_pieces_and_make_entities(folders) -> 
     assert all(e["text"] == " ".join(words[e["start"] : e["end"] + 1]) for e in record["entities"])
 
 
+def test_a_span_models_answers_are_squads_decoding_of_its_logits(tmp_path) -> None:
+    """QUESTION<TAB>PASSAGE: the windows SQuAD's evaluation cuts, the `transformers` model's
+    start and end logits on them, decoded as SQuAD's evaluation decodes them; a passage
+    longer than a row is read in several windows."""
+    from bert_jax.tasks import squad_answers, squad_examples, squad_windows
+
+    torch.manual_seed(2)
+    model = transformers.BertForQuestionAnswering(transformers.BertConfig(**CONFIG)).eval()
+    with torch.no_grad():
+        model.qa_outputs.weight.normal_(0.0, 1.0)
+    folder = tmp_path / "qa"
+    model.save_pretrained(folder)
+    shutil.copy(tokenization.default_vocab_file(), folder / "vocab.txt")
+    texts = [f"Who met officials in Brussels?\t{TEXTS[2]}", f"What rose?\t{' '.join(TEXTS * 3)}"]
+    got = bert_jax.predict(str(folder), texts, max_seq_length=48, doc_stride=16)
+    tokenizer = tokenization.load_tokenizer(str(folder / "vocab.txt"))
+    examples = [
+        squad_examples.SquadExample(str(i), q, squad_examples.split_words(p)[0], "", -1, -1, False)
+        for i, (q, p) in enumerate(t.split("\t") for t in texts)
+    ]
+    arrays, windows = squad_windows.featurize(examples, tokenizer, 48, 16, 44)
+    assert list(windows.example).count(1) > 1  # the long passage: several windows
+    with torch.no_grad():
+        out = model(
+            input_ids=torch.tensor(arrays["input_ids"], dtype=torch.long),
+            attention_mask=torch.tensor(arrays["input_mask"], dtype=torch.long),
+            token_type_ids=torch.tensor(arrays["segment_ids"], dtype=torch.long),
+        )
+    _, null_odds, nbest = squad_answers.predict_answers(
+        examples, windows, arrays["input_ids"], out.start_logits.numpy(), out.end_logits.numpy(),
+        tokenizer.vocab, version_2=True,
+    )  # fmt: skip
+    for i, record in enumerate(got):
+        best = next((c for c in nbest[str(i)] if c["text"]), {"text": "", "probability": 0.0})  # no span: ""
+        assert record["answer"] == best["text"] and record["answer"] in texts[i].split("\t")[1]
+        assert record["probability"] == pytest.approx(best["probability"], rel=1e-4)
+        assert record["null_score_diff"] == pytest.approx(null_odds[str(i)], abs=1e-3)
+    assert got[1]["answer"] and got[1]["probability"] > 0
+    with pytest.raises(ValueError, match=r"text 1: a question-answering model reads QUESTION<TAB>PASSAGE"):
+        bert_jax.predict(str(folder), ["no passage here"])
+
+
 def test_the_command_prints_writes_and_refuses_in_one_line(folders, tiny_checkpoint, tmp_path) -> None:
     def run(*args: str) -> subprocess.CompletedProcess:
         return subprocess.run(
