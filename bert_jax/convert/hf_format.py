@@ -97,7 +97,10 @@ def _decoder_from(state: dict, used: set[str], config: BertConfig, source: str) 
 def _fresh_pooler(config: BertConfig, source: str) -> Params:
     """A pooler as `transformers` initialises BERT's (a BertForMaskedLM folder has none),
     with a warning line: the sentence-level tasks start it afresh either way."""
-    print(f"warning: {source} has no bert.pooler.* tensors: the pooler starts from a fresh initialisation")
+    print(
+        f"warning: {source} has no bert.pooler.* tensors: the pooler starts from a fresh initialisation "
+        "(only the next-sentence, sentence-classification and multiple-choice heads read it)"
+    )
     h = config.hidden_size
     kernel = np.random.default_rng(0).normal(0.0, config.initializer_range, (h, h)).astype(np.float32)
     return {"dense": {"kernel": kernel, "bias": np.zeros(h, np.float32)}}

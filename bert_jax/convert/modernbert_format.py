@@ -270,7 +270,10 @@ def _decoder_from(state: dict, used: set[str], flat: names.Flat, c: BertConfig, 
 def _fresh_pooler(config: BertConfig, source: str) -> Params:
     """A pooler as `transformers` initialises a ModernBertPredictionHead (a bare
     ModernBertModel folder has none), with a warning line."""
-    print(f"warning: {source} has no head.* tensors: the pooling head starts from a fresh initialisation")
+    print(
+        f"warning: {source} has no head.* tensors: the pooling head starts from a fresh initialisation "
+        "(only the sentence-classification and multiple-choice heads read it)"
+    )
     h, std = config.hidden_size, config.initializer_range / np.sqrt(2.0 * config.num_hidden_layers)
     rng = np.random.default_rng(0)
     pooler: Params = {

@@ -112,7 +112,7 @@ class EpochScoring:
         self.start, self.losses = time.time(), []
 
     def hooks(self) -> list[Hook]:
-        return [Hook(self.record), Hook(self.close, every=self.steps_per_epoch)]
+        return [Hook(self.record, reads_values=False), Hook(self.close, every=self.steps_per_epoch)]
 
     def record(self, ctx: StepContext) -> None:
         self.losses.append(ctx.metrics["loss"])

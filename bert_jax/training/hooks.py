@@ -110,11 +110,15 @@ class StepContext:
 @dataclasses.dataclass(frozen=True)
 class Hook:
     """``fn(ctx)`` after every `every`-th step (0: on no cadence) and after each step
-    listed in `also_at`."""
+    listed in `also_at`. A hook that reads values of the step (metrics, the state) makes
+    the loop wait for the steps queued before it first, as training time (the hook's own
+    time is not); one that only keeps references to the step's arrays says
+    ``reads_values=False``, and the steps go on queueing past it."""
 
     fn: Callable[[StepContext], None]
     every: int = 1
     also_at: tuple[int, ...] = ()
+    reads_values: bool = True
 
     def due(self, step: int) -> bool:
         return bool(self.every and step % self.every == 0) or step in self.also_at

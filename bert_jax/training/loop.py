@@ -286,10 +286,12 @@ class TrainingRun:
                 meter=meter,
                 extra_metrics=extra_metrics,
             )
+            due = [hook for hook in hooks if hook.due(step)]
+            if any(hook.reads_values for hook in due):  # the queued steps finish: training time
+                jax.block_until_ready(metrics)
             meter.pause()  # saving and evaluating are not training
-            for hook in hooks:
-                if hook.due(step):
-                    hook.fn(ctx)
+            for hook in due:
+                hook.fn(ctx)
             meter.resume()
             if step == self.stop_after or self.preemption.should_stop(step):
                 self._stop(step, state)
