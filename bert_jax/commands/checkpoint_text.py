@@ -12,8 +12,9 @@ from absl import flags
 from bert_jax import convert
 from bert_jax.data import text_files, tokenization, user_paths, vocab_fit
 from bert_jax.model.config import BertConfig
-from bert_jax.model.numerics import DTYPES
+from bert_jax.model.numerics import DTYPES, Numerics
 from bert_jax.storage import atomic_files, run_steps
+from bert_jax.training import memory_fit
 
 FLAGS = flags.FLAGS
 
@@ -126,3 +127,21 @@ def check_positions(config: BertConfig, max_seq_length: int, checkpoint: str) ->
             f"--max_seq_length={max_seq_length} is longer than the position table of "
             f"{checkpoint} (max_position_embeddings={table}): set --max_seq_length={table} or less"
         )
+
+
+def check_batch_memory(
+    config: BertConfig, numerics: Numerics, rows: int, tokens: int, batch_size: int
+) -> None:
+    """One batch's layer of activations must fit the device (`training.memory_fit`):
+    refused in one line naming ``--batch_size`` and ``--max_seq_length`` otherwise."""
+    scores = memory_fit.materializes_scores(config, numerics)
+    need = memory_fit.layer_device_bytes(
+        rows, tokens, config.hidden_size, config.num_attention_heads, numerics.dtype.itemsize, scores
+    )
+    memory_fit.refuse_above(
+        f"--max_seq_length={tokens} with --batch_size={batch_size}",
+        f"one layer of activations for {rows:,} rows of {tokens} tokens",
+        need,
+        memory_fit.DEVICE,
+        "lower --batch_size or --max_seq_length",
+    )

@@ -127,15 +127,6 @@ def check_memory(config: BertConfig, numerics: Numerics, examples: int, num_laye
         memory_fit.HOST,
         "lower --max_seq_length, give fewer --layers or split --input",
     )
-    rows = min(FLAGS.batch_size, examples)
-    scores = memory_fit.materializes_scores(config, numerics)
-    need = memory_fit.layer_device_bytes(
-        rows, tokens, config.hidden_size, config.num_attention_heads, numerics.dtype.itemsize, scores
-    )
-    memory_fit.refuse_above(
-        f"--max_seq_length={tokens} with --batch_size={FLAGS.batch_size}",
-        f"one layer of activations for {rows:,} rows of {tokens} tokens",
-        need,
-        memory_fit.DEVICE,
-        "lower --batch_size or --max_seq_length",
+    checkpoint_text.check_batch_memory(
+        config, numerics, min(FLAGS.batch_size, examples), tokens, FLAGS.batch_size
     )

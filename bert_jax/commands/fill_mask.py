@@ -96,6 +96,8 @@ def fill(
     if max_seq_length is None and rows.lengths.max() > table:
         rows = masked_text.encode(tokenizer, texts, table, named)
     length = rows.batch["input_ids"].shape[1]
+    numerics = Numerics(compute_dtype=compute_dtype)
+    checkpoint_text.check_batch_memory(config, numerics, min(batch_size, len(texts)), length, batch_size)
     cut = int((rows.lengths > length).sum())
     if cut:
         print(
@@ -105,7 +107,7 @@ def fill(
         )
     bar = ProgressLines("fill-mask", len(texts), "texts") if len(texts) > batch_size else None
     ids, probs = fill_mask.top_tokens(
-        params, config, rows.batch, rows.positions, top_k, batch_size, Numerics(compute_dtype=compute_dtype),
+        params, config, rows.batch, rows.positions, top_k, batch_size, numerics,
         progress=bar.advance if bar else None,
     )  # fmt: skip
     if bar:

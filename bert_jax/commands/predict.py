@@ -148,6 +148,7 @@ def _classified(texts, weights, config, numerics, tokenizer, labels, length, tab
     length = length or min(longest, table)
     batch, lengths = tokenizer.encode_pairs_measured(a, b, length)
     _warn_cut(lengths, length)
+    checkpoint_text.check_batch_memory(config, numerics, min(batch_size, len(texts)), length, batch_size)
     model = heads.BertForSequenceClassification(config, len(labels), numerics)
     fn = jax.jit(lambda w, *rows: (model.apply({"params": w}, *rows),))
     rows = [batch[k] for k in ("input_ids", "input_mask", "segment_ids")]
@@ -176,6 +177,7 @@ def _tagged(texts, weights, config, numerics, tokenizer, labels, length, table, 
     length = length or min(max(int(lengths.max()), 3), table)
     batch, first = ner.featurize(sentences, tokenizer, length, tuple(labels))
     _warn_cut(lengths, length)
+    checkpoint_text.check_batch_memory(config, numerics, min(batch_size, len(texts)), length, batch_size)
     model = heads.BertForTokenClassification(config, len(labels), numerics)
     fn = jax.jit(lambda w, *rows: (model.apply({"params": w}, *rows),))
     rows = [batch[k] for k in ("input_ids", "input_mask", "segment_ids")]
@@ -202,6 +204,8 @@ def _answered(texts, weights, config, numerics, tokenizer, length, stride, batch
         examples.append(squad_examples.SquadExample(str(i), question, words, "", -1, -1, False))
     query = min(64, length - 4)
     arrays, windows = squad_windows.featurize(examples, tokenizer, length, min(stride, length), query)
+    windows_held = min(batch_size, len(arrays["input_ids"]))
+    checkpoint_text.check_batch_memory(config, numerics, windows_held, length, batch_size)
     model = heads.BertForQuestionAnswering(config, numerics)
     fn = jax.jit(lambda w, *rows: model.apply({"params": w}, *rows))
     rows = [arrays[k] for k in ("input_ids", "input_mask", "segment_ids")]

@@ -111,13 +111,24 @@ def test_the_command_prints_and_writes_each_texts_masks_and_refuses_in_one_line(
     assert proc.returncode == 1 and f"--output {out} already exists" in proc.stderr
 
 
-def test_a_checkpoint_without_the_head_and_a_cut_mask_are_refused(tiny_checkpoint, masked_lm) -> None:
+def test_a_checkpoint_without_the_head_and_a_cut_mask_are_refused(
+    tiny_checkpoint, masked_lm, monkeypatch
+) -> None:
     with pytest.raises(ValueError, match=r"has no masked-LM head, .* fill-mask needs one"):
         bert_jax.fill_mask(tiny_checkpoint, TEXTS[:1])
     with pytest.raises(ValueError, match=r"text 1: its \[MASK\] at token 8 of 9 is cut at max_seq_length=8"):
         bert_jax.fill_mask(str(masked_lm), ["one two three four five six [MASK]"], max_seq_length=8)
     with pytest.raises(ValueError, match=r"max_seq_length=80 is longer than the position table"):
         bert_jax.fill_mask(str(masked_lm), TEXTS[:1], max_seq_length=80)
+    # A batch whose activations the device cannot hold (a 10 kB device here): one line.
+    from bert_jax.training import memory_fit
+
+    with monkeypatch.context() as m:
+        m.setattr(memory_fit, "device_bytes", lambda: (10_000, "cpu"))
+        with pytest.raises(
+            ValueError, match=r"--max_seq_length=\d+ with --batch_size=32: one layer of activations"
+        ):
+            bert_jax.fill_mask(str(masked_lm), TEXTS * 10)
     # A row cut after its last mask is filled as the pipeline fills the cut row.
     (record,) = bert_jax.fill_mask(
         str(masked_lm), ["Paris is the [MASK] of France, " + "a city " * 20], max_seq_length=16
