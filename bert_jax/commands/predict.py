@@ -148,11 +148,8 @@ def _classified(texts, weights, config, numerics, tokenizer, labels, length, tab
     length = length or min(longest, table)
     batch, lengths = tokenizer.encode_pairs_measured(a, b, length)
     _warn_cut(lengths, length)
-    checkpoint_text.check_batch_memory(config, numerics, min(batch_size, len(texts)), length, batch_size)
     model = heads.BertForSequenceClassification(config, len(labels), numerics)
-    fn = jax.jit(lambda w, *rows: (model.apply({"params": w}, *rows),))
-    rows = [batch[k] for k in ("input_ids", "input_mask", "segment_ids")]
-    (logits,) = batched.apply_in_batches(fn, weights, rows, batch_size)
+    (logits,) = _run(model, weights, batch, config, numerics, batch_size)
     if len(labels) == 1:
         return [{"text": t, "score": float(x[0])} for t, x in zip(texts, logits, strict=True)]
     probs = np.asarray(jax.nn.softmax(logits, axis=-1), np.float64)
@@ -177,11 +174,8 @@ def _tagged(texts, weights, config, numerics, tokenizer, labels, length, table, 
     length = length or min(max(int(lengths.max()), 3), table)
     batch, first = ner.featurize(sentences, tokenizer, length, tuple(labels))
     _warn_cut(lengths, length)
-    checkpoint_text.check_batch_memory(config, numerics, min(batch_size, len(texts)), length, batch_size)
     model = heads.BertForTokenClassification(config, len(labels), numerics)
-    fn = jax.jit(lambda w, *rows: (model.apply({"params": w}, *rows),))
-    rows = [batch[k] for k in ("input_ids", "input_mask", "segment_ids")]
-    (logits,) = batched.apply_in_batches(fn, weights, rows, batch_size)
+    (logits,) = _run(model, weights, batch, config, numerics, batch_size)
     records = []
     for t, w, tags in zip(texts, words, ner.decode(logits, first, tuple(labels)), strict=True):
         found = [
@@ -204,12 +198,8 @@ def _answered(texts, weights, config, numerics, tokenizer, length, stride, batch
         examples.append(squad_examples.SquadExample(str(i), question, words, "", -1, -1, False))
     query = min(64, length - 4)
     arrays, windows = squad_windows.featurize(examples, tokenizer, length, min(stride, length), query)
-    windows_held = min(batch_size, len(arrays["input_ids"]))
-    checkpoint_text.check_batch_memory(config, numerics, windows_held, length, batch_size)
     model = heads.BertForQuestionAnswering(config, numerics)
-    fn = jax.jit(lambda w, *rows: model.apply({"params": w}, *rows))
-    rows = [arrays[k] for k in ("input_ids", "input_mask", "segment_ids")]
-    start, end = batched.apply_in_batches(fn, weights, rows, batch_size)
+    start, end = _run(model, weights, arrays, config, numerics, batch_size)
     lower = getattr(tokenizer, "do_lower_case", True)
     _, null_odds, nbest = squad_answers.predict_answers(
         examples, windows, arrays["input_ids"], start, end, tokenizer.vocab, lower, version_2=True
@@ -227,6 +217,21 @@ def _answered(texts, weights, config, numerics, tokenizer, length, stride, batch
             }
         )
     return records
+
+
+def _run(model, weights: dict, batch: dict, config, numerics: Numerics, batch_size: int) -> tuple:
+    """`model`'s outputs on every row of `batch`, `batch_size` rows a pass (refused in one
+    line where a pass's activations cannot fit the device)."""
+    rows, length = len(batch["input_ids"]), batch["input_ids"].shape[1]
+    checkpoint_text.check_batch_memory(config, numerics, min(batch_size, rows), length, batch_size)
+
+    @jax.jit
+    def outputs(w: dict, *x: jax.Array) -> tuple:
+        out = model.apply({"params": w}, *x)
+        return out if isinstance(out, tuple) else (out,)  # the span head's (start, end)
+
+    inputs = [batch[k] for k in ("input_ids", "input_mask", "segment_ids")]
+    return batched.apply_in_batches(outputs, weights, inputs, batch_size)
 
 
 def _warn_cut(lengths: np.ndarray, length: int) -> None:
