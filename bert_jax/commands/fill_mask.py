@@ -105,13 +105,11 @@ def fill(
             f"and were cut after their last mask (the longest: {rows.lengths.max():,} tokens)",
             flush=True,
         )
-    bar = ProgressLines("fill-mask", len(texts), "texts") if len(texts) > batch_size else None
+    bar = ProgressLines("fill-mask", len(texts), "texts", only_if_long=True)  # a line each 10 s
     ids, probs = fill_mask.top_tokens(
-        params, config, rows.batch, rows.positions, top_k, batch_size, numerics,
-        progress=bar.advance if bar else None,
-    )  # fmt: skip
-    if bar:
-        bar.close()
+        params, config, rows.batch, rows.positions, top_k, batch_size, numerics, progress=bar.advance
+    )
+    bar.close()
     marker = masked_text.mask_string(tokenizer)
     records = []
     for i, text in enumerate(texts):

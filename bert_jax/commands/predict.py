@@ -37,6 +37,7 @@ from absl import flags, logging
 
 from bert_jax import convert
 from bert_jax.commands import checkpoint_text
+from bert_jax.data.progress import ProgressLines
 from bert_jax.model import batched, heads
 from bert_jax.model.numerics import Numerics
 from bert_jax.tasks import ner, scorers, squad_answers, squad_examples, squad_windows
@@ -231,7 +232,10 @@ def _run(model, weights: dict, batch: dict, config, numerics: Numerics, batch_si
         return out if isinstance(out, tuple) else (out,)  # the span head's (start, end)
 
     inputs = [batch[k] for k in ("input_ids", "input_mask", "segment_ids")]
-    return batched.apply_in_batches(outputs, weights, inputs, batch_size)
+    bar = ProgressLines("predict", rows, "rows", only_if_long=True)  # a line each 10 s
+    out = batched.apply_in_batches(outputs, weights, inputs, batch_size, progress=bar.advance)
+    bar.close()
+    return out
 
 
 def _warn_cut(lengths: np.ndarray, length: int) -> None:
