@@ -36,7 +36,7 @@ import re
 from bert_jax.convert import formats
 from bert_jax.convert.bert_jax_format import HEAD_FILE, TASK_RECORD
 from bert_jax.data import remote_copy, tokenization
-from bert_jax.storage import files
+from bert_jax.storage import files, run_steps
 
 # Weights of other frameworks a Hugging Face folder may hold beside model.safetensors.
 _OTHER_WEIGHTS = ("pytorch_model.bin", "tf_model.h5", "flax_model.msgpack", "rust_model.ot", "model.onnx")
@@ -92,6 +92,9 @@ def _checkpoint_files(url: str) -> tuple[str, dict[str, list[int]], str, str]:
     """The bucket folder a load of `url` reads from, the files of it a load reads (size and
     generation by relative path), for a TF checkpoint the prefix of its files (given, or
     the first ``*.index`` of a folder, as the TF reader takes it), and the format."""
+    step_of_run = _run_step_files(url)
+    if step_of_run is not None:
+        return step_of_run
     found = _listing(url)
     if not found:  # a TF prefix (or its .index), not a folder
         folder, prefix = url.rsplit("/", 1)
@@ -120,6 +123,30 @@ def _checkpoint_files(url: str) -> tuple[str, dict[str, list[int]], str, str]:
     return url, top, "", fmt
 
 
+def _run_step_files(url: str) -> tuple[str, dict[str, list[int]], str, str] | None:
+    """A run's ``.../best``, ``.../checkpoints`` or one step in them (`storage.run_steps`):
+    the workdir's config and tokenizer files and that step's folder, the local path being
+    the step's folder in the copy. None for any other URL."""
+    m = re.match(rf"^(.+)/({'|'.join(run_steps.FOLDERS)})(?:/(\d+))?$", url)
+    if m is None:
+        return None
+    workdir, folder, step = m.groups()
+    beside = {k: v for k, v in _listing(workdir).items() if "/" not in k}
+    if run_steps.CONFIG not in beside:
+        return None
+    found = {f"{folder}/{k}": v for k, v in _listing(f"{workdir}/{folder}").items()}
+    step = step or _latest_step(f"{workdir}/{folder}", found, folder)
+    inner = f"{folder}/{step}/"
+    wanted = {k: v for k, v in found.items() if k.startswith(inner)}
+    if not wanted:
+        held = sorted({m.group(1) for k in found if (m := re.match(rf"{folder}/(\d+)/", k))}, key=int)
+        raise remote_copy.RemoteReadError(
+            f"{url} does not exist (the steps saved there: {', '.join(held) or 'none'})"
+        )
+    files_beside = {k: v for k, v in beside.items() if k in _BESIDE}
+    return workdir, {**files_beside, **wanted}, f"{folder}/{step}", "bert_jax"
+
+
 def _tf_files(beside: dict[str, list[int]], prefix: str) -> dict[str, list[int]]:
     """A TF checkpoint's files (``prefix.*``) and the config and tokenizer files beside them."""
     return {k: v for k, v in beside.items() if k.startswith(f"{prefix}.") or k in _BESIDE}
@@ -136,11 +163,11 @@ def _names_in(found: dict[str, list[int]], prefix: str) -> set[str]:
     return {k[len(prefix) :].split("/", 1)[0] for k in found if k.startswith(prefix)}
 
 
-def _latest_step(url: str, found: dict[str, list[int]]) -> str:
-    """A workdir's latest checkpoint step: the highest ``checkpoints/<step>/``, among those
+def _latest_step(url: str, found: dict[str, list[int]], folder: str = "checkpoints") -> str:
+    """A workdir's latest checkpoint step: the highest ``<folder>/<step>/``, among those
     orbax marked committed (``commit_success.txt``, written on a bucket) where any is."""
-    steps = {m.group(1) for k in found if (m := re.match(r"checkpoints/(\d+)/", k))}
-    committed = {s for s in steps if f"checkpoints/{s}/commit_success.txt" in found}
+    steps = {m.group(1) for k in found if (m := re.match(rf"{folder}/(\d+)/", k))}
+    committed = {s for s in steps if f"{folder}/{s}/commit_success.txt" in found}
     if not steps:
-        raise remote_copy.RemoteReadError(f"{url}: no params/ and no checkpoints/<step>/ in it")
+        raise remote_copy.RemoteReadError(f"{url}: no params/ and no {folder}/<step>/ in it")
     return max(committed or steps, key=int)

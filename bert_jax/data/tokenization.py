@@ -93,10 +93,13 @@ def vocab_beside(checkpoint: str) -> str:
     folder has only that)."""
     missing = f"no vocab_file given and {{}} holds none of {', '.join(SAVED_NAMES)}: pass the vocab file"
     if files.is_remote(checkpoint):  # the tokenizer files of its folder, copied
-        try:
-            return vocab_in_folder(checkpoint)[0]
-        except FileNotFoundError:
-            raise FileNotFoundError(missing.format(checkpoint)) from None
+        run_workdir = run_steps.workdir_of_url(checkpoint)  # a run's best/: the workdir's
+        for folder in (checkpoint, *([run_workdir] if run_workdir else [])):
+            try:
+                return vocab_in_folder(folder)[0]
+            except FileNotFoundError:
+                continue
+        raise FileNotFoundError(missing.format(checkpoint))
     checkpoint = run_steps.workdir_of(checkpoint)  # a run's best/ or checkpoints/<step>: its workdir's
     folder = checkpoint if os.path.isdir(checkpoint) else os.path.dirname(checkpoint)
     found = _saved_file(folder, SAVED_NAMES)

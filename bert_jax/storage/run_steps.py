@@ -6,6 +6,7 @@ itself (its latest step); the model's config and vocabulary are the workdir's.""
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 
 FOLDERS = ("checkpoints", "best")  # a run's folders of saved steps (`training.checkpoints`)
@@ -20,13 +21,14 @@ class RunStep:
 
 
 def parse(path: str) -> RunStep | None:
-    """The run step `path` names (a local path), or None for any other path."""
+    """The run step `path` names (a local path; the step need not be there: its reader
+    says which are), or None for any other path."""
     path = os.path.abspath(path.rstrip("/"))
     head, name = os.path.split(path)
     step = None
     if name.isdigit():
         step, (head, name) = int(name), os.path.split(head)
-    if name in FOLDERS and os.path.exists(os.path.join(head, CONFIG)) and os.path.isdir(path):
+    if name in FOLDERS and os.path.exists(os.path.join(head, CONFIG)):
         return RunStep(head, name, step)
     return None
 
@@ -41,4 +43,12 @@ def workdir_of(path: str) -> str:
 def steps(saved: RunStep) -> list[str]:
     """The steps saved in the run folder `saved` names, in order."""
     folder = os.path.join(saved.workdir, saved.folder)
-    return [str(n) for n in sorted(int(d) for d in os.listdir(folder) if d.isdigit())]
+    held = os.listdir(folder) if os.path.isdir(folder) else []
+    return [str(n) for n in sorted(int(d) for d in held if d.isdigit())]
+
+
+def workdir_of_url(url: str) -> str | None:
+    """The workdir a bucket URL of a run step would be in (by its name alone: the caller
+    looks there for what the URL's own folder lacks), or None."""
+    m = re.match(rf"^(.+)/(?:{'|'.join(FOLDERS)})(?:/\d+)?/?$", url)
+    return m.group(1) if m else None

@@ -40,13 +40,16 @@ def _with_vocab(folder: str) -> str:
 
 
 def _workdir(folder: Path) -> str:
-    """A pre-training workdir with checkpoints at steps 3 and 7 (7's weights are seed 1's)."""
+    """A pre-training workdir with checkpoints at steps 3 and 7 (7's weights are seed 1's),
+    step 3 its best."""
     model_file.write(str(folder), CONFIG, scanned=False)
     ckpt = checkpoints.Checkpointer(str(folder), async_save=False)
-    for step, seed in ((3, 0), (7, 1)):
+    for step, seed, accuracy in ((3, 0, 0.5), (7, 1, 0.4)):
         params = _params(seed)
         rng = jax.random.key_data(jax.random.key(0))
-        ckpt.save(step, TrainState(jnp.asarray(step), params, optax.sgd(0.1).init(params), rng))
+        state = TrainState(jnp.asarray(step), params, optax.sgd(0.1).init(params), rng)
+        ckpt.save(step, state)
+        ckpt.maybe_save_best(step, state, {"mlm_accuracy": accuracy})
     ckpt.close()
     (folder / "events.out.tfevents.1").write_bytes(b"x" * 100)  # not read by a load
     return _with_vocab(str(folder))
@@ -378,3 +381,25 @@ def test_a_fine_tuning_runs_data_dir_in_a_bucket_is_read_from_its_copy(gs, cache
     c = run_config.set_keys(classify_config.get_config(), {**keys, "data_dir": f"{gs['root']}/data/none"})
     with pytest.raises(FileNotFoundError, match=r"data_dir gs://.*/data/none"):
         run_settings.finetune(c, str(tmp_path / "run2"))
+
+
+def test_a_runs_best_and_kept_steps_in_a_bucket_load_from_their_copies(gs, cache) -> None:
+    """``.../best`` and ``.../checkpoints/<step>`` of a workdir in a bucket: the workdir's
+    config and vocabulary and that step's folder copied, nothing else of the run."""
+    from bert_jax.commands import checkpoint_text
+
+    for where, seed in (("best", 0), ("checkpoints/3", 0), ("checkpoints", 1)):
+        url = f"{gs['workdir']}/{where}"
+        got, config = convert.load_checkpoint(url)
+        assert config == CONFIG and _equal(got, _params(seed)), where
+        assert convert.checkpoint_config(url) == CONFIG
+        assert tokenization.vocab_beside(url).endswith("vocab.txt")  # the workdir's, copied
+        params, _ = checkpoint_text.load_params(url, checkpoint_text.local_checkpoint(url), None)
+        assert _equal(params, _params(seed))
+    copies = {str(p.relative_to(cache)).split("/", 1)[1] for p in cache.glob("checkpoint-*/*/*")}
+    assert {c.split("/")[0] for c in copies} <= {"best", "checkpoints"}
+    assert {c for c in copies if c.startswith("checkpoints/")} == {"checkpoints/3", "checkpoints/7"}
+    with pytest.raises(
+        remote_copy.RemoteReadError, match=r"checkpoints/5 does not exist \(the steps saved there: 3, 7\)"
+    ):
+        convert.load_checkpoint(f"{gs['workdir']}/checkpoints/5")
