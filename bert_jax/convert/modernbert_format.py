@@ -1,6 +1,7 @@
 """The Hugging Face ModernBERT format (``model_type: modernbert``; Warner et al., 2024):
 a folder with ``config.json`` and ``model.safetensors`` (or ``pytorch_model.bin``) of
-`transformers`' ModernBertModel, ModernBertForMaskedLM or ModernBertForSequenceClassification.
+`transformers`' ModernBertModel, ModernBertForMaskedLM, or a fine-tuned ModernBERT of a task
+class (`TASK_CLASSES`: sequence and token classification, multiple choice, question answering).
 
 A ModernBERT is a bert_jax model of the ModernBERT family (`BertConfig`'s switches; the
 config mapping is `bert_config` / `hf_config`, the tensors `modernbert_names`). Loaded:
@@ -10,8 +11,10 @@ config mapping is `bert_config` / `hf_config`, the tensors `modernbert_names`). 
   `transformers` itself does when ModernBertForSequenceClassification loads a masked-LM
   checkpoint, so fine-tuning starts where it would there;
 - ``decoder.weight`` must equal the embeddings when tied; ``decoder_bias=False`` loads a
-  zero MLM bias; ``classifier.*`` becomes ``params["classifier"]``, the head of
-  `heads.BertForSequenceClassification`.
+  zero MLM bias; ``classifier.*`` becomes the task head of the folder's class
+  (`TASK_CLASSES`; a sequence classifier where ``architectures`` names none), the head of
+  the `bert_jax.model.heads` model that computes what the class does (its prediction head
+  is ``bert/pooler``, at every token for the token and span heads).
 
 Exported: a model the class can hold (`cannot_hold` names what it cannot, one reason per
 switch). A segment embedding of one row (``type_vocab_size=1``) is folded into the word
@@ -197,11 +200,16 @@ def _getter(state: dict[str, np.ndarray], used: set[str], source: str) -> names.
     return get
 
 
-# ModernBERT's task classes whose classifier bert_jax reads into no model of its own: each
-# puts its prediction head (`head.*`) before it, per token or per choice.
-_PER_TOKEN_CLASSES = (
-    "ModernBertForTokenClassification", "ModernBertForQuestionAnswering", "ModernBertForMultipleChoice",
-)  # fmt: skip
+# ModernBERT's task classes → the `layout.TASK_HEADS` key of their ``classifier.*``. Each
+# puts its prediction head (``head.*``, bert_jax's ``bert/pooler``) before the classifier:
+# at [CLS] (or the mean) for a sentence or a choice, at every token for the token and span
+# heads (`poolers.token_head`); the span head's two outputs are start and end.
+TASK_CLASSES = {
+    "ModernBertForSequenceClassification": "classifier",
+    "ModernBertForTokenClassification": "token_classifier",
+    "ModernBertForMultipleChoice": "choice_classifier",
+    "ModernBertForQuestionAnswering": "qa_outputs",
+}
 
 
 def from_state_dict(
@@ -222,16 +230,10 @@ def from_state_dict(
                 flat.update(names.head_from_hf(get, *names.MLM_HEAD, config))
         if mlm:
             flat.update(_decoder_from(state, used, flat, config, source))
-        other = [a for a in architectures or [] if a in _PER_TOKEN_CLASSES]
-        if "classifier.weight" in state and other:  # a head bert_jax's models cannot compute
-            used.update(k for k in ("classifier.weight", "classifier.bias") if k in state)
-            print(
-                f"warning: {source}: the classifier of {other[0]} is not read (its prediction head "
-                "comes before it, which bert_jax's token, span and choice heads have not); the encoder is"
-            )
-        elif "classifier.weight" in state:
-            flat[("classifier", "kernel")] = np.ascontiguousarray(get("classifier.weight").T)
-            flat[("classifier", "bias")] = get("classifier.bias")
+        if "classifier.weight" in state:
+            key = next((TASK_CLASSES[a] for a in architectures or [] if a in TASK_CLASSES), "classifier")
+            flat[(key, "kernel")] = np.ascontiguousarray(get("classifier.weight").T)
+            flat[(key, "bias")] = get("classifier.bias")
     except ValueError as e:
         if str(e).startswith(source):
             raise
@@ -272,7 +274,7 @@ def _fresh_pooler(config: BertConfig, source: str) -> Params:
     ModernBertModel folder has none), with a warning line."""
     print(
         f"warning: {source} has no head.* tensors: the pooling head starts from a fresh initialisation "
-        "(only the sentence-classification and multiple-choice heads read it)"
+        "(every task head of a ModernBERT reads it: at [CLS] or the mean, or at every token)"
     )
     h, std = config.hidden_size, config.initializer_range / np.sqrt(2.0 * config.num_hidden_layers)
     rng = np.random.default_rng(0)
@@ -296,27 +298,23 @@ def to_state_dict(
     if reasons:
         raise ValueError(f"--dst_format=hf: ModernBERT cannot represent {', '.join(reasons)}")
     params, head = layout.split_task_head(params)
-    classifier = head[1] if head is not None and head[0] == "classifier" else None
-    if head is not None and classifier is None:
-        print(
-            f"warning: the {layout.TASK_HEADS[head[0]][0]} is not written: ModernBERT's transformers "
-            "class for it puts a prediction head before it, which this model has not; the encoder is"
-        )
     params = layout.canonical(params, config)
     params, c = fold_segments(params, config)
     layout.validate(params, c, "params to export")
     flat = layout.flatten(params)
     out = names.encoder_to_hf(flat, c)
     has_pooler = c.classifier_pooling != "bert"
-    if classifier is not None:  # a fine-tuned classifier: its pooling head is head.*
+    if head is not None:  # a fine-tuned model: its prediction head is head.*
         if not has_pooler:
             raise ValueError(
-                "--dst_format=hf: ModernBERT cannot represent classifier_pooling=bert (a tanh pooler)"
+                "--dst_format=hf: ModernBERT cannot represent classifier_pooling=bert (a tanh pooler, "
+                "no prediction head before a token or span classifier)"
             )
+        tensors = layout.check_task_head(head, config, "params to export")
         out.update(names.head_to_hf(flat, *names.POOLER_HEAD, c))
-        out["classifier.weight"] = np.ascontiguousarray(np.asarray(classifier["kernel"], np.float32).T)
-        out["classifier.bias"] = np.asarray(classifier["bias"], np.float32)
-        architecture = "ModernBertForSequenceClassification"
+        out["classifier.weight"] = np.ascontiguousarray(tensors["kernel"].T)
+        out["classifier.bias"] = tensors["bias"]
+        architecture = next(a for a, key in TASK_CLASSES.items() if key == head[0])
     elif "mlm" in params:
         out.update(names.head_to_hf(flat, *names.MLM_HEAD, c))
         out["decoder.bias"] = flat[("mlm", "bias")]

@@ -123,7 +123,8 @@ class BertModel(nn.Module):
     write it: cuDNN's attention and a causal model's pooled output read rows that way).
     `hidden_states` is the embedding output followed by each layer's output (L+1 arrays)
     when `output_hidden_states=True`, else empty. The pooled output reads [CLS] (a causal
-    model: the last real token, the only one that has seen the whole row). With
+    model: the last real token, the only one that has seen the whole row); with
+    `pool_every_token`, the pooler's prediction head at every token, [B, S, H]. With
     `cls_positions` [B, K] the rows are
     packed (several examples per row, numbered in `input_mask`, `position_ids` restarting
     at each): attention stays within each example and the pooled output is [B, K, H].
@@ -132,12 +133,13 @@ class BertModel(nn.Module):
     config: BertConfig
     numerics: Numerics = DEFAULT
     add_pooler: bool = True
+    pool_every_token: bool = False  # ModernBERT's token and span heads (`poolers.token_head`)
 
     def setup(self) -> None:
         self.embeddings = BertEmbeddings(self.config, self.numerics)
         self.encoder = BertEncoder(self.config, self.numerics)
         if self.add_pooler:
-            self.pooler = pooler(self.config, self.numerics)
+            self.pooler = pooler(self.config, self.numerics, self.pool_every_token)
 
     def __call__(
         self,
@@ -166,7 +168,9 @@ class BertModel(nn.Module):
             x, mask, deterministic, output_hidden_states, rotary(c, position_ids)
         )
         pooled = None
-        if self.add_pooler and self.config.causal_attention and cls_positions is None:
+        if self.add_pooler and self.pool_every_token:
+            pooled = self.pooler(sequence_output)
+        elif self.add_pooler and self.config.causal_attention and cls_positions is None:
             # A left-to-right model's [CLS] sees only itself: read the sentence at its last
             # token, the one that has seen all of it (as GPT's classifier does).
             last = jnp.sum(input_mask > 0, axis=-1) - 1

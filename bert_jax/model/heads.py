@@ -19,6 +19,7 @@ from bert_jax.model.config import BertConfig
 from bert_jax.model.encoder import BertModel
 from bert_jax.model.layers import activation, dense, dropout, layer_norm, normal_init, zeros_init
 from bert_jax.model.numerics import DEFAULT, Numerics
+from bert_jax.model.poolers import token_head
 
 Array = jax.Array
 
@@ -177,8 +178,21 @@ class BertForSequenceClassification(nn.Module):
         return logits.astype(jnp.float32)
 
 
+def _token_states(config, numerics, input_ids, input_mask, segment_ids, deterministic) -> Array:
+    """What the token and span heads classify, [B, S, H]: the last layer's output (the
+    paper's), or with ModernBERT's pooling its prediction head at every token
+    (`poolers.token_head`: `transformers`' ModernBertForTokenClassification and
+    ModernBertForQuestionAnswering), named ``bert/pooler`` as the sentence head's."""
+    every = token_head(config)
+    seq, pooled, _ = BertModel(config, numerics, add_pooler=every, pool_every_token=every, name="bert")(
+        input_ids, input_mask, segment_ids, deterministic=deterministic
+    )
+    return pooled if every else seq
+
+
 class BertForQuestionAnswering(nn.Module):
-    """Span prediction (SQuAD): start and end logits at every token, each [B, S]."""
+    """Span prediction (SQuAD): start and end logits at every token, each [B, S] (with
+    ModernBERT's pooling, through its prediction head first: `_token_states`)."""
 
     config: BertConfig
     numerics: Numerics = DEFAULT
@@ -187,16 +201,15 @@ class BertForQuestionAnswering(nn.Module):
     def __call__(
         self, input_ids: Array, input_mask: Array, segment_ids: Array, *, deterministic: bool = True
     ) -> tuple[Array, Array]:
-        seq, _, _ = BertModel(self.config, self.numerics, add_pooler=False, name="bert")(
-            input_ids, input_mask, segment_ids, deterministic=deterministic
-        )
+        seq = _token_states(self.config, self.numerics, input_ids, input_mask, segment_ids, deterministic)
         qa = dense(self.config, self.numerics, 2, ("embed", "classes"), "qa_outputs", init="final_out")
         logits = qa(seq).astype(jnp.float32)
         return logits[..., 0], logits[..., 1]
 
 
 class BertForTokenClassification(nn.Module):
-    """Per-token tags (NER): [B, S, num_labels]."""
+    """Per-token tags (NER): [B, S, num_labels] (with ModernBERT's pooling, through its
+    prediction head first: `_token_states`)."""
 
     config: BertConfig
     num_labels: int
@@ -206,9 +219,7 @@ class BertForTokenClassification(nn.Module):
     def __call__(
         self, input_ids: Array, input_mask: Array, segment_ids: Array, *, deterministic: bool = True
     ) -> Array:
-        seq, _, _ = BertModel(self.config, self.numerics, add_pooler=False, name="bert")(
-            input_ids, input_mask, segment_ids, deterministic=deterministic
-        )
+        seq = _token_states(self.config, self.numerics, input_ids, input_mask, segment_ids, deterministic)
         seq = dropout(self.numerics, self.config.hidden_dropout_prob)(seq, deterministic)
         classifier = dense(
             self.config, self.numerics, self.num_labels, ("embed", "classes"), "classifier", init="final_out"

@@ -7,6 +7,9 @@
   2024; `transformers`' ``ModernBertForSequenceClassification``): the [CLS] vector, or the
   mean of the real tokens' vectors, → dense → activation → LayerNorm (``head.dense``,
   ``head.norm``). Its dropout and classifier are the task head's, as in the paper's.
+  ModernBERT's token and span heads put the same prediction head before their classifier
+  at every token (``ModernBertForTokenClassification``, ``...ForQuestionAnswering``):
+  `HeadPooler` with ``every_token``.
 
 Packed rows (several examples per row, numbered in ``input_mask``) pool each example at
 its [CLS] position ``positions`` [B, K] (mean: over the tokens of that example's number).
@@ -61,17 +64,21 @@ class BertPooler(nn.Module):
 
 
 class HeadPooler(nn.Module):
-    """ModernBERT's pooling head: [CLS] or masked mean → dense → activation → LayerNorm."""
+    """ModernBERT's pooling head: [CLS] or masked mean → dense → activation → LayerNorm;
+    with `every_token`, the dense → activation → LayerNorm at every token ([B, S, H])."""
 
     config: BertConfig
     numerics: Numerics = DEFAULT
+    every_token: bool = False
 
     @nn.compact
     def __call__(
         self, sequence_output: Array, positions: Array | None = None, input_mask: Array | None = None
     ) -> Array:
         c, num = self.config, self.numerics
-        if c.classifier_pooling == "mean":
+        if self.every_token:
+            pooled = sequence_output
+        elif c.classifier_pooling == "mean":
             if input_mask is None:
                 input_mask = jnp.ones(sequence_output.shape[:2], jnp.int32)
             pooled = masked_mean(sequence_output, input_mask, positions).astype(num.dtype)
@@ -84,7 +91,16 @@ class HeadPooler(nn.Module):
         return layer_norm(c, num, "LayerNorm")(activation(c.hidden_act)(h))
 
 
-def pooler(config: BertConfig, numerics: Numerics) -> nn.Module:
-    """The config's pooler, named ``pooler`` in the encoder (`BertConfig.classifier_pooling`)."""
-    cls = BertPooler if config.classifier_pooling == "bert" else HeadPooler
-    return cls(config, numerics)
+def pooler(config: BertConfig, numerics: Numerics, every_token: bool = False) -> nn.Module:
+    """The config's pooler, named ``pooler`` in the encoder (`BertConfig.classifier_pooling`);
+    `every_token`: ModernBERT's prediction head at every token (`token_head`)."""
+    if config.classifier_pooling == "bert":
+        return BertPooler(config, numerics)
+    return HeadPooler(config, numerics, every_token)
+
+
+def token_head(config: BertConfig) -> bool:
+    """Whether the token and span heads read each token through the pooler's prediction
+    head (ModernBERT's pooling: `transformers`' ModernBERT token and span classes), rather
+    than the last layer's output itself (the paper's)."""
+    return config.classifier_pooling != "bert"

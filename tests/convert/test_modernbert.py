@@ -1,9 +1,9 @@
 """Hugging Face ModernBERT ⇄ bert_jax: randomly initialised `transformers` ModernBERTs of a
 few shapes (global-only; alternating with a window smaller than the sequence; tied and
-untied decoder; with biases) give the same MLM and classification logits as bert_jax within
-1e-5 on padded batches, in both directions; what ModernBERT cannot hold is refused in one
-line; a one-segment embedding is folded exactly; and `bert-jax finetune` runs from an HF
-ModernBERT folder."""
+untied decoder; with biases) give the same MLM, classification, token, span and
+multiple-choice logits as bert_jax within 1e-5 on padded batches, in both directions; what
+ModernBERT cannot hold is refused in one line; a one-segment embedding is folded exactly;
+and `bert-jax finetune` runs from an HF ModernBERT folder."""
 
 import json
 import os
@@ -19,10 +19,16 @@ import torch
 import transformers
 
 from bert_jax import convert
-from bert_jax.convert import modernbert_format, tokenizer_files
+from bert_jax.convert import layout, modernbert_format, tokenizer_files
 from bert_jax.data import corpora, tokenizer_json, vocab_learning
 from bert_jax.model.config import MODERNBERT, BertConfig
-from bert_jax.model.heads import BertForMaskedLM, BertForSequenceClassification
+from bert_jax.model.heads import (
+    BertForMaskedLM,
+    BertForMultipleChoice,
+    BertForQuestionAnswering,
+    BertForSequenceClassification,
+    BertForTokenClassification,
+)
 from tests.conftest import ROOT
 
 TINY = dict(
@@ -177,24 +183,62 @@ def test_sequence_classification_head_both_ways(pooling, tmp_path) -> None:
     assert float(np.abs(_torch_logits(again, ids, mask) - want).max()) <= ATOL
 
 
-def test_a_modernbert_token_classifier_loads_its_encoder_and_says_its_head_is_not_read(
-    tmp_path, capsys
-) -> None:
-    """ModernBertForTokenClassification's classifier follows a per-token prediction head
-    bert_jax's token head has not: read as a sequence classifier it would be wrong
-    silently; its encoder loads, and one warning line says the head is not read."""
-    _hf(
-        transformers.ModernBertForTokenClassification,
-        tmp_path / "hf",
-        num_labels=3,
-        **SHAPES["alternating_untied"],
-    )
-    capsys.readouterr()
-    params, _ = convert.load_checkpoint(str(tmp_path / "hf"))
-    assert sorted(params) == ["bert"]
-    assert capsys.readouterr().out.startswith(
-        f"warning: {tmp_path / 'hf'}: the classifier of ModernBertForTokenClassification is not read"
-    )
+def _task_logits(kind, params, config, ids, mask) -> np.ndarray:
+    """bert_jax's logits in the layout of the `transformers` class's: a token classifier's
+    [B, S, labels]; a span head's start and end [B, S] each, stacked on the last axis; a
+    multiple-choice scorer's [1, B] (the batch's rows as the choices of one example)."""
+    params = {layout.head_module_name(k) if k in layout.TASK_HEADS else k: v for k, v in params.items()}
+    x, m, seg = jnp.asarray(ids), jnp.asarray(mask), jnp.zeros_like(jnp.asarray(ids))
+    if kind == "token":
+        return np.asarray(BertForTokenClassification(config, 3).apply({"params": params}, x, m, seg))
+    if kind == "span":
+        start, end = BertForQuestionAnswering(config).apply({"params": params}, x, m, seg)
+        return np.stack([np.asarray(start), np.asarray(end)], -1)
+    return np.asarray(BertForMultipleChoice(config).apply({"params": params}, x[None], m[None], seg[None]))
+
+
+TASK_CLASSES = {
+    "token": (transformers.ModernBertForTokenClassification, "token_classifier", 3),
+    "span": (transformers.ModernBertForQuestionAnswering, "qa_outputs", 2),
+    "choice": (transformers.ModernBertForMultipleChoice, "choice_classifier", 1),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(TASK_CLASSES))
+def test_token_span_and_choice_heads_both_ways(kind, tmp_path) -> None:
+    """ModernBERT's token, span and multiple-choice classes put their prediction head
+    (``head.*``) before the classifier, at every token for the first two: bert_jax's heads
+    of a ModernBERT compute the same logits from the folder, and write it back as the same
+    class with the same logits."""
+    cls, key, outputs = TASK_CLASSES[kind]
+    labels = dict(num_labels=3) if kind == "token" else {}
+    reference = _hf(cls, tmp_path / "hf", **labels, **SHAPES["alternating_biased"])
+    ids, mask = _batch()
+    with torch.no_grad():
+        if kind == "choice":
+            out = reference(input_ids=torch.tensor(ids)[None], attention_mask=torch.tensor(mask)[None])
+            want = out.logits.numpy()
+        elif kind == "span":
+            out = reference(input_ids=torch.tensor(ids), attention_mask=torch.tensor(mask))
+            want = np.stack([out.start_logits.numpy(), out.end_logits.numpy()], -1)
+        else:
+            want = _torch_logits(reference, ids, mask)
+    params, config = convert.load_checkpoint(str(tmp_path / "hf"))
+    assert sorted(params) == ["bert", key] and params[key]["kernel"].shape == (32, outputs)
+    got = _task_logits(kind, params, config, ids, mask)
+    rows = mask > 0 if kind != "choice" else np.ones(want.shape, bool)
+    assert float(np.abs(got - want)[rows].max()) <= ATOL and float(np.abs(want).max()) > 0.1
+    # the prediction head counts: without it (the paper's token head) the logits differ
+    if kind != "choice":
+        plain = config.replace(classifier_pooling="bert")
+        without = {"bert": {k: v for k, v in params["bert"].items() if k != "pooler"}, key: params[key]}
+        assert float(np.abs(_task_logits(kind, without, plain, ids, mask) - want)[rows].max()) > 0.1
+    convert.save_checkpoint(str(tmp_path / "back"), params, config, "hf")
+    exported = json.loads((tmp_path / "back" / "config.json").read_text())
+    assert exported["architectures"] == [cls.__name__]
+    again = cls.from_pretrained(tmp_path / "back", attn_implementation="eager").eval()
+    a, b = reference.state_dict(), again.state_dict()
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
 def test_masked_lm_head_is_the_pooler_as_transformers_loads_it(tmp_path) -> None:

@@ -26,6 +26,7 @@ from bert_jax.convert import tokenizer_files
 from bert_jax.data import corpora, tokenization, tokenizer_json, vocab_fit, vocab_learning
 from bert_jax.finetuning import finetune
 from bert_jax.model.encoder import BertModel
+from bert_jax.tasks import ner
 from configs import bbc as bbc_config
 from tests.conftest import ROOT
 from tests.helpers.task_data import TINY
@@ -266,7 +267,8 @@ def test_fill_mask_rows_are_autotokenizers_with_the_mask_taking_its_space(cased)
 def test_a_modernbert_folder_fills_masks_and_classifies_as_transformers(cased, tmp_path) -> None:
     """A `transformers` ModernBERT folder with this tokenizer.json (local and global layers,
     rotary positions): `bert_jax.fill_mask` gives the fill-mask pipeline's tokens and
-    scores, `bert_jax.predict` the text-classification pipeline's probabilities."""
+    scores, `bert_jax.predict` the text-classification pipeline's probabilities and a token
+    classifier's tags by the class's own logits."""
     import shutil
 
     import torch
@@ -280,9 +282,11 @@ def test_a_modernbert_folder_fills_masks_and_classifies_as_transformers(cased, t
         pad_token_id=0, bos_token_id=2, eos_token_id=3, cls_token_id=2, sep_token_id=3,
     )  # fmt: skip
     labels = ["negative", "neutral", "positive"]
+    tags = ["O", "B-LOC", "I-LOC", "B-PER", "I-PER"]
     for cls, extra in (
         (transformers.ModernBertForMaskedLM, {}),
         (transformers.ModernBertForSequenceClassification, dict(id2label=dict(enumerate(labels)))),
+        (transformers.ModernBertForTokenClassification, dict(id2label=dict(enumerate(tags)))),
     ):
         torch.manual_seed(0)
         model = cls(transformers.ModernBertConfig(**config, **extra)).eval()
@@ -304,6 +308,18 @@ def test_a_modernbert_folder_fills_masks_and_classifies_as_transformers(cased, t
                     np.testing.assert_allclose(
                         [p["score"] for p in ours], [p["score"] for p in theirs], rtol=1e-4
                     )
+        elif cls is transformers.ModernBertForTokenClassification:
+            # a tagger's words are tagged by the class's own logits at their first pieces
+            # (its prediction head before the classifier at every token)
+            got = bert_jax.predict(str(folder), [t.replace("[MASK]", "new") for t in texts])
+            ours = tokenization.load_tokenizer(str(folder / "tokenizer.json"))
+            sentences = [ner.Sentence(r["words"], ["O"] * len(r["words"]), 1) for r in got]
+            batch, first = ner.featurize(sentences, ours, 32, tuple(tags))
+            ids, mask = (torch.tensor(batch[k]) for k in ("input_ids", "input_mask"))
+            with torch.no_grad():
+                logits = model(input_ids=ids, attention_mask=mask).logits.numpy()
+            assert [r["tags"] for r in got] == ner.decode(logits, first, tuple(tags))
+            assert len({t for r in got for t in r["tags"]}) > 1  # tags that say something
         else:
             got = bert_jax.predict(str(folder), [t.replace("[MASK]", "new") for t in texts])
             pipe = transformers.pipeline("text-classification", model=str(folder), top_k=None)
