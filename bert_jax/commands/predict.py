@@ -2,10 +2,10 @@
 
 A fine-tuned model on new text, as `transformers`' text-classification and
 token-classification pipelines run one: the checkpoint is a fine-tuning run's
-``best_model/`` (or a bert_jax export with its head), or a `transformers`
-``BertForSequenceClassification`` / ``BertForTokenClassification`` (or ModernBERT's)
-folder; its labels are the ones it records (``task.json``, ``id2label``), else
-``LABEL_0``, ``LABEL_1``, ....
+``best_model/`` (or a bert_jax export with its head), or a `transformers` folder of a
+task class (``...ForSequenceClassification``, ``...ForTokenClassification``,
+``...ForQuestionAnswering``, ``...ForMultipleChoice``; BERT or ModernBERT); its labels are
+the ones it records (``task.json``, ``id2label``), else ``LABEL_0``, ``LABEL_1``, ....
 
 - A sentence classifier: each text's label and its probability (all labels' in
   ``--output``); a TAB in a text separates sentence A from sentence B (a pair task's
@@ -13,6 +13,10 @@ folder; its labels are the ones it records (``task.json``, ``id2label``), else
 - A token tagger: the text split into words at spaces and punctuation (as BERT's basic
   tokenizer splits, and as CoNLL files are written), each word's tag (its first piece's),
   and the entities its IOB tags make (``Angela Merkel/PER``).
+- A multiple-choice model (SWAG): a text is ``CONTEXT<TAB>ENDING<TAB>ENDING...`` (two or
+  more endings, as many as each text has); each ending is scored after the context (as
+  SWAG's rows are encoded, ``[CLS] context [SEP] ending [SEP]``) and the best one is the
+  answer, with its probability among them.
 - A question-answering (span) model: a text is ``QUESTION<TAB>PASSAGE``; the answer is
   the passage's best span as SQuAD's evaluation decodes it (windows of
   ``--max_seq_length``, default 384, every ``--doc_stride`` 128 tokens; the question cut
@@ -44,14 +48,15 @@ from bert_jax.tasks import ner, scorers, squad_answers, squad_examples, squad_wi
 
 FLAGS = flags.FLAGS
 
-KINDS = ("classifier", "token_classifier", "qa_outputs")  # the heads `predict` runs (`layout.TASK_HEADS`)
+# the heads `predict` runs: every `layout.TASK_HEADS` kind
+KINDS = ("classifier", "token_classifier", "choice_classifier", "qa_outputs")
 _WORD = re.compile(r"\w+|[^\w\s]")  # a word, or one punctuation mark
 
 
 def define_flags() -> None:
-    flags.DEFINE_string("checkpoint", None, "A fine-tuned best_model/, or a transformers classifier folder.")
+    flags.DEFINE_string("checkpoint", None, "A fine-tuned best_model/, or a transformers task folder.")
     checkpoint_text.define_text_flags(
-        "A text (TAB between a pair's sentences, or a question and its passage)"
+        "A text (TAB between a pair's sentences, a question and its passage, a context and its endings)"
     )
     flags.DEFINE_integer(
         "doc_stride", 128, "Question answering: tokens between passage windows.", lower_bound=1
@@ -87,6 +92,8 @@ def shown(record: dict) -> str:
     if "answer" in record:
         answer, null = record["answer"] or "(no span)", record["null_score_diff"]
         return f"{answer} ({record['probability']:.3f}; null {null:+.2f})\t{record['question']}"
+    if "ending" in record:
+        return f"{record['ending']} ({record['probability']:.3f})\t{record['context']}"
     return f"{record['score']:.4f}\t{record['text']}"
 
 
@@ -105,7 +112,9 @@ def predict(
     "probabilities": {label: p}}`` (a one-output head: ``{"text", "score"}``), or a
     tagger's ``{"text", "words", "tags", "entities": [{"text", "type", "start", "end"}]}``
     (``start``/``end`` the entity's first and last word), or a span model's ``{"text",
-    "question", "answer", "probability", "null_score_diff"}``. `named(i)` names text i in a
+    "question", "answer", "probability", "null_score_diff"}``, or a multiple-choice model's
+    ``{"text", "context", "endings", "choice", "ending", "probability", "probabilities"}``
+    (``choice`` the best ending's index, ``probabilities`` one per ending). `named(i)` names text i in a
     refusal (default ``text i+1``). The Python API's ``bert_jax.predict``."""
     if isinstance(texts, str):
         texts = [texts]
@@ -116,19 +125,23 @@ def predict(
         held = [convert.HEADS[k] for k in convert.HEADS if k in params] or ["the encoder alone"]
         raise ValueError(
             f"--checkpoint {checkpoint} holds {', '.join(held)}: predict runs a fine-tuned sentence "
-            "classifier or token tagger (a run's best_model/, a transformers ...ForSequenceClassification "
-            "or ...ForTokenClassification folder)"
+            "classifier, token tagger, span or multiple-choice model (a run's best_model/, a transformers "
+            "...ForSequenceClassification, ...ForTokenClassification, ...ForQuestionAnswering or "
+            "...ForMultipleChoice folder)"
         )
     tokenizer = checkpoint_text.tokenizer_for(
         checkpoint, path, config, vocab_file, do_lower_case, max_seq_length
     )
     table = config.max_position_embeddings
     numerics = Numerics(compute_dtype=compute_dtype)
+    named = named or (lambda i: f"text {i + 1}")
     if kind == "qa_outputs":
         weights = {"bert": params["bert"], "qa_outputs": params[kind]}
-        named = named or (lambda i: f"text {i + 1}")
         length = max_seq_length or min(384, table)
         return _answered(texts, weights, config, numerics, tokenizer, length, doc_stride, batch_size, named)
+    if kind == "choice_classifier":
+        weights = {"bert": params["bert"], "classifier": params[kind]}
+        return _chosen(texts, weights, config, numerics, tokenizer, max_seq_length, table, batch_size, named)
     outputs = int(params[kind]["bias"].shape[0])
     labels = convert.label_names(path) or [f"LABEL_{i}" for i in range(outputs)]
     if len(labels) != outputs:
@@ -187,6 +200,46 @@ def _tagged(texts, weights, config, numerics, tokenizer, labels, length, table, 
     return records
 
 
+def _chosen(texts, weights, config, numerics, tokenizer, length, table, batch_size, named) -> list[dict]:
+    contexts, endings = [], []
+    for i, text in enumerate(texts):
+        context, *options = text.split("\t")
+        if len(options) < 2 or not all(o.strip() for o in options):
+            raise ValueError(
+                f"{named(i)}: a multiple-choice model reads CONTEXT<TAB>ENDING<TAB>ENDING..., two or more "
+                f"endings, none empty; it has {sum(bool(o.strip()) for o in options)}"
+            )
+        contexts.append(context)
+        endings.append(options)
+    a = [c for c, options in zip(contexts, endings, strict=True) for _ in options]
+    b = [o for options in endings for o in options]
+    longest = int(max(tokenizer.encode_pairs_measured(a, b, 3)[1]))
+    length = length or min(longest, table)
+    flat, lengths = tokenizer.encode_pairs_measured(a, b, length)
+    starts = np.cumsum([0] + [len(options) for options in endings[:-1]])  # each text's first pair
+    _warn_cut(np.maximum.reduceat(lengths, starts), length)  # a text is cut where any pair is
+    # every (context, ending) pair a row of one choice: texts may have different numbers of endings
+    batch = {k: v[:, None] for k, v in flat.items()}
+    model = heads.BertForMultipleChoice(config, numerics)
+    (scores,) = _run(model, weights, batch, config, numerics, batch_size)
+    scores, records = np.asarray(scores, np.float64)[:, 0], []
+    for text, context, options, at in zip(texts, contexts, endings, starts, strict=True):
+        p = np.asarray(jax.nn.softmax(scores[at : at + len(options)]), np.float64)
+        best = int(p.argmax())
+        records.append(
+            {
+                "text": text,
+                "context": context,
+                "endings": options,
+                "choice": best,
+                "ending": options[best],
+                "probability": float(p[best]),
+                "probabilities": [float(x) for x in p],
+            }
+        )
+    return records
+
+
 def _answered(texts, weights, config, numerics, tokenizer, length, stride, batch_size, named) -> list[dict]:
     examples = []
     for i, text in enumerate(texts):
@@ -223,7 +276,7 @@ def _answered(texts, weights, config, numerics, tokenizer, length, stride, batch
 def _run(model, weights: dict, batch: dict, config, numerics: Numerics, batch_size: int) -> tuple:
     """`model`'s outputs on every row of `batch`, `batch_size` rows a pass (refused in one
     line where a pass's activations cannot fit the device)."""
-    rows, length = len(batch["input_ids"]), batch["input_ids"].shape[1]
+    rows, length = len(batch["input_ids"]), batch["input_ids"].shape[-1]
     checkpoint_text.check_batch_memory(config, numerics, min(batch_size, rows), length, batch_size)
 
     @jax.jit

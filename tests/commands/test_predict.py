@@ -1,5 +1,6 @@
-"""`bert-jax predict` / `bert_jax.predict`: a fine-tuned classifier's labels and a tagger's
-word tags on new text, as `transformers` computes them from the same folder."""
+"""`bert-jax predict` / `bert_jax.predict`: a fine-tuned classifier's labels, a tagger's
+word tags, a span model's answers and a multiple-choice model's best ending on new text,
+as `transformers` computes them from the same folder."""
 
 import json
 import shutil
@@ -134,6 +135,39 @@ def test_a_span_models_answers_are_squads_decoding_of_its_logits(tmp_path) -> No
     assert got[1]["answer"] and got[1]["probability"] > 0
     with pytest.raises(ValueError, match=r"text 1: a question-answering model reads QUESTION<TAB>PASSAGE"):
         bert_jax.predict(str(folder), ["no passage here"])
+
+
+def test_a_multiple_choice_models_best_ending_is_its_highest_scored(tmp_path) -> None:
+    """CONTEXT<TAB>ENDING<TAB>...: each ending scored after the context as the
+    `transformers` model scores ``[CLS] context [SEP] ending [SEP]`` (texts of three and
+    four endings in one call), the probabilities its softmax over them."""
+    torch.manual_seed(3)
+    model = transformers.BertForMultipleChoice(transformers.BertConfig(**CONFIG)).eval()
+    with torch.no_grad():  # the pooler and the scorer spread, so that the endings' scores differ
+        model.bert.pooler.dense.weight.normal_(0.0, 1.0)
+        model.classifier.weight.normal_(0.0, 3.0)
+    folder = tmp_path / "choice"
+    model.save_pretrained(folder)
+    shutil.copy(tokenization.default_vocab_file(), folder / "vocab.txt")
+    texts = [
+        "She opened the umbrella\tbecause it began to rain.\tand ate the soup.\tto the moon.",
+        "The team trained all winter\tand won the league in spring.\tbut the bank raised rates."
+        "\tso the river froze.\tthen slept.",
+    ]
+    got = bert_jax.predict(str(folder), texts)
+    theirs = transformers.BertTokenizer(str(folder / "vocab.txt"))
+    for text, record in zip(texts, got, strict=True):
+        context, *endings = text.split("\t")
+        enc = theirs([context] * len(endings), endings, padding=True, return_tensors="pt")
+        with torch.no_grad():
+            logits = model(**{k: v[None] for k, v in enc.items()}).logits[0]
+        want = torch.softmax(logits, -1).numpy()
+        np.testing.assert_allclose(record["probabilities"], want, rtol=1e-4)
+        assert record["endings"] == endings and record["ending"] == endings[int(want.argmax())]
+        assert record["choice"] == int(want.argmax()) and record["context"] == context
+    assert all(max(r["probabilities"]) - min(r["probabilities"]) > 0.02 for r in got)  # scores that differ
+    with pytest.raises(ValueError, match=r"text 2: a multiple-choice model reads CONTEXT<TAB>ENDING"):
+        bert_jax.predict(str(folder), [texts[0], "one ending only\tthe end."])
 
 
 def test_the_command_prints_writes_and_refuses_in_one_line(folders, tiny_checkpoint, tmp_path) -> None:
