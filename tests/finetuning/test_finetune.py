@@ -18,12 +18,13 @@ import numpy as np
 import pytest
 import transformers
 
+import bert_jax
 from bert_jax import convert
 from bert_jax.commands import run_settings
 from bert_jax.data import tokenization
 from bert_jax.finetuning import finetune, sweep
 from bert_jax.model import param_shapes
-from bert_jax.tasks import bbc, ner, scorers
+from bert_jax.tasks import bbc, ner, scorers, swag
 from bert_jax.tasks.base import MODEL_INPUTS
 from bert_jax.tasks.registry import get_task
 from bert_jax.training import run_config
@@ -310,6 +311,14 @@ def test_swag_end_to_end_multiple_choice(tmp_path, tiny_checkpoint) -> None:
     assert losses[-1] < losses[0]  # 24 questions are memorised
     rows = (tmp_path / "run" / "test" / "swag_test.csv").read_text().splitlines()
     assert rows[0].startswith("line,pred,score0") and len(rows) == 5
+    # `predict` on the saved model: each test row's choice and its softmax, as the run wrote them
+    examples = swag.read_swag(str(data / "test.csv"), labelled=False)
+    texts = ["\t".join([e.context, *(f"{e.start} {x}".strip() for x in e.endings)]) for e in examples]
+    got = bert_jax.predict(str(tmp_path / "run" / "best_model"), texts, max_seq_length=48)
+    for record, row in zip(got, rows[1:], strict=True):
+        scores = np.array([float(x) for x in row.split(",")[2:]])
+        assert record["choice"] == int(row.split(",")[1])
+        np.testing.assert_allclose(record["probabilities"], np.exp(scores) / np.exp(scores).sum(), atol=1e-4)
 
 
 def test_sweep_from_the_command_line_writes_the_table_and_resumes(
