@@ -26,7 +26,7 @@ import jax
 from jax.experimental import multihost_utils
 
 from bert_jax.storage import files
-from bert_jax.training import checkpoints, exit_codes
+from bert_jax.training import checkpoints, exit_codes, throughput
 from bert_jax.training.engine import Batch, Engine, TrainState
 from bert_jax.training.hooks import Hook, StepContext
 from bert_jax.training.metric_writer import MetricsLogger
@@ -258,7 +258,10 @@ class TrainingRun:
         """
         assert self.logger is not None, "restore_or_init first"
         if self._meter is None:
-            self._meter = Throughput(self.clock, device_peak_flops() * jax.device_count())
+            n = jax.device_count()
+            measured = throughput.table_peak_flops() is None  # a CPU's: measured, measured again
+            again = (lambda: throughput.measure_cpu_peak() * n) if measured else None
+            self._meter = Throughput(self.clock, device_peak_flops() * n, again)
         meter = self._meter
         step = int(jax.device_get(state.step))
         meter.start()
