@@ -115,6 +115,22 @@ class FinetuningInputs:
     checkpoint_head: Any = None  # the checkpoint's own task head, if any (`convert.layout.TaskHead`)
 
 
+def pooler_from_mlm(loaded: dict, config: Any, checkpoint: str) -> dict:
+    """A pre-training checkpoint (one with a masked-LM head) of a model with ModernBERT's
+    pooling: the pooler starts from the MLM head's transform, its dense → activation →
+    LayerNorm, as `transformers`' ModernBERT task classes start their ``head.*`` from a
+    masked-LM folder (the one head ModernBERT holds; `bert_jax.convert` exports the MLM
+    transform as it). A pre-training run without next-sentence prediction never trains its
+    pooler; the token and span heads read every token through it (`poolers.token_head`).
+    With the paper's pooler, or a fine-tuned model (no MLM head), `loaded` as it is."""
+    mlm = loaded.get("mlm", {})
+    if config.classifier_pooling == "bert" or "transform" not in mlm or "transform_LayerNorm" not in mlm:
+        return loaded
+    pooler = {"dense": dict(mlm["transform"]), "LayerNorm": dict(mlm["transform_LayerNorm"])}
+    _say(f"  the pooling head starts from {checkpoint}'s masked-LM transform (as transformers' ModernBERT)")
+    return {**loaded, "bert": {**loaded["bert"], "pooler": pooler}}
+
+
 def load_inputs(settings: FinetuneSettings, read_train: bool = True) -> FinetuningInputs:
     """Loads the checkpoint and the task's splits; the head is fresh, the encoder loaded.
     Without `read_train` the training split is not read (an evaluation: the first evaluation
@@ -163,6 +179,7 @@ def load_inputs(settings: FinetuneSettings, read_train: bool = True) -> Finetuni
         return FinetuningInputs(
             task, checkpoint, tok, train, evals, bert_config, init, init["bert"].get("pooler")
         )
+    loaded = pooler_from_mlm(loaded, bert_config, checkpoint)
     # Only the head is fresh: the encoder's draws are left out of the compiled program.
     head = engine.run_once(lambda *a: {k: v for k, v in init_params(*a).items() if k != "bert"}, key, *sample)
     encoder = jax.eval_shape(init_params, key, *sample)["bert"]
