@@ -6,18 +6,11 @@ from __future__ import annotations
 import pytest
 
 from bert_jax.ablations import progress
-
-
-class _Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.helpers.fake_clock import FakeClock
 
 
 def test_the_estimate_is_each_kinds_mean_times_what_is_left_over_the_processes() -> None:
-    clock, lines = _Clock(), []
+    clock, lines = FakeClock(), []
     work = {"now": progress.Work(0, 2, 0, 6)}
     tracker = progress.TableProgress("table6", lambda: work["now"], clock=clock, say=lines.append)
     with tracker.job(progress.PRETRAINING):
@@ -52,7 +45,7 @@ def test_the_estimate_is_each_kinds_mean_times_what_is_left_over_the_processes()
 
 
 def test_a_job_that_fails_or_stops_does_not_count_toward_the_estimate() -> None:
-    clock = _Clock()
+    clock = FakeClock()
     tracker = progress.TableProgress("t", lambda: progress.Work(0, 1, 0, 1), clock=clock, say=lambda _: None)
     with pytest.raises(RuntimeError), tracker.job(progress.RUN):
         clock.now += 5.0

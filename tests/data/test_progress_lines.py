@@ -2,18 +2,11 @@
 as the job ends; how far, how fast, how long so far, about how long left."""
 
 from bert_jax.data.progress import ProgressLines, format_duration, human_bytes
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.helpers.fake_clock import FakeClock
 
 
 def test_lines_at_most_every_interval_then_the_last_with_rates_and_eta() -> None:
-    clock, lines = Clock(), []
+    clock, lines = FakeClock(), []
     bar = ProgressLines("prepare-data", 4 * 1024**2, "B", every=10, clock=clock, write=lines.append)
     clock.now += 4
     bar.advance(1024**2, tokens=4_000)  # 4 s in: too soon for a line
@@ -33,7 +26,7 @@ def test_lines_at_most_every_interval_then_the_last_with_rates_and_eta() -> None
 
 
 def test_counted_units_unknown_eta_and_disabled() -> None:
-    clock, lines = Clock(), []
+    clock, lines = FakeClock(), []
     bar = ProgressLines("features", 1_500, "examples", every=0, clock=clock, write=lines.append)
     bar.advance(0)  # no time gone, nothing done: no rate, no ETA yet
     clock.now += 3
@@ -59,7 +52,7 @@ def test_only_if_long_keeps_a_short_job_silent_and_ends_a_long_one() -> None:
     """An evaluation shows lines only when it outlasts one interval: a short one prints
     nothing (its one ``predicting dev: N rows ...`` line is the caller's), a long one its
     lines and then the last."""
-    clock, lines = Clock(), []
+    clock, lines = FakeClock(), []
     short = ProgressLines("predicting dev", 8, "rows", clock=clock, write=lines.append, only_if_long=True)
     clock.now += 2
     short.advance(8)

@@ -4,18 +4,11 @@ leaves the measurement out of the training time."""
 
 from bert_jax.training import throughput
 from bert_jax.training.throughput import Throughput
-
-
-class _Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.helpers.fake_clock import FakeClock
 
 
 def test_a_window_above_a_measured_peak_measures_again() -> None:
-    clock, measured = _Clock(), []
+    clock, measured = FakeClock(), []
 
     def remeasure() -> float:
         clock.now += 3.0  # the measurement takes time: not training time
@@ -37,7 +30,7 @@ def test_a_window_above_a_measured_peak_measures_again() -> None:
 
 
 def test_a_table_peak_is_never_measured_again() -> None:
-    clock = _Clock()
+    clock = FakeClock()
     meter = Throughput(clock, 100.0)
     meter.add(tokens=1, flops=300.0)
     clock.now += 1.0
