@@ -41,6 +41,7 @@ from absl import flags, logging
 
 from bert_jax import convert
 from bert_jax.commands import checkpoint_text
+from bert_jax.convert import layout
 from bert_jax.data.progress import ProgressLines
 from bert_jax.model import batched, heads
 from bert_jax.model.numerics import Numerics
@@ -48,8 +49,6 @@ from bert_jax.tasks import ner, scorers, squad_answers, squad_examples, squad_wi
 
 FLAGS = flags.FLAGS
 
-# the heads `predict` runs: every `layout.TASK_HEADS` kind
-KINDS = ("classifier", "token_classifier", "choice_classifier", "qa_outputs")
 _WORD = re.compile(r"\w+|[^\w\s]")  # a word, or one punctuation mark
 
 
@@ -120,8 +119,8 @@ def predict(
         texts = [texts]
     path = checkpoint_text.local_checkpoint(checkpoint)
     params, config = checkpoint_text.load_params(checkpoint, path, vocab_file)
-    kind = next((k for k in KINDS if k in params), None)
-    if kind is None:
+    params, head = convert.split_task_head(params)  # predict runs every kind (`layout.TASK_HEADS`)
+    if head is None:
         held = [convert.HEADS[k] for k in convert.HEADS if k in params] or ["the encoder alone"]
         raise ValueError(
             f"--checkpoint {checkpoint} holds {', '.join(held)}: predict runs a fine-tuned sentence "
@@ -135,18 +134,17 @@ def predict(
     table = config.max_position_embeddings
     numerics = Numerics(compute_dtype=compute_dtype)
     named = named or (lambda i: f"text {i + 1}")
+    kind, tensors = head
+    weights = {"bert": params["bert"], layout.head_module_name(kind): tensors}  # the model's names
     if kind == "qa_outputs":
-        weights = {"bert": params["bert"], "qa_outputs": params[kind]}
         length = max_seq_length or min(384, table)
         return _answered(texts, weights, config, numerics, tokenizer, length, doc_stride, batch_size, named)
     if kind == "choice_classifier":
-        weights = {"bert": params["bert"], "classifier": params[kind]}
         return _chosen(texts, weights, config, numerics, tokenizer, max_seq_length, table, batch_size, named)
-    outputs = int(params[kind]["bias"].shape[0])
+    outputs = int(tensors["bias"].shape[0])
     labels = convert.label_names(path) or [f"LABEL_{i}" for i in range(outputs)]
     if len(labels) != outputs:
         raise ValueError(f"--checkpoint {checkpoint} names {len(labels)} labels for its {outputs} outputs")
-    weights = {"bert": params["bert"], "classifier": params[kind]}
     if kind == "classifier":
         return _classified(
             texts, weights, config, numerics, tokenizer, labels, max_seq_length, table, batch_size
@@ -158,9 +156,7 @@ def _classified(texts, weights, config, numerics, tokenizer, labels, length, tab
     parts = [t.split("\t", 1) for t in texts]
     a = [p[0] for p in parts]
     b = [p[1] if len(p) == 2 else None for p in parts] if any(len(p) == 2 for p in parts) else None
-    longest = int(max(tokenizer.encode_pairs_measured(a, b, 3)[1]))
-    length = length or min(longest, table)
-    batch, lengths = tokenizer.encode_pairs_measured(a, b, length)
+    batch, lengths, length = _pairs(tokenizer, a, b, length, table)
     _warn_cut(lengths, length)
     model = heads.BertForSequenceClassification(config, len(labels), numerics)
     (logits,) = _run(model, weights, batch, config, numerics, batch_size)
@@ -213,9 +209,7 @@ def _chosen(texts, weights, config, numerics, tokenizer, length, table, batch_si
         endings.append(options)
     a = [c for c, options in zip(contexts, endings, strict=True) for _ in options]
     b = [o for options in endings for o in options]
-    longest = int(max(tokenizer.encode_pairs_measured(a, b, 3)[1]))
-    length = length or min(longest, table)
-    flat, lengths = tokenizer.encode_pairs_measured(a, b, length)
+    flat, lengths, length = _pairs(tokenizer, a, b, length, table)
     starts = np.cumsum([0] + [len(options) for options in endings[:-1]])  # each text's first pair
     _warn_cut(np.maximum.reduceat(lengths, starts), length)  # a text is cut where any pair is
     # every (context, ending) pair a row of one choice: texts may have different numbers of endings
@@ -271,6 +265,15 @@ def _answered(texts, weights, config, numerics, tokenizer, length, stride, batch
             }
         )
     return records
+
+
+def _pairs(tokenizer, a: list[str], b: list[str] | None, length: int | None, table: int) -> tuple:
+    """The rows of the pairs (a[i], b[i]) at `length` (None: the longest pair's, within the
+    position `table`), each pair's own length, and the length used."""
+    if not length:
+        length = min(int(max(tokenizer.encode_pairs_measured(a, b, 3)[1])), table)
+    batch, lengths = tokenizer.encode_pairs_measured(a, b, length)
+    return batch, lengths, length
 
 
 def _run(model, weights: dict, batch: dict, config, numerics: Numerics, batch_size: int) -> tuple:

@@ -31,7 +31,7 @@ from bert_jax.training.engine import Batch, Engine, TrainState
 from bert_jax.training.hooks import Hook, StepContext
 from bert_jax.training.metric_writer import MetricsLogger
 from bert_jax.training.settings import TrainingSettings
-from bert_jax.training.throughput import Throughput, device_peak_flops
+from bert_jax.training.throughput import Throughput
 
 PREEMPTED_EXIT_CODE = exit_codes.PREEMPTED  # as a process ended by SIGTERM: restarted
 INTERRUPTED_EXIT_CODE = exit_codes.INTERRUPTED  # as a process ended by Ctrl-C (SIGINT)
@@ -258,10 +258,7 @@ class TrainingRun:
         """
         assert self.logger is not None, "restore_or_init first"
         if self._meter is None:
-            n = jax.device_count()
-            measured = throughput.table_peak_flops() is None  # a CPU's: measured, measured again
-            again = (lambda: throughput.measure_cpu_peak() * n) if measured else None
-            self._meter = Throughput(self.clock, device_peak_flops() * n, again)
+            self._meter = throughput.meter(self.clock, jax.device_count())
         meter = self._meter
         step = int(jax.device_get(state.step))
         meter.start()

@@ -57,6 +57,15 @@ def measure_cpu_peak() -> float:
     return rate
 
 
+def meter(clock: Callable[[], float], devices: int) -> Throughput:
+    """A meter for `devices` devices of the local kind: the table's peak, or a CPU's
+    measured peak, measured again when a window trains above it."""
+    peak = table_peak_flops()
+    if peak is not None:
+        return Throughput(clock, peak * devices)
+    return Throughput(clock, device_peak_flops() * devices, lambda: measure_cpu_peak() * devices)
+
+
 class Throughput:
     """Tokens and FLOPs per window of training time, and the training seconds per step so
     far (over every window read: what the ETA multiplies). `peak_flops`: the devices'

@@ -12,7 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bert_jax.training import hooks, loop
+from bert_jax.training import hooks, loop, throughput
 from bert_jax.training.metric_writer import MetricsLogger
 from bert_jax.training.settings import CheckpointSettings, TrainingSettings
 
@@ -88,7 +88,7 @@ def test_compilation_and_an_evaluation_do_not_count_as_training_time(tmp_path, c
     assert sorted(rows) == [5, 10, 15, 20]
     # Every window trains at one step per STEP_S: the first (steps 2-5) without step 1's
     # compilation, the one after the evaluation (11-15) without the evaluation.
-    peak = loop.device_peak_flops() * jax.device_count()
+    peak = throughput.device_peak_flops() * jax.device_count()
     for step, row in rows.items():
         assert row["tokens_per_sec"] == TOKENS / STEP_S, (step, row)
         assert row["mfu"] == FLOPS / STEP_S / peak, (step, row)
